@@ -1,0 +1,329 @@
+//! `mover`: copy and re-sync directory trees, locally or between two hosts.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mover::protocol::SessionOptions;
+use mover::session::receiver::{receive, ReceiverConfig};
+use mover::session::sender::{send, SenderConfig};
+use mover::session::{local, ProgressFn, SessionError};
+use mover::stats::{Progress, Summary};
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Chunked, resumable rsync-style delta transfer of directory trees (volmig's data mover).
+///
+/// Exit codes: 0 ok; 1 usage; 2 incompatible peer; 10 connection; 11 local file I/O;
+/// 12 protocol error; 13 the peer failed; 14 internal error; 23 partial transfer
+/// (some entries failed); 24 partial transfer (source files vanished or kept changing).
+#[derive(Parser, Debug)]
+#[command(name = "mover", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Copy or re-sync the contents of SRC into DST on this machine.
+    Sync {
+        src: PathBuf,
+        dst: PathBuf,
+        #[command(flatten)]
+        transfer: TransferArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Send the tree at --root to a receiver.
+    Send {
+        /// The receiver's address, HOST:PORT.
+        #[arg(long, value_name = "ADDR")]
+        to: String,
+        /// The source directory.
+        #[arg(long)]
+        root: PathBuf,
+        #[command(flatten)]
+        transfer: TransferArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Receive a tree into --root from one sender (or more with --keep-serving).
+    Receive {
+        /// Address to listen on, IP:PORT (port 0 picks a free port).
+        #[arg(long, value_name = "ADDR")]
+        listen: SocketAddr,
+        /// The destination directory (created if missing).
+        #[arg(long)]
+        root: PathBuf,
+        /// Serve one session after another instead of exiting after the first.
+        #[arg(long)]
+        keep_serving: bool,
+        /// Write the bound address to this file once listening.
+        #[arg(long, value_name = "PATH")]
+        addr_file: Option<PathBuf>,
+        /// Outgoing bandwidth cap (see `send --bwlimit`).
+        #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+        bwlimit: Option<u64>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+#[derive(Args, Debug)]
+struct TransferArgs {
+    /// Delete destination entries that are not in the source (excluded ones are kept).
+    #[arg(long)]
+    delete: bool,
+    /// Compare contents (BLAKE3) instead of size and modification time.
+    #[arg(short = 'c', long)]
+    checksum: bool,
+    /// Skip entries matching PATTERN (rsync rules: `*.log`, `/top-only`, `dirs-only/`, `**`). Repeatable.
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// Compress literal data with zstd.
+    #[arg(short = 'z', long)]
+    compress: bool,
+    /// zstd level for --compress (negative levels are faster).
+    #[arg(long, value_name = "N", default_value_t = 3, allow_negative_numbers = true)]
+    compress_level: i32,
+    /// Cap outgoing bandwidth: KiB/s, or with a suffix K, M, G (e.g. 20M).
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    bwlimit: Option<u64>,
+    /// Update destination files in place instead of temp file + fsync + rename.
+    #[arg(long)]
+    inplace: bool,
+    /// Send whole files, no delta (the default for `sync`).
+    #[arg(short = 'W', long, conflicts_with = "no_whole_file")]
+    whole_file: bool,
+    /// Use the delta algorithm even for a local `sync`.
+    #[arg(long)]
+    no_whole_file: bool,
+}
+
+impl TransferArgs {
+    fn options(&self, local: bool) -> SessionOptions {
+        SessionOptions {
+            delete: self.delete,
+            checksum: self.checksum,
+            excludes: self.exclude.clone(),
+            compress: self.compress.then_some(self.compress_level),
+            inplace: self.inplace,
+            whole_file: self.whole_file || (local && !self.no_whole_file),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct OutputArgs {
+    /// Progress events: `json` prints one JSON object per line on stdout.
+    #[arg(long, value_enum, default_value_t = ProgressMode::None)]
+    progress: ProgressMode,
+    /// No human-readable summary on stderr.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ProgressMode {
+    None,
+    Json,
+}
+
+/// A JSON line on stdout: `{"event": ..., fields...}`.
+#[derive(Serialize)]
+struct Event<'a, T: Serialize> {
+    event: &'a str,
+    #[serde(flatten)]
+    data: T,
+}
+
+#[derive(Serialize)]
+struct Outcome<'a> {
+    ok: bool,
+    exit_code: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retryable: Option<bool>,
+    #[serde(flatten)]
+    summary: Option<&'a Summary>,
+}
+
+fn emit<T: Serialize>(event: &str, data: T) {
+    if let Ok(line) = serde_json::to_string(&Event { event, data }) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+fn progress_sink(mode: ProgressMode) -> Option<ProgressFn> {
+    (mode == ProgressMode::Json).then(|| {
+        let last = Arc::new(Mutex::new(None::<Progress>));
+        Arc::new(move |p: &Progress| {
+            // Identical consecutive events carry no news.
+            if let Ok(mut last) = last.lock() {
+                if last.as_ref() == Some(p) {
+                    return;
+                }
+                *last = Some(p.clone());
+            }
+            emit("progress", p);
+        }) as ProgressFn
+    })
+}
+
+/// Reports a session's end and returns the exit code.
+fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 {
+    match result {
+        Ok(summary) => {
+            let code = summary.exit_code();
+            emit("summary", Outcome { ok: code == 0, exit_code: code, error: None, retryable: None, summary: Some(&summary) });
+            if !output.quiet {
+                eprintln!("mover: {}", summary.human());
+            }
+            code as u8
+        }
+        Err(e) => {
+            let code = e.exit_code();
+            let msg = e.to_string();
+            emit("summary", Outcome { ok: false, exit_code: code, error: Some(&msg), retryable: Some(e.is_retryable()), summary: None });
+            eprintln!("mover: error: {msg}");
+            code as u8
+        }
+    }
+}
+
+/// Parses an rsync-style rate into bytes per second.
+fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches(['b', 'B']);
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1 << 10),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("invalid rate {s:?} (examples: 500, 20M, 1.5G)"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(format!("rate must be positive: {s:?}"));
+    }
+    Ok(((v * mult as f64) as u64).max(1))
+}
+
+/// Writes `addr` to `path` atomically.
+fn write_addr_file(path: &Path, addr: SocketAddr) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, addr.to_string()).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+async fn run(cli: Cli) -> u8 {
+    match cli.command {
+        Command::Sync { src, dst, transfer, output } => {
+            let result = local::sync(src, dst, transfer.options(true), progress_sink(output.progress)).await;
+            finish(result, &output)
+        }
+        Command::Send { to, root, transfer, output } => {
+            let stream = match TcpStream::connect(&to).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let err = SessionError::Protocol(std::io::Error::new(e.kind(), format!("cannot connect to {to}: {e}")).into());
+                    return finish(Err(err), &output);
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let cfg = SenderConfig {
+                root,
+                options: transfer.options(false),
+                bwlimit: transfer.bwlimit,
+                progress: progress_sink(output.progress),
+            };
+            finish(send(stream, cfg).await, &output)
+        }
+        Command::Receive { listen, root, keep_serving, addr_file, bwlimit, output } => {
+            let listener = match TcpListener::bind(listen).await {
+                Ok(l) => l,
+                Err(e) => {
+                    let err = SessionError::Protocol(std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")).into());
+                    return finish(Err(err), &output);
+                }
+            };
+            let addr = listener.local_addr().unwrap_or(listen);
+            eprintln!("mover: listening on {addr}");
+            if let Some(path) = &addr_file {
+                if let Err(e) = write_addr_file(path, addr) {
+                    eprintln!("mover: error: {e:#}");
+                    return 11;
+                }
+            }
+            let mut cfg = ReceiverConfig::new(root);
+            cfg.bwlimit = bwlimit;
+            cfg.progress = progress_sink(output.progress);
+            loop {
+                let code = match listener.accept().await {
+                    Ok((stream, peer)) => {
+                        let _ = stream.set_nodelay(true);
+                        if !output.quiet {
+                            eprintln!("mover: session from {peer}");
+                        }
+                        finish(receive(stream, cfg.clone()).await, &output)
+                    }
+                    Err(e) => finish(Err(SessionError::Protocol(e.into())), &output),
+                };
+                if !keep_serving {
+                    return code;
+                }
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mover: error: cannot start the runtime: {e}");
+            return ExitCode::from(14);
+        }
+    };
+    ExitCode::from(runtime.block_on(run(cli)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_follow_rsync_units() {
+        assert_eq!(parse_rate("100"), Ok(100 * 1024));
+        assert_eq!(parse_rate("20M"), Ok(20 << 20));
+        assert_eq!(parse_rate("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_rate("4KB"), Ok(4096));
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("0").is_err());
+    }
+
+    #[test]
+    fn sync_defaults_to_whole_file_and_send_to_delta() {
+        let cli = Cli::try_parse_from(["mover", "sync", "a", "b"]).unwrap();
+        let Command::Sync { transfer, .. } = cli.command else { panic!() };
+        assert!(transfer.options(true).whole_file);
+        assert!(!transfer.options(false).whole_file);
+        let cli = Cli::try_parse_from(["mover", "sync", "--no-whole-file", "-z", "a", "b"]).unwrap();
+        let Command::Sync { transfer, .. } = cli.command else { panic!() };
+        assert!(!transfer.options(true).whole_file);
+        assert_eq!(transfer.options(true).compress, Some(3));
+    }
+}

@@ -1,0 +1,244 @@
+//! The sender's half of the delta algorithm: turn a file into copy and literal
+//! instructions against the receiver's block signatures.
+//!
+//! Streams: memory is one window of literal data plus one block, whatever the
+//! file size. The whole-file BLAKE3 of what was read is computed on the way,
+//! so the receiver can verify the file it rebuilt.
+
+use std::io::{self, Read};
+
+use serde::{Deserialize, Serialize};
+
+use crate::rolling::Rolling;
+use crate::signature::Index;
+
+/// Most literal bytes carried by one [`Op::Literal`].
+pub const LITERAL_CHUNK: usize = 256 * 1024;
+
+/// One instruction for rebuilding a file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Copy `count` consecutive basis blocks starting at `block`.
+    Copy { block: u32, count: u32 },
+    /// New bytes.
+    Literal(#[serde(with = "bytes_serde")] Vec<u8>),
+    /// `len` zero bytes (a hole in a sparse file, or zero-filled data).
+    Zeros(u64),
+}
+
+/// Serializes `Vec<u8>` as a byte string instead of a sequence of integers.
+pub(crate) mod bytes_serde {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+        }
+        d.deserialize_byte_buf(V)
+    }
+}
+
+/// What the delta of one file amounted to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeltaSummary {
+    /// Bytes read from the source.
+    pub len: u64,
+    /// Bytes sent as literals (zero runs excluded).
+    pub literal: u64,
+    /// Bytes reused from the basis.
+    pub matched: u64,
+    /// BLAKE3 of the whole source content.
+    pub hash: [u8; 32],
+}
+
+/// Options for one delta run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeltaOptions {
+    /// The receiver rewrites the basis in place: only blocks at or after the
+    /// current output offset may be referenced.
+    pub inplace: bool,
+}
+
+/// Reads `src` to its end and emits ops rebuilding it from the basis described
+/// by `index` (no index: the whole file as literals).
+pub fn delta<R: Read, E: From<io::Error>>(
+    src: R,
+    index: Option<&Index>,
+    opts: DeltaOptions,
+    emit: &mut dyn FnMut(Op) -> Result<(), E>,
+) -> Result<DeltaSummary, E> {
+    let mut d = Delta {
+        src,
+        hasher: blake3::Hasher::new(),
+        summary: DeltaSummary::default(),
+        emit,
+        pending_copy: None,
+        out_offset: 0,
+    };
+    match index {
+        Some(idx) if idx.block_count() > 0 => d.run_matching(idx, opts)?,
+        _ => d.run_literal()?,
+    }
+    d.flush_copy()?;
+    d.summary.hash = *d.hasher.finalize().as_bytes();
+    Ok(d.summary)
+}
+
+struct Delta<'a, R, E> {
+    src: R,
+    hasher: blake3::Hasher,
+    summary: DeltaSummary,
+    emit: &'a mut dyn FnMut(Op) -> Result<(), E>,
+    /// A run of copied blocks not yet emitted: `(first block, count)`.
+    pending_copy: Option<(u32, u32)>,
+    /// Bytes of output described so far.
+    out_offset: u64,
+}
+
+impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
+    /// Appends to `buf` until it holds `want` bytes or the source ends; returns false at EOF.
+    fn fill(&mut self, buf: &mut Vec<u8>, want: usize) -> io::Result<bool> {
+        while buf.len() < want {
+            let start = buf.len();
+            buf.resize(want, 0);
+            let n = loop {
+                match self.src.read(&mut buf[start..]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        buf.truncate(start);
+                        return Err(e);
+                    }
+                }
+            };
+            buf.truncate(start + n);
+            self.hasher.update(&buf[start..]);
+            self.summary.len += n as u64;
+            if n == 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn run_literal(&mut self) -> Result<(), E> {
+        let mut buf = Vec::with_capacity(LITERAL_CHUNK);
+        loop {
+            buf.clear();
+            let more = self.fill(&mut buf, LITERAL_CHUNK)?;
+            self.literal(&buf)?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    fn run_matching(&mut self, idx: &Index, opts: DeltaOptions) -> Result<(), E> {
+        let bl = idx.shape().block_len as usize;
+        let mut buf: Vec<u8> = Vec::with_capacity(bl + 2 * LITERAL_CHUNK);
+        let mut pos = 0; // window start
+        let mut lit = 0; // start of literal bytes not yet emitted
+        let mut eof = false;
+        let mut roll: Option<Rolling> = None;
+        let mut hint: Option<u32> = None;
+        loop {
+            // Keep at least one byte beyond the window so it can slide.
+            if !eof && buf.len() - pos <= bl {
+                buf.drain(..lit);
+                pos -= lit;
+                lit = 0;
+                eof = !self.fill(&mut buf, pos + bl + LITERAL_CHUNK)?;
+                continue;
+            }
+            let avail = buf.len() - pos;
+            if avail == 0 {
+                break;
+            }
+            let wlen = avail.min(bl);
+            let window = &buf[pos..pos + wlen];
+            let r = *roll.get_or_insert_with(|| Rolling::new(window));
+            let out_at = self.out_offset + (pos - lit) as u64;
+            let allowed = |b: u32| !opts.inplace || idx.offset_of(b) >= out_at;
+            if let Some(block) = idx.find(r.digest(), window, hint, allowed) {
+                self.literal(&buf[lit..pos])?;
+                self.copy(block, wlen)?;
+                pos += wlen;
+                lit = pos;
+                roll = None;
+                hint = Some(block + 1);
+                continue;
+            }
+            if pos - lit >= LITERAL_CHUNK {
+                self.literal(&buf[lit..pos])?;
+                lit = pos;
+            }
+            let r = roll.as_mut().expect("set above");
+            if avail > bl {
+                r.roll(buf[pos], buf[pos + bl]);
+            } else if wlen > 1 {
+                r.roll_out(buf[pos]);
+            } else {
+                roll = None;
+            }
+            pos += 1;
+        }
+        self.literal(&buf[lit..pos])
+    }
+
+    fn copy(&mut self, block: u32, len: usize) -> Result<(), E> {
+        self.summary.matched += len as u64;
+        self.out_offset += len as u64;
+        match &mut self.pending_copy {
+            Some((first, count)) if *first + *count == block => *count += 1,
+            _ => {
+                self.flush_copy()?;
+                self.pending_copy = Some((block, 1));
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_copy(&mut self) -> Result<(), E> {
+        if let Some((block, count)) = self.pending_copy.take() {
+            (self.emit)(Op::Copy { block, count })?;
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, data: &[u8]) -> Result<(), E> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.flush_copy()?;
+        self.out_offset += data.len() as u64;
+        for chunk in data.chunks(LITERAL_CHUNK) {
+            if is_zero(chunk) {
+                (self.emit)(Op::Zeros(chunk.len() as u64))?;
+            } else {
+                self.summary.literal += chunk.len() as u64;
+                (self.emit)(Op::Literal(chunk.to_vec()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether every byte is zero.
+pub fn is_zero(data: &[u8]) -> bool {
+    let (words, rest) = data.as_chunks::<16>();
+    words.iter().all(|w| u128::from_ne_bytes(*w) == 0) && rest.iter().all(|&b| b == 0)
+}

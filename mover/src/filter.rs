@@ -1,0 +1,137 @@
+//! `--exclude` patterns with rsync's matching rules.
+//!
+//! - a pattern without `/` matches the final name at any depth (`*.log`);
+//! - a leading `/` anchors the pattern at the transfer root (`/build`);
+//! - a trailing `/` matches directories only (`cache/`);
+//! - any other `/` makes the pattern match the end of the path (`a/*.tmp`);
+//! - `*` and `?` stop at `/`, `**` crosses it, `[...]` is a class.
+//!
+//! An excluded directory is skipped with everything under it, and excluded
+//! destination entries are protected from `--delete`, as in rsync.
+
+use globset::{GlobBuilder, GlobMatcher};
+
+use crate::path::RelPath;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    #[error("invalid --exclude pattern {pattern:?}: {source}")]
+    Pattern {
+        pattern: String,
+        source: globset::Error,
+    },
+}
+
+impl FilterError {
+    /// A bad pattern is a usage error.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+#[derive(Debug)]
+struct Rule {
+    matcher: GlobMatcher,
+    dir_only: bool,
+}
+
+/// A compiled list of exclude patterns.
+#[derive(Debug, Default)]
+pub struct Filter {
+    rules: Vec<Rule>,
+}
+
+impl Filter {
+    pub fn new(patterns: &[String]) -> Result<Filter, FilterError> {
+        let rules = patterns
+            .iter()
+            .map(|p| compile(p).map_err(|source| FilterError::Pattern { pattern: p.clone(), source }))
+            .collect::<Result<_, _>>()?;
+        Ok(Filter { rules })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Whether the entry at `path` is excluded.
+    pub fn excludes(&self, path: &RelPath, is_dir: bool) -> bool {
+        if path.is_root() {
+            return false;
+        }
+        let text = path.as_bytes();
+        self.rules
+            .iter()
+            .any(|r| (!r.dir_only || is_dir) && r.matcher.is_match(os_str(text)))
+    }
+}
+
+/// Views path bytes as an `OsStr` (Unix paths are arbitrary bytes).
+fn os_str(bytes: &[u8]) -> &std::ffi::OsStr {
+    std::os::unix::ffi::OsStrExt::from_bytes(bytes)
+}
+
+fn compile(pattern: &str) -> Result<Rule, globset::Error> {
+    let mut p = pattern;
+    let dir_only = p.len() > 1 && p.ends_with('/');
+    if dir_only {
+        p = &p[..p.len() - 1];
+    }
+    let glob = if let Some(anchored) = p.strip_prefix('/') {
+        anchored.to_string()
+    } else if p.starts_with("**/") {
+        p.to_string()
+    } else {
+        // Unanchored: matches the final name, or (with inner slashes) the path's tail.
+        format!("{{{p},**/{p}}}")
+    };
+    let matcher = GlobBuilder::new(&glob)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()?
+        .compile_matcher();
+    Ok(Rule { matcher, dir_only })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> RelPath {
+        RelPath::new(s.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn rsync_rules() {
+        let f = Filter::new(&["*.log".into(), "/top".into(), "cache/".into(), "a/*.tmp".into()]).unwrap();
+        assert!(f.excludes(&p("x.log"), false));
+        assert!(f.excludes(&p("d/e/x.log"), false));
+        assert!(!f.excludes(&p("x.logs"), false));
+        assert!(f.excludes(&p("top"), true));
+        assert!(!f.excludes(&p("d/top"), true));
+        assert!(f.excludes(&p("d/cache"), true));
+        assert!(!f.excludes(&p("d/cache"), false));
+        assert!(f.excludes(&p("a/x.tmp"), false));
+        assert!(f.excludes(&p("z/a/x.tmp"), false));
+        assert!(!f.excludes(&p("a/b/x.tmp"), false));
+        assert!(!f.excludes(&RelPath::root(), true));
+    }
+
+    #[test]
+    fn double_star_crosses_directories() {
+        let f = Filter::new(&["/a/**/z".into()]).unwrap();
+        assert!(f.excludes(&p("a/b/c/z"), false));
+        assert!(!f.excludes(&p("b/a/c/z"), false));
+    }
+
+    #[test]
+    fn matches_non_utf8_names() {
+        let f = Filter::new(&["caf*".into()]).unwrap();
+        assert!(f.excludes(&RelPath::new(b"caf\xe9".to_vec()).unwrap(), false));
+    }
+
+    #[test]
+    fn bad_pattern_is_reported() {
+        assert!(Filter::new(&["[".into()]).is_err());
+    }
+}

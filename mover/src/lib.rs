@@ -1,0 +1,25 @@
+//! volmig's data mover: an rsync-style delta transfer engine.
+//!
+//! The library has no Kubernetes in it. Its parts, from the bottom up:
+//!
+//! - [`path`], [`meta`], [`filter`], [`walk`]: the tree and what is preserved;
+//! - [`rolling`], [`signature`], [`delta`], [`patch`]: the delta algorithm,
+//!   streaming and bounded for untrusted input;
+//! - [`protocol`]: versioned frames on a tokio-util codec;
+//! - [`session`]: sender and receiver as pipelines with explicit state
+//!   machines, over TCP or an in-memory pipe ([`session::local`]);
+//! - [`stats`]: progress events and the final summary;
+//! - [`manifest`]: a BLAKE3 manifest of a tree, to prove two trees identical.
+
+pub mod delta;
+pub mod filter;
+pub mod manifest;
+pub mod meta;
+pub mod patch;
+pub mod path;
+pub mod protocol;
+pub mod rolling;
+pub mod session;
+pub mod signature;
+pub mod stats;
+pub mod walk;

@@ -1,0 +1,187 @@
+//! What the transfer preserves about an entry, and how it is read and applied.
+//!
+//! Mirrors `rsync -aH --numeric-ids`: type, permission bits (including setuid,
+//! setgid, sticky), numeric owner and group, modification time to the
+//! nanosecond, symlink targets, device numbers and hard-link identity.
+
+use std::fs;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, Gid, Mode, Timespec, Timestamps, Uid, CWD};
+use serde::{Deserialize, Serialize};
+
+use crate::path::RelPath;
+
+/// A point in time as the file system stores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub struct Mtime {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+/// The kind of an entry, with what the kind needs to be recreated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    File,
+    Dir,
+    /// Target bytes, stored verbatim and never followed.
+    Symlink(Vec<u8>),
+    Fifo,
+    Socket,
+    CharDev(u64),
+    BlockDev(u64),
+    /// Another name for a regular file listed earlier in the same transfer.
+    HardLink(RelPath),
+}
+
+impl Kind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::Dir => "directory",
+            Kind::Symlink(_) => "symlink",
+            Kind::Fifo => "fifo",
+            Kind::Socket => "socket",
+            Kind::CharDev(_) => "character device",
+            Kind::BlockDev(_) => "block device",
+            Kind::HardLink(_) => "hard link",
+        }
+    }
+}
+
+/// Metadata preserved for every entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Meta {
+    /// Permission bits, `mode & 0o7777`.
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: Mtime,
+    /// Length in bytes for regular files, 0 otherwise.
+    pub size: u64,
+}
+
+impl Meta {
+    pub fn from_fs(md: &fs::Metadata) -> Meta {
+        Meta {
+            perm: md.mode() & 0o7777,
+            uid: md.uid(),
+            gid: md.gid(),
+            mtime: Mtime {
+                sec: md.mtime(),
+                nsec: md.mtime_nsec() as u32,
+            },
+            size: if md.is_file() { md.len() } else { 0 },
+        }
+    }
+}
+
+/// Reads the kind of an entry from `lstat` data (`HardLink` is decided by the walker).
+pub fn kind_of(path: &Path, md: &fs::Metadata) -> io::Result<Kind> {
+    let ft = md.file_type();
+    Ok(if ft.is_file() {
+        Kind::File
+    } else if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_symlink() {
+        Kind::Symlink(std::os::unix::ffi::OsStrExt::as_bytes(fs::read_link(path)?.as_os_str()).to_vec())
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_socket() {
+        Kind::Socket
+    } else if ft.is_char_device() {
+        Kind::CharDev(md.rdev())
+    } else {
+        Kind::BlockDev(md.rdev())
+    })
+}
+
+/// Whether this process may give files away to other owners (rsync: "am root").
+pub fn can_preserve_owner() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn ts(m: Mtime) -> Timestamps {
+    let t = Timespec {
+        tv_sec: m.sec,
+        tv_nsec: m.nsec as _,
+    };
+    Timestamps {
+        last_access: t,
+        last_modification: t,
+    }
+}
+
+/// Applies owner, permissions and mtime to an open regular file (before it is renamed into place).
+pub fn apply_to_fd<Fd: AsFd>(fd: Fd, meta: &Meta, owner: bool) -> io::Result<()> {
+    if owner {
+        rustix::fs::fchown(&fd, Some(Uid::from_raw(meta.uid)), Some(Gid::from_raw(meta.gid)))?;
+    }
+    // chown clears setuid/setgid, so permissions come after it.
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.perm as _))?;
+    rustix::fs::futimens(&fd, &ts(meta.mtime))?;
+    Ok(())
+}
+
+/// Applies metadata by path without following a final symlink.
+pub fn apply_to_path(path: &Path, kind: &Kind, meta: &Meta, owner: bool) -> io::Result<()> {
+    let is_link = matches!(kind, Kind::Symlink(_));
+    if owner {
+        rustix::fs::chownat(
+            CWD,
+            path,
+            Some(Uid::from_raw(meta.uid)),
+            Some(Gid::from_raw(meta.gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?;
+    }
+    if !is_link {
+        rustix::fs::chmodat(CWD, path, Mode::from_raw_mode(meta.perm as _), AtFlags::empty())?;
+    }
+    rustix::fs::utimensat(CWD, path, &ts(meta.mtime), AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(())
+}
+
+/// Whether the destination's metadata already matches (ignoring size and owner when not preserved).
+pub fn meta_matches(have: &fs::Metadata, want: &Meta, kind: &Kind, owner: bool) -> bool {
+    let h = Meta::from_fs(have);
+    let perm_ok = matches!(kind, Kind::Symlink(_)) || h.perm == want.perm;
+    let owner_ok = !owner || (h.uid == want.uid && h.gid == want.gid);
+    perm_ok && owner_ok && h.mtime == want.mtime
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_and_applies_metadata_on_files_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        fs::write(&f, b"hello").unwrap();
+        let want = Meta {
+            perm: 0o4751,
+            uid: 0,
+            gid: 0,
+            mtime: Mtime { sec: 1_234_567_890, nsec: 123_456_789 },
+            size: 5,
+        };
+        let file = fs::File::open(&f).unwrap();
+        apply_to_fd(&file, &want, false).unwrap();
+        let got = Meta::from_fs(&fs::symlink_metadata(&f).unwrap());
+        assert_eq!(got.perm, 0o4751);
+        assert_eq!(got.mtime, want.mtime);
+        assert_eq!(got.size, 5);
+
+        let l = dir.path().join("l");
+        std::os::unix::fs::symlink("nowhere", &l).unwrap();
+        let kind = kind_of(&l, &fs::symlink_metadata(&l).unwrap()).unwrap();
+        assert_eq!(kind, Kind::Symlink(b"nowhere".to_vec()));
+        apply_to_path(&l, &kind, &want, false).unwrap();
+        assert_eq!(Meta::from_fs(&fs::symlink_metadata(&l).unwrap()).mtime, want.mtime);
+        assert!(meta_matches(&fs::symlink_metadata(&l).unwrap(), &want, &kind, false));
+    }
+}

@@ -1,0 +1,222 @@
+//! The receiver's half of the delta algorithm: rebuild a file from ops.
+//!
+//! Every op from the peer is bounds-checked against the basis before use, the
+//! output is hashed as it is written, and zero runs become holes (rsync's
+//! `--sparse`) unless the file is rewritten in place.
+
+use std::fs::File;
+use std::io::{self, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+
+use crate::delta::{is_zero, Op, LITERAL_CHUNK};
+use crate::signature::SigShape;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PatchError {
+    #[error("peer referenced basis blocks {block}..{end} but the basis has {count}")]
+    BlockOutOfRange { block: u32, end: u64, count: u64 },
+    #[error("peer sent a copy instruction but there is no basis file")]
+    NoBasis,
+    #[error("file would exceed {limit} bytes")]
+    TooLong { limit: u64 },
+    #[error("basis file changed while it was read: {0}")]
+    BasisShort(io::Error),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+impl PatchError {
+    /// Out-of-range references are protocol violations; I/O may be transient.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, PatchError::Io(_) | PatchError::BasisShort(_))
+    }
+}
+
+/// Granularity of hole detection: the common file-system block size.
+const HOLE_GRAIN: usize = 4096;
+
+/// Writes a file sequentially, turning aligned zero blocks into holes.
+pub struct OutFile {
+    file: File,
+    offset: u64,
+    sparse: bool,
+    /// The output is the basis itself (`--inplace`).
+    inplace: bool,
+    /// A seek is owed before the next write.
+    seek_pending: bool,
+}
+
+impl OutFile {
+    pub fn new(file: File, sparse: bool, inplace: bool) -> OutFile {
+        OutFile {
+            file,
+            offset: 0,
+            sparse: sparse && !inplace,
+            inplace,
+            seek_pending: false,
+        }
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
+        if !self.sparse {
+            return self.write_dense(data);
+        }
+        while !data.is_empty() {
+            let to_grain = HOLE_GRAIN - (self.offset % HOLE_GRAIN as u64) as usize;
+            let n = to_grain.min(data.len());
+            if n == HOLE_GRAIN && is_zero(&data[..n]) {
+                self.skip(n as u64);
+            } else {
+                self.write_dense(&data[..n])?;
+            }
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// `len` zero bytes: a hole when sparse, otherwise written out.
+    pub fn zeros(&mut self, mut len: u64) -> io::Result<()> {
+        if self.sparse {
+            let head = ((HOLE_GRAIN as u64 - self.offset % HOLE_GRAIN as u64) % HOLE_GRAIN as u64).min(len);
+            self.write_dense(&vec![0; head as usize])?;
+            len -= head;
+            let holes = len / HOLE_GRAIN as u64 * HOLE_GRAIN as u64;
+            self.skip(holes);
+            return self.write_dense(&vec![0; (len - holes) as usize]);
+        }
+        let zero = [0u8; 64 * 1024];
+        while len > 0 {
+            let n = len.min(zero.len() as u64) as usize;
+            self.write_dense(&zero[..n])?;
+            len -= n as u64;
+        }
+        Ok(())
+    }
+
+    /// Leaves `len` bytes as they are (a hole in a new file, unchanged data in place).
+    pub fn skip(&mut self, len: u64) {
+        if len > 0 {
+            self.offset += len;
+            self.seek_pending = true;
+        }
+    }
+
+    fn write_dense(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.seek_pending {
+            self.file.seek(SeekFrom::Start(self.offset))?;
+            self.seek_pending = false;
+        }
+        self.file.write_all(data)?;
+        self.offset += data.len() as u64;
+        Ok(())
+    }
+
+    /// Sets the final length (trailing holes, or a shorter file in place) and returns the file.
+    pub fn finish(self) -> io::Result<File> {
+        if self.seek_pending || self.inplace {
+            self.file.set_len(self.offset)?;
+        }
+        Ok(self.file)
+    }
+}
+
+/// Applies ops to an [`OutFile`], reading copied blocks from `basis`.
+pub struct Patcher {
+    basis: Option<(File, SigShape)>,
+    out: OutFile,
+    hasher: blake3::Hasher,
+    limit: u64,
+    buf: Vec<u8>,
+}
+
+impl Patcher {
+    /// `limit` bounds the rebuilt length (the size the sender announced).
+    pub fn new(basis: Option<(File, SigShape)>, out: OutFile, limit: u64) -> Patcher {
+        Patcher {
+            basis,
+            out,
+            hasher: blake3::Hasher::new(),
+            limit,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn written(&self) -> u64 {
+        self.out.offset()
+    }
+
+    pub fn apply(&mut self, op: &Op) -> Result<(), PatchError> {
+        let len = match op {
+            Op::Literal(d) => d.len() as u64,
+            Op::Zeros(n) => *n,
+            Op::Copy { block, count } => self.copy_len(*block, *count)?,
+        };
+        if self.out.offset() + len > self.limit {
+            return Err(PatchError::TooLong { limit: self.limit });
+        }
+        match op {
+            Op::Literal(d) => {
+                self.hasher.update(d);
+                self.out.write(d)?;
+            }
+            Op::Zeros(n) => {
+                hash_zeros(&mut self.hasher, *n);
+                self.out.zeros(*n)?;
+            }
+            Op::Copy { block, .. } => self.copy(*block, len)?,
+        }
+        Ok(())
+    }
+
+    fn copy_len(&self, block: u32, count: u32) -> Result<u64, PatchError> {
+        let (_, shape) = self.basis.as_ref().ok_or(PatchError::NoBasis)?;
+        let end = block as u64 + count as u64;
+        if count == 0 || end > shape.block_count() {
+            return Err(PatchError::BlockOutOfRange { block, end, count: shape.block_count() });
+        }
+        let start = block as u64 * shape.block_len as u64;
+        Ok(shape.len_of(end - 1) as u64 + (end - 1) * shape.block_len as u64 - start)
+    }
+
+    fn copy(&mut self, block: u32, len: u64) -> Result<(), PatchError> {
+        let (basis, shape) = self.basis.as_ref().ok_or(PatchError::NoBasis)?;
+        let mut at = block as u64 * shape.block_len as u64;
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(LITERAL_CHUNK as u64) as usize;
+            self.buf.resize(n, 0);
+            basis.read_exact_at(&mut self.buf, at).map_err(PatchError::BasisShort)?;
+            self.hasher.update(&self.buf);
+            if self.out.inplace && at == self.out.offset() {
+                // The data is already where it belongs.
+                self.out.skip(n as u64);
+            } else {
+                self.out.write(&self.buf)?;
+            }
+            at += n as u64;
+            left -= n as u64;
+        }
+        Ok(())
+    }
+
+    /// The rebuilt file and the BLAKE3 of its contents.
+    pub fn finish(self) -> io::Result<(File, [u8; 32])> {
+        Ok((self.out.finish()?, *self.hasher.finalize().as_bytes()))
+    }
+}
+
+fn hash_zeros(hasher: &mut blake3::Hasher, mut n: u64) {
+    const Z: [u8; 16 * 1024] = [0; 16 * 1024];
+    while n > 0 {
+        let k = n.min(Z.len() as u64) as usize;
+        hasher.update(&Z[..k]);
+        n -= k as u64;
+    }
+}

@@ -1,0 +1,125 @@
+//! Frame encoding: a length prefix (bounded) around a postcard payload.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
+
+use super::{Frame, ProtocolError, MAX_FRAME_LEN};
+
+/// Bytes that crossed the connection, both directions, length prefixes included.
+#[derive(Clone, Debug, Default)]
+pub struct WireCounter(Arc<AtomicU64>);
+
+impl WireCounter {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, n: usize) {
+        self.0.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Encodes and decodes [`Frame`]s, refusing any frame over [`MAX_FRAME_LEN`].
+#[derive(Debug)]
+pub struct FrameCodec {
+    inner: LengthDelimitedCodec,
+    counter: WireCounter,
+}
+
+impl FrameCodec {
+    pub fn new(counter: WireCounter) -> FrameCodec {
+        let inner = LengthDelimitedCodec::builder()
+            .length_field_type::<u32>()
+            .max_frame_length(MAX_FRAME_LEN)
+            .new_codec();
+        FrameCodec { inner, counter }
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = ProtocolError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, ProtocolError> {
+        let Some(payload) = self.inner.decode(src).map_err(frame_too_big)? else {
+            return Ok(None);
+        };
+        self.counter.add(payload.len() + 4);
+        Ok(Some(postcard::from_bytes(&payload)?))
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, ProtocolError> {
+        match self.decode(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.is_empty() => Ok(None),
+            None => Err(ProtocolError::Closed("in the middle of a frame")),
+        }
+    }
+}
+
+impl Encoder<Frame> for FrameCodec {
+    type Error = ProtocolError;
+
+    fn encode(&mut self, frame: Frame, dst: &mut BytesMut) -> Result<(), ProtocolError> {
+        let start = dst.len();
+        dst.put_u32(0);
+        postcard::to_io(&frame, (&mut *dst).writer())?;
+        let len = dst.len() - start - 4;
+        if len > MAX_FRAME_LEN {
+            dst.truncate(start);
+            return Err(super::violation(format!("refusing to send a {len}-byte frame")));
+        }
+        dst[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+        self.counter.add(len + 4);
+        Ok(())
+    }
+}
+
+fn frame_too_big(e: std::io::Error) -> ProtocolError {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        super::violation(format!("frame longer than {MAX_FRAME_LEN} bytes"))
+    } else {
+        ProtocolError::Io(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Hello, SessionOptions};
+
+    #[test]
+    fn round_trip_and_count() {
+        let counter = WireCounter::default();
+        let mut codec = FrameCodec::new(counter.clone());
+        let mut buf = BytesMut::new();
+        codec.encode(Frame::Hello(Hello::new(SessionOptions::default())), &mut buf).unwrap();
+        codec.encode(Frame::Credit(7), &mut buf).unwrap();
+        let sent = counter.get();
+        assert_eq!(sent as usize, buf.len());
+        assert!(matches!(codec.decode(&mut buf).unwrap(), Some(Frame::Hello(_))));
+        assert!(matches!(codec.decode(&mut buf).unwrap(), Some(Frame::Credit(7))));
+        assert!(codec.decode(&mut buf).unwrap().is_none());
+        assert_eq!(counter.get(), 2 * sent);
+    }
+
+    #[test]
+    fn refuses_oversized_and_garbage_frames() {
+        let mut codec = FrameCodec::new(WireCounter::default());
+        let mut buf = BytesMut::from(&((MAX_FRAME_LEN as u32 + 1).to_be_bytes())[..]);
+        assert!(matches!(codec.decode(&mut buf), Err(ProtocolError::Violation(_))));
+        let mut codec = FrameCodec::new(WireCounter::default());
+        let mut buf = BytesMut::from(&[0, 0, 0, 3, 0xff, 0xff, 0xff][..]);
+        assert!(matches!(codec.decode(&mut buf), Err(ProtocolError::Decode(_))));
+    }
+
+    #[test]
+    fn truncated_stream_is_reported() {
+        let mut codec = FrameCodec::new(WireCounter::default());
+        let mut buf = BytesMut::from(&[0, 0, 0, 9, 1][..]);
+        assert!(matches!(codec.decode_eof(&mut buf), Err(ProtocolError::Closed(_))));
+    }
+}

@@ -1,0 +1,213 @@
+//! The messages of a session.
+
+use serde::{Deserialize, Serialize};
+
+use super::{MAGIC, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
+use crate::delta::Op;
+use crate::meta::{Kind, Meta};
+use crate::path::RelPath;
+use crate::signature::{BlockSig, SigShape};
+use crate::stats::{Progress, Summary};
+
+/// Everything that travels on a connection.
+///
+/// Variant order is part of the protocol: append, never reorder.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Frame {
+    /// First frame each way.
+    Hello(Hello),
+    /// Receiver → sender: the session is on, with these options.
+    Accept(SessionOptions),
+    /// Either way: the session ends with an error the peer should show.
+    Abort(String),
+    /// Sender → receiver: one entry of the source tree.
+    Entry(Entry),
+    /// Sender → receiver: every child of this directory has been listed.
+    DirDone(RelPath),
+    /// Sender → receiver: the tree walk is complete.
+    ListEnd(ListStats),
+    /// Receiver → sender: permission to send this many more list frames.
+    Credit(u32),
+    /// Receiver → sender: send the contents of a file.
+    Request(Request),
+    /// Receiver → sender: the next signature blocks of a request's basis.
+    Sigs { id: u64, sigs: Vec<BlockSig> },
+    /// Receiver → sender: no more requests will come.
+    RequestsEnd,
+    /// Sender → receiver: the data of a requested file follows.
+    FileBegin { id: u64, meta: Meta },
+    /// Sender → receiver: instructions for the file begun last.
+    Ops { id: u64, ops: Vec<WireOp> },
+    /// Sender → receiver: the file is complete, or could not be sent.
+    FileEnd { id: u64, outcome: FileOutcome },
+    /// Sender → receiver: every request has been answered.
+    DataEnd,
+    /// Receiver → sender: how far the transfer is.
+    Progress(Progress),
+    /// Receiver → sender: the session is complete.
+    Done(Summary),
+}
+
+impl Frame {
+    /// A short name for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Frame::Hello(_) => "Hello",
+            Frame::Accept(_) => "Accept",
+            Frame::Abort(_) => "Abort",
+            Frame::Entry(_) => "Entry",
+            Frame::DirDone(_) => "DirDone",
+            Frame::ListEnd(_) => "ListEnd",
+            Frame::Credit(_) => "Credit",
+            Frame::Request(_) => "Request",
+            Frame::Sigs { .. } => "Sigs",
+            Frame::RequestsEnd => "RequestsEnd",
+            Frame::FileBegin { .. } => "FileBegin",
+            Frame::Ops { .. } => "Ops",
+            Frame::FileEnd { .. } => "FileEnd",
+            Frame::DataEnd => "DataEnd",
+            Frame::Progress(_) => "Progress",
+            Frame::Done(_) => "Done",
+        }
+    }
+}
+
+/// The first frame. `magic`, `version` and `min_version` come first and keep
+/// their encoding forever, so any two versions can tell each other apart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    pub magic: [u8; 6],
+    pub version: u16,
+    pub min_version: u16,
+    /// The mover build, for messages (`mover 0.1.0`).
+    pub software: String,
+    /// Sender: the options it proposes. Receiver: its defaults (unused).
+    pub options: SessionOptions,
+}
+
+impl Hello {
+    pub fn new(options: SessionOptions) -> Hello {
+        Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            min_version: MIN_PROTOCOL_VERSION,
+            software: concat!("mover ", env!("CARGO_PKG_VERSION")).to_string(),
+            options,
+        }
+    }
+}
+
+/// What the sender asks of the transfer; the receiver accepts or refuses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionOptions {
+    /// Delete destination entries that are not in the source.
+    pub delete: bool,
+    /// Compare file contents instead of size and mtime.
+    pub checksum: bool,
+    /// Exclude patterns (rsync-like).
+    pub excludes: Vec<String>,
+    /// zstd level for literal data, if compressed.
+    pub compress: Option<i32>,
+    /// Rewrite destination files in place.
+    pub inplace: bool,
+    /// Send whole files instead of deltas.
+    pub whole_file: bool,
+}
+
+/// One entry of the source tree.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Entry {
+    pub path: RelPath,
+    pub kind: Kind,
+    pub meta: Meta,
+    /// BLAKE3 of the contents, with `--checksum`, for regular files.
+    pub checksum: Option<[u8; 32]>,
+}
+
+/// What the sender's walk could not list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListStats {
+    /// Entries that could not be read (reported on the sender's stderr).
+    pub failed: u64,
+    /// Entries that disappeared while the tree was walked.
+    pub vanished: u64,
+}
+
+/// A receiver's request for one file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    /// Receiver-chosen id, echoed in the data frames.
+    pub id: u64,
+    pub path: RelPath,
+    /// Size and mtime as listed, so the sender notices a change since.
+    pub listed: Meta,
+    /// The basis the receiver has, if any; its signature follows in `Sigs` frames.
+    pub basis: Option<SigShape>,
+}
+
+/// An instruction as carried on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum WireOp {
+    Plain(Op),
+    /// A literal compressed with zstd; `raw_len` bounds the decompressed size.
+    Zstd {
+        raw_len: u32,
+        #[serde(with = "crate::delta::bytes_serde")]
+        data: Vec<u8>,
+    },
+}
+
+/// How a requested file ended on the sender's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileOutcome {
+    /// All data sent; BLAKE3 of the contents.
+    Sent([u8; 32]),
+    /// The source file changed while it was read; the receiver discards what it got.
+    Changed,
+    /// The source file is gone.
+    Vanished,
+    /// The source file could not be read (permission, I/O error).
+    Unreadable,
+}
+
+impl Hello {
+    /// Checks magic and version overlap.
+    pub fn check(&self) -> Result<(), super::ProtocolError> {
+        if self.magic != MAGIC {
+            return Err(super::ProtocolError::NotMover);
+        }
+        if self.version < MIN_PROTOCOL_VERSION || self.min_version > PROTOCOL_VERSION {
+            return Err(super::ProtocolError::Incompatible {
+                peer: self.version,
+                peer_min: self.min_version,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_checks_magic_and_versions() {
+        assert!(Hello::new(SessionOptions::default()).check().is_ok());
+        let mut h = Hello::new(SessionOptions::default());
+        h.magic = *b"RSYNCD";
+        assert!(matches!(h.check(), Err(super::super::ProtocolError::NotMover)));
+        let mut h = Hello::new(SessionOptions::default());
+        h.version = 9;
+        h.min_version = 7;
+        let msg = h.check().unwrap_err().to_string();
+        assert!(msg.contains("incompatible peer") && msg.contains("7..=9"), "{msg}");
+    }
+
+    #[test]
+    fn hello_prefix_is_stable() {
+        // Variant 0, then the magic bytes, then the two versions as varints.
+        let bytes = postcard::to_allocvec(&Frame::Hello(Hello::new(SessionOptions::default()))).unwrap();
+        assert_eq!(&bytes[..7], b"\0VOLMIG");
+        assert_eq!(&bytes[7..9], &[PROTOCOL_VERSION as u8, MIN_PROTOCOL_VERSION as u8]);
+    }
+}

@@ -1,0 +1,72 @@
+//! The wire protocol between a sender and a receiver.
+//!
+//! A session is a stream of length-prefixed frames (tokio-util's
+//! `LengthDelimitedCodec`) whose payloads are `postcard`-encoded [`Frame`]s.
+//! The first frame each way is a [`Hello`] whose leading fields (magic and
+//! version) keep their encoding in every protocol version, so a peer of any
+//! version can tell what it is talking to and refuse it clearly.
+//!
+//! Flow of a session (all of it pipelined; nothing waits for a reply per file):
+//!
+//! ```text
+//! sender                                  receiver
+//!   Hello(options)                 ──▶
+//!                                  ◀──    Accept | Refuse
+//!   Entry, DirDone ... ListEnd     ──▶    (credit-limited)
+//!                                  ◀──    Credit, Request + Sigs ... RequestsEnd, Progress
+//!   FileBegin, Ops..., FileEnd ... DataEnd ──▶
+//!                                  ◀──    Done(summary)
+//! ```
+
+mod codec;
+mod frame;
+
+pub use codec::{FrameCodec, WireCounter};
+pub use frame::*;
+
+/// Protocol version spoken by this build.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Oldest peer version this build can talk to.
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
+/// First bytes of every session's first frame.
+pub const MAGIC: [u8; 6] = *b"VOLMIG";
+
+/// Largest frame accepted (after the length prefix).
+pub const MAX_FRAME_LEN: usize = 4 * 1024 * 1024;
+/// Most signature blocks carried by one [`Frame::Sigs`].
+pub const SIGS_PER_FRAME: usize = 32 * 1024;
+/// Most signature blocks for one file (a 512 GiB file at the maximum block length).
+pub const MAX_BLOCKS_PER_FILE: u64 = 4 * 1024 * 1024;
+/// Entries the sender may send before the receiver grants more credit.
+pub const INITIAL_CREDIT: u32 = 8192;
+/// Most exclude patterns a sender may propose.
+pub const MAX_EXCLUDES: usize = 4096;
+
+/// Errors of the wire layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("connection: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("malformed frame: {0}")]
+    Decode(#[from] postcard::Error),
+    #[error("peer is not a volmig mover (bad magic in its first frame)")]
+    NotMover,
+    #[error("incompatible peer: it speaks protocol {peer_min}..={peer}, this mover speaks {MIN_PROTOCOL_VERSION}..={PROTOCOL_VERSION}; run the same mover version on both sides")]
+    Incompatible { peer: u16, peer_min: u16 },
+    #[error("protocol violation: {0}")]
+    Violation(String),
+    #[error("connection closed by peer {0}")]
+    Closed(&'static str),
+}
+
+impl ProtocolError {
+    /// Dropped connections are worth retrying; a peer that breaks the protocol is not.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ProtocolError::Io(_) | ProtocolError::Closed(_))
+    }
+}
+
+/// Shorthand for a protocol violation.
+pub fn violation(msg: impl Into<String>) -> ProtocolError {
+    ProtocolError::Violation(msg.into())
+}

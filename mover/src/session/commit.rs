@@ -1,0 +1,185 @@
+//! Temporary files and durable, atomic commits of finished files.
+//!
+//! A finished file is written to a temporary name in its own directory, gets
+//! its metadata, is made durable, and only then renamed over the destination,
+//! so a crash never leaves a half-written file under a real name. Files are
+//! committed in groups: one `syncfs` makes a whole group of small files durable
+//! at the cost of one journal flush, instead of one `fsync` each.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::path::RelPath;
+
+/// Temporary names look like `.volmig-NAME-SUFFIX.tmp`.
+const TEMP_PREFIX: &[u8] = b".volmig-";
+const TEMP_SUFFIX: &[u8] = b".tmp";
+/// Files per group before it is committed.
+const GROUP_FILES: usize = 256;
+/// Bytes per group before it is committed.
+const GROUP_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Whether a directory entry is one of our temporary files (never deleted by `--delete`).
+pub fn is_temp_name(name: &[u8]) -> bool {
+    name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX)
+}
+
+/// A fresh temporary path next to `dest`.
+pub fn temp_path(dest: &Path) -> PathBuf {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = dest.file_name().map(|n| n.as_bytes()).unwrap_or(b"root");
+    let mut t = TEMP_PREFIX.to_vec();
+    t.extend_from_slice(&name[..name.len().min(200)]);
+    t.extend_from_slice(
+        format!("-{:x}{:x}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)).as_bytes(),
+    );
+    t.extend_from_slice(TEMP_SUFFIX);
+    dest.with_file_name(std::ffi::OsStr::from_bytes(&t))
+}
+
+/// Creates a new temporary file next to `dest`, readable and writable only by us.
+pub fn create_temp(dest: &Path) -> io::Result<(PathBuf, File)> {
+    loop {
+        let temp = temp_path(dest);
+        match OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&temp) {
+            Ok(f) => return Ok((temp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Runs `make` on fresh temporary names next to `dest` until one is free,
+/// then renames the result over `dest` (symlinks and special files).
+pub fn create_and_replace(dest: &Path, make: impl Fn(&Path) -> io::Result<()>) -> io::Result<()> {
+    let temp = loop {
+        let temp = temp_path(dest);
+        match make(&temp) {
+            Ok(()) => break temp,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    fs::rename(&temp, dest).inspect_err(|_| {
+        let _ = fs::remove_file(&temp);
+    })
+}
+
+/// A finished file waiting to be made durable and put in place.
+#[derive(Debug)]
+pub struct Finished {
+    pub path: RelPath,
+    /// The temporary file, or `None` when the destination was written in place.
+    pub temp: Option<PathBuf>,
+    pub dest: PathBuf,
+    pub file: File,
+    pub size: u64,
+}
+
+/// What a commit did.
+#[derive(Debug, Default)]
+pub struct Committed {
+    pub done: Vec<(RelPath, u64)>,
+    pub failed: Vec<(RelPath, io::Error)>,
+}
+
+/// Finished files not yet committed.
+#[derive(Debug, Default)]
+pub struct CommitGroup {
+    items: Vec<Finished>,
+    bytes: u64,
+}
+
+impl CommitGroup {
+    /// Adds a file; commits the group when it is full.
+    pub fn push(&mut self, item: Finished) -> io::Result<Committed> {
+        self.bytes += item.size;
+        self.items.push(item);
+        if self.items.len() >= GROUP_FILES || self.bytes >= GROUP_BYTES {
+            self.commit()
+        } else {
+            Ok(Committed::default())
+        }
+    }
+
+    /// Makes every file durable, then renames each into place.
+    ///
+    /// An error here means the data may not be on disk: it is fatal for the session.
+    pub fn commit(&mut self) -> io::Result<Committed> {
+        let mut out = Committed::default();
+        match self.items.as_slice() {
+            [] => return Ok(out),
+            [one] => one.file.sync_all()?,
+            [first, ..] => rustix::fs::syncfs(&first.file)?,
+        }
+        self.bytes = 0;
+        for item in self.items.drain(..) {
+            let Some(temp) = &item.temp else {
+                out.done.push((item.path, item.size));
+                continue;
+            };
+            match fs::rename(temp, &item.dest) {
+                Ok(()) => out.done.push((item.path, item.size)),
+                Err(e) => {
+                    let _ = fs::remove_file(temp);
+                    out.failed.push((item.path, e));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for CommitGroup {
+    /// A session that ends early leaves no temporary files behind.
+    fn drop(&mut self) {
+        for item in &self.items {
+            if let Some(temp) = &item.temp {
+                let _ = fs::remove_file(temp);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_are_recognised_and_bounded() {
+        let long = "x".repeat(250);
+        let t = temp_path(&Path::new("/d").join(&long));
+        let name = t.file_name().unwrap().as_bytes();
+        assert!(is_temp_name(name));
+        assert!(name.len() <= 255);
+        assert!(!is_temp_name(b".volmig"));
+    }
+
+    #[test]
+    fn group_commits_atomically_and_cleans_up() {
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("f");
+        let (temp, mut file) = create_temp(&dest).unwrap();
+        io::Write::write_all(&mut file, b"data").unwrap();
+        let mut g = CommitGroup::default();
+        let r = g
+            .push(Finished { path: RelPath::new(b"f".to_vec()).unwrap(), temp: Some(temp.clone()), dest: dest.clone(), file, size: 4 })
+            .unwrap();
+        assert!(r.done.is_empty());
+        assert!(!dest.exists());
+        let r = g.commit().unwrap();
+        assert_eq!(r.done.len(), 1);
+        assert_eq!(fs::read(&dest).unwrap(), b"data");
+        assert!(!temp.exists());
+
+        let (temp, file) = create_temp(&dest).unwrap();
+        let mut g = CommitGroup::default();
+        g.push(Finished { path: RelPath::root(), temp: Some(temp.clone()), dest, file, size: 0 }).unwrap();
+        drop(g);
+        assert!(!temp.exists());
+    }
+}

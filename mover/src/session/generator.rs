@@ -1,0 +1,403 @@
+//! The receiver's generator: compares each listed entry with the destination,
+//! creates what needs no data (directories, symlinks, special files), fixes
+//! metadata of what is already up to date, and requests the rest from the
+//! sender with block signatures of the existing file.
+
+use std::collections::HashSet;
+use std::fs::{self, File, Metadata};
+use std::io::{self, BufReader};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{FileType, Mode, CWD};
+use tokio::sync::mpsc;
+
+use super::commit::{create_and_replace, is_temp_name};
+use super::flow::Inflight;
+use super::{warn, SessionError};
+use crate::filter::Filter;
+use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
+use crate::path::RelPath;
+use crate::protocol::{Entry, Frame, ListStats, Request, SessionOptions, SIGS_PER_FRAME};
+use crate::signature::{self, BlockSig, SigShape};
+use crate::stats::{Counters, Summary};
+use crate::walk::file_hash;
+
+/// List frames consumed before credit is returned to the sender.
+const CREDIT_BATCH: u32 = 1024;
+/// Name of the receiver's private directory at the destination root.
+pub const STATE_DIR: &[u8] = b".volmig";
+
+/// A file requested from the sender.
+#[derive(Debug, Clone)]
+pub struct PendingFile {
+    pub path: RelPath,
+    pub meta: Meta,
+    pub basis: Option<SigShape>,
+    /// Already requested again after a failed verification.
+    pub redo: bool,
+}
+
+/// What the generator leaves for the final pass.
+#[derive(Debug, Default)]
+pub struct GenOutput {
+    pub summary: Summary,
+    /// Every directory with its wanted metadata, applied after its contents.
+    pub dirs: Vec<(RelPath, Meta)>,
+    /// Hard links `(path, existing name)`, made once all files are in place.
+    pub links: Vec<(RelPath, RelPath)>,
+}
+
+pub struct Generator {
+    pub root: PathBuf,
+    pub opts: SessionOptions,
+    pub filter: Filter,
+    pub owner: bool,
+    pub out: mpsc::Sender<Frame>,
+    pub inflight: Arc<Inflight<PendingFile>>,
+    pub counters: Arc<Counters>,
+    next_id: u64,
+    consumed: u32,
+    /// Names listed so far in the directory being listed.
+    children: Option<(RelPath, HashSet<Vec<u8>>)>,
+    result: GenOutput,
+}
+
+impl Generator {
+    pub fn new(
+        root: PathBuf,
+        opts: SessionOptions,
+        filter: Filter,
+        owner: bool,
+        out: mpsc::Sender<Frame>,
+        inflight: Arc<Inflight<PendingFile>>,
+        counters: Arc<Counters>,
+    ) -> Generator {
+        Generator {
+            root,
+            opts,
+            filter,
+            owner,
+            out,
+            inflight,
+            counters,
+            next_id: 0,
+            consumed: 0,
+            children: None,
+            result: GenOutput::default(),
+        }
+    }
+
+    /// Consumes list frames until `ListEnd`, then waits for every request to finish.
+    pub fn run(mut self, mut rx: mpsc::Receiver<Frame>) -> Result<GenOutput, SessionError> {
+        loop {
+            let frame = rx.blocking_recv().ok_or_else(cancelled)?;
+            match frame {
+                Frame::Entry(e) => self.entry(e)?,
+                Frame::DirDone(d) => self.dir_done(d)?,
+                Frame::ListEnd(stats) => {
+                    self.list_end(stats);
+                    break;
+                }
+                other => return Err(SessionError::Internal(format!("generator got {}", other.name()))),
+            }
+            self.consumed += 1;
+            if self.consumed >= CREDIT_BATCH {
+                self.send(Frame::Credit(self.consumed))?;
+                self.consumed = 0;
+            }
+        }
+        if !self.inflight.wait_empty() {
+            return Err(cancelled());
+        }
+        self.send(Frame::RequestsEnd)?;
+        Ok(self.result)
+    }
+
+    fn send(&self, frame: Frame) -> Result<(), SessionError> {
+        self.out.blocking_send(frame).map_err(|_| cancelled())
+    }
+
+    fn list_end(&mut self, stats: ListStats) {
+        let s = &mut self.result.summary;
+        s.files_failed += stats.failed;
+        s.files_vanished += stats.vanished;
+        self.counters.listing_done.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn entry(&mut self, e: Entry) -> Result<(), SessionError> {
+        if !e.path.is_root() {
+            self.result.summary.files_total += 1;
+            let parent = e.path.parent();
+            match &mut self.children {
+                Some((dir, names)) if *dir == parent => {
+                    names.insert(e.path.file_name().to_vec());
+                }
+                slot => *slot = Some((parent, HashSet::from([e.path.file_name().to_vec()]))),
+            }
+        }
+        let dest = e.path.under(&self.root);
+        let have = match fs::symlink_metadata(&dest) {
+            Ok(md) => Some(md),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            Err(err) => return self.failed(&e.path, err),
+        };
+        let r = match &e.kind {
+            Kind::Dir => self.dir(&e, &dest, have),
+            Kind::File => return self.file(e, &dest, have),
+            Kind::Symlink(target) => self.symlink(&e, target, &dest, have),
+            Kind::HardLink(target) => {
+                self.result.summary.hard_links += 1;
+                self.result.links.push((e.path.clone(), target.clone()));
+                Ok(())
+            }
+            Kind::Fifo | Kind::Socket | Kind::CharDev(_) | Kind::BlockDev(_) => self.special(&e, &dest, have),
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(err) => self.failed(&e.path, err),
+        }
+    }
+
+    /// Counts and reports a per-entry failure; fatal ones end the session.
+    fn failed(&mut self, path: &RelPath, err: io::Error) -> Result<(), SessionError> {
+        if is_fatal(&err) {
+            return Err(SessionError::local(format!("writing {path}"), err));
+        }
+        warn(format_args!("{path}: {err}"));
+        self.result.summary.files_failed += 1;
+        Ok(())
+    }
+
+    fn dir(&mut self, e: &Entry, dest: &Path, have: Option<Metadata>) -> io::Result<()> {
+        if !e.path.is_root() {
+            self.result.summary.dirs += 1;
+        }
+        match have {
+            Some(md) if md.is_dir() => {
+                // Without root, a read-only directory must be opened up while it is filled.
+                if !self.owner && md.mode() & 0o300 != 0o300 {
+                    fs::set_permissions(dest, fs::Permissions::from_mode(md.mode() | 0o700))?;
+                }
+            }
+            Some(_) => {
+                fs::remove_file(dest)?;
+                fs::DirBuilder::new().mode(0o700).create(dest)?;
+            }
+            None => fs::DirBuilder::new().mode(0o700).create(dest)?,
+        }
+        self.result.dirs.push((e.path.clone(), e.meta));
+        Ok(())
+    }
+
+    fn symlink(&mut self, e: &Entry, target: &[u8], dest: &Path, have: Option<Metadata>) -> io::Result<()> {
+        self.result.summary.symlinks += 1;
+        if let Some(md) = &have {
+            if md.file_type().is_symlink() && fs::read_link(dest)?.as_os_str().as_bytes() == target {
+                if !meta_matches(md, &e.meta, &e.kind, self.owner) {
+                    apply_to_path(dest, &e.kind, &e.meta, self.owner)?;
+                }
+                return Ok(());
+            }
+        }
+        clear_dir(dest, have.as_ref())?;
+        let target = std::ffi::OsStr::from_bytes(target);
+        create_and_replace(dest, |tmp| {
+            std::os::unix::fs::symlink(target, tmp)?;
+            apply_to_path(tmp, &e.kind, &e.meta, self.owner)
+        })
+    }
+
+    fn special(&mut self, e: &Entry, dest: &Path, have: Option<Metadata>) -> io::Result<()> {
+        self.result.summary.specials += 1;
+        let (ftype, rdev) = match e.kind {
+            Kind::Fifo => (FileType::Fifo, 0),
+            Kind::Socket => (FileType::Socket, 0),
+            Kind::CharDev(d) => (FileType::CharacterDevice, d),
+            Kind::BlockDev(d) => (FileType::BlockDevice, d),
+            _ => return Err(io::Error::other("not a special file")),
+        };
+        if let Some(md) = &have {
+            if FileType::from_raw_mode(md.mode()) == ftype && md.rdev() == rdev {
+                if !meta_matches(md, &e.meta, &e.kind, self.owner) {
+                    apply_to_path(dest, &e.kind, &e.meta, self.owner)?;
+                }
+                return Ok(());
+            }
+        }
+        clear_dir(dest, have.as_ref())?;
+        create_and_replace(dest, |tmp| {
+            rustix::fs::mknodat(CWD, tmp, ftype, Mode::from_raw_mode(0o600), rdev)?;
+            apply_to_path(tmp, &e.kind, &e.meta, self.owner)
+        })
+    }
+
+    fn file(&mut self, e: Entry, dest: &Path, have: Option<Metadata>) -> Result<(), SessionError> {
+        let s = &mut self.result.summary;
+        s.bytes_total += e.meta.size;
+        self.counters.files_listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counters.bytes_listed.fetch_add(e.meta.size, std::sync::atomic::Ordering::Relaxed);
+        let mut basis = None;
+        match &have {
+            Some(md) if md.is_file() => {
+                match self.up_to_date(&e, dest, md) {
+                    Ok(true) => {
+                        self.result.summary.files_up_to_date += 1;
+                        self.counters.file_done(e.meta.size);
+                        if !meta_matches(md, &e.meta, &e.kind, self.owner) {
+                            if let Err(err) = apply_to_path(dest, &e.kind, &e.meta, self.owner) {
+                                return self.failed(&e.path, err);
+                            }
+                        }
+                        return Ok(());
+                    }
+                    Ok(false) => {}
+                    Err(err) => return self.failed(&e.path, err),
+                }
+                if !self.opts.whole_file && md.len() > 0 {
+                    basis = Some(SigShape::for_len(md.len()));
+                }
+            }
+            Some(md) => {
+                let cleared = if md.is_dir() { clear_dir(dest, have.as_ref()) } else if self.opts.inplace { fs::remove_file(dest) } else { Ok(()) };
+                if let Err(err) = cleared {
+                    return self.failed(&e.path, err);
+                }
+            }
+            None => {}
+        }
+        self.request(e.path, e.meta, basis, dest)
+    }
+
+    fn up_to_date(&self, e: &Entry, dest: &Path, md: &Metadata) -> io::Result<bool> {
+        if md.len() != e.meta.size {
+            return Ok(false);
+        }
+        match e.checksum {
+            Some(want) => Ok(file_hash(dest)? == want),
+            None => Ok(Meta::from_fs(md).mtime == e.meta.mtime),
+        }
+    }
+
+    fn request(&mut self, path: RelPath, meta: Meta, basis: Option<SigShape>, dest: &Path) -> Result<(), SessionError> {
+        // Open the basis first: if it cannot be read, send the whole file instead.
+        let basis = basis.and_then(|_| {
+            let f = File::open(dest).ok()?;
+            let len = f.metadata().ok()?.len();
+            (len > 0).then(|| (f, SigShape::for_len(len)))
+        });
+        let shape = basis.as_ref().map(|(_, s)| *s);
+        if shape.is_some_and(|s| s.block_count() > crate::protocol::MAX_BLOCKS_PER_FILE) {
+            return self.request(path, meta, None, dest);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let pending = PendingFile { path: path.clone(), meta, basis: shape, redo: false };
+        if !self.inflight.insert(id, pending) {
+            return Err(cancelled());
+        }
+        self.send(Frame::Request(Request { id, path, listed: meta, basis: shape }))?;
+        if let Some((file, shape)) = basis {
+            self.send_sigs(id, file, shape)?;
+        }
+        Ok(())
+    }
+
+    /// Streams the basis signature in frames of [`SIGS_PER_FRAME`] blocks.
+    fn send_sigs(&self, id: u64, file: File, shape: SigShape) -> Result<(), SessionError> {
+        let mut batch = Vec::with_capacity(SIGS_PER_FRAME.min(shape.block_count() as usize));
+        let mut sent = 0u64;
+        let read = signature::compute(BufReader::with_capacity(256 * 1024, file), shape, |sig| {
+            batch.push(sig);
+            if batch.len() == SIGS_PER_FRAME {
+                sent += batch.len() as u64;
+                let sigs = std::mem::replace(&mut batch, Vec::with_capacity(SIGS_PER_FRAME));
+                self.out
+                    .blocking_send(Frame::Sigs { id, sigs })
+                    .map_err(|_| io::Error::other("session ended"))?;
+            }
+            Ok(())
+        });
+        if read.is_err() {
+            // The basis shrank or failed while read: pad with blocks that match nothing.
+            let missing = shape.block_count() - sent - batch.len() as u64;
+            batch.extend((0..missing).map(|_| BlockSig { weak: 0, strong: [0; signature::STRONG_LEN] }));
+        }
+        for chunk in batch.chunks(SIGS_PER_FRAME) {
+            self.send(Frame::Sigs { id, sigs: chunk.to_vec() })?;
+        }
+        Ok(())
+    }
+
+    fn dir_done(&mut self, dir: RelPath) -> Result<(), SessionError> {
+        let names = match self.children.take() {
+            Some((d, names)) if d == dir => names,
+            other => {
+                self.children = other;
+                HashSet::new()
+            }
+        };
+        if self.opts.delete {
+            if let Err(err) = self.delete_extraneous(&dir, &names) {
+                return self.failed(&dir, err);
+            }
+        }
+        Ok(())
+    }
+
+    /// `--delete`: removes what the source directory no longer has.
+    fn delete_extraneous(&mut self, dir: &RelPath, keep: &HashSet<Vec<u8>>) -> io::Result<()> {
+        let rd = match fs::read_dir(dir.under(&self.root)) {
+            Ok(rd) => rd,
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for de in rd {
+            let de = de?;
+            let name = de.file_name();
+            let name = name.as_bytes();
+            if keep.contains(name) || is_temp_name(name) || (dir.is_root() && name == STATE_DIR) {
+                continue;
+            }
+            let Ok(path) = dir.join(name) else { continue };
+            let is_dir = de.file_type()?.is_dir();
+            if self.filter.excludes(&path, is_dir) {
+                continue;
+            }
+            let r = if is_dir { fs::remove_dir_all(de.path()) } else { fs::remove_file(de.path()) };
+            match r {
+                Ok(()) => self.result.summary.deleted += 1,
+                Err(err) if is_fatal(&err) => return Err(err),
+                Err(err) => {
+                    warn(format_args!("deleting {path}: {err}"));
+                    self.result.summary.files_failed += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Errors after which nothing else can be written either.
+pub fn is_fatal(err: &io::Error) -> bool {
+    use rustix::io::Errno;
+    matches!(
+        err.raw_os_error().map(Errno::from_raw_os_error),
+        Some(Errno::NOSPC | Errno::ROFS | Errno::DQUOT)
+    )
+}
+
+/// A directory where a non-directory must go is removed with its contents.
+fn clear_dir(dest: &Path, have: Option<&Metadata>) -> io::Result<()> {
+    match have {
+        Some(md) if md.is_dir() => fs::remove_dir_all(dest),
+        _ => Ok(()),
+    }
+}
+
+pub fn cancelled() -> SessionError {
+    SessionError::Internal("session ended early".into())
+}
+

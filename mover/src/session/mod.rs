@@ -1,0 +1,89 @@
+//! Sender and receiver sessions.
+//!
+//! Each side is a small pipeline: an async task reads frames, one writes them,
+//! and blocking worker threads do the file work (walking and delta on the
+//! sender; comparing, signing and patching on the receiver). The frames that
+//! are legal at each point are decided by an explicit [`sender::State`] /
+//! [`receiver::State`] machine with a `step` function.
+//!
+//! No step waits for a reply per file: the file list is credit-limited, the
+//! requests are bounded in flight, and everything else streams, so thousands
+//! of small files cost no round trip each and memory stays bounded.
+
+mod applier;
+mod commit;
+mod flow;
+mod generator;
+pub mod local;
+pub mod receiver;
+pub mod sender;
+mod writer;
+
+use std::io;
+use std::sync::Arc;
+
+use crate::protocol::ProtocolError;
+use crate::stats::Progress;
+
+/// Receives progress events (about twice a second, and once at the end).
+pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// Why a session failed as a whole (per-file problems are counted in the summary instead).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    #[error("the peer ended the session: {0}")]
+    PeerAbort(String),
+    #[error("{context}: {source}")]
+    Local { context: String, source: io::Error },
+    #[error("{0}")]
+    Usage(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl SessionError {
+    pub fn local(context: impl Into<String>, source: io::Error) -> SessionError {
+        SessionError::Local {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Whether a new attempt may succeed where this one failed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SessionError::Protocol(p) => p.is_retryable(),
+            SessionError::PeerAbort(_) => true,
+            SessionError::Local { source, .. } => !matches!(
+                source.raw_os_error().map(rustix::io::Errno::from_raw_os_error),
+                Some(rustix::io::Errno::NOSPC | rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS)
+            ),
+            SessionError::Usage(_) | SessionError::Internal(_) => false,
+        }
+    }
+
+    /// The documented process exit code (rsync's numbering where it has one).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            SessionError::Usage(_) => 1,
+            SessionError::Protocol(ProtocolError::NotMover | ProtocolError::Incompatible { .. }) => 2,
+            SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_)) => 10,
+            SessionError::Local { .. } => 11,
+            SessionError::Protocol(ProtocolError::Violation(_) | ProtocolError::Decode(_)) => 12,
+            SessionError::PeerAbort(_) => 13,
+            SessionError::Internal(_) => 14,
+        }
+    }
+}
+
+/// Turns a worker thread's join result into a session result.
+fn joined<T>(r: Result<Result<T, SessionError>, tokio::task::JoinError>) -> Result<T, SessionError> {
+    r.map_err(|e| SessionError::Internal(format!("worker stopped: {e}")))?
+}
+
+/// Prints a per-file warning on stderr.
+fn warn(msg: impl std::fmt::Display) {
+    eprintln!("mover: {msg}");
+}

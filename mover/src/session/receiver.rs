@@ -1,0 +1,309 @@
+//! The receiving side of a session: owns the destination tree.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use super::applier::Applier;
+use super::flow::Inflight;
+use super::generator::{is_fatal, GenOutput, Generator, PendingFile};
+use super::{joined, warn, writer, ProgressFn, SessionError};
+use crate::filter::Filter;
+use crate::meta::{apply_to_path, can_preserve_owner, Kind};
+use crate::path::RelPath;
+use crate::protocol::{
+    violation, Frame, FrameCodec, Hello, ProtocolError, SessionOptions, WireCounter, INITIAL_CREDIT, MAX_EXCLUDES,
+};
+use crate::stats::{Counters, Summary};
+
+/// Files requested and not yet finished, at most.
+const MAX_INFLIGHT: usize = 1024;
+/// How often progress is reported.
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+
+/// How the receiver runs.
+#[derive(Clone)]
+pub struct ReceiverConfig {
+    /// The destination root; created if missing.
+    pub root: PathBuf,
+    /// Preserve owner and group (default: when running as root).
+    pub preserve_owner: bool,
+    /// Outgoing bandwidth cap in bytes per second.
+    pub bwlimit: Option<u64>,
+    pub progress: Option<ProgressFn>,
+}
+
+impl ReceiverConfig {
+    pub fn new(root: PathBuf) -> ReceiverConfig {
+        ReceiverConfig {
+            root,
+            preserve_owner: can_preserve_owner(),
+            bwlimit: None,
+            progress: None,
+        }
+    }
+}
+
+/// Where the session is; decides which frames from the sender are legal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// The file list is arriving (file data may interleave).
+    Listing,
+    /// The list is complete; file data continues.
+    Listed,
+    /// All data has arrived.
+    DataDone,
+}
+
+/// Where a legal frame goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    Generator,
+    Applier,
+}
+
+impl State {
+    /// The next state after `frame`, and where the frame goes; an illegal frame is a protocol violation.
+    pub fn step(self, frame: &Frame) -> Result<(State, Route), ProtocolError> {
+        use Frame::*;
+        match (self, frame) {
+            (State::Listing, Entry(_) | DirDone(_)) => Ok((self, Route::Generator)),
+            (State::Listing, ListEnd(_)) => Ok((State::Listed, Route::Generator)),
+            (State::Listing | State::Listed, FileBegin { .. } | Ops { .. } | FileEnd { .. }) => Ok((self, Route::Applier)),
+            (State::Listed, DataEnd) => Ok((State::DataDone, Route::Applier)),
+            (state, frame) => Err(violation(format!("unexpected {} frame while {state:?}", frame.name()))),
+        }
+    }
+}
+
+/// Runs one receiving session over `stream`, writing into `cfg.root`.
+pub async fn receive<S>(stream: S, cfg: ReceiverConfig) -> Result<Summary, SessionError>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let start = Instant::now();
+    let (rd, wr) = tokio::io::split(stream);
+    let (rx_count, tx_count) = (WireCounter::default(), WireCounter::default());
+    let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
+    let mut sink = FramedWrite::new(wr, FrameCodec::new(tx_count.clone()));
+
+    sink.send(Frame::Hello(Hello::new(SessionOptions::default()))).await?;
+    let opts = match handshake(&mut frames).await {
+        Ok(opts) => opts,
+        Err(e) => {
+            let _ = sink.send(Frame::Abort(e.to_string())).await;
+            return Err(e);
+        }
+    };
+    let filter = match prepare(&cfg, &opts) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = sink.send(Frame::Abort(e.to_string())).await;
+            return Err(e);
+        }
+    };
+    sink.send(Frame::Accept(opts.clone())).await?;
+
+    let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
+    let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
+    let inflight = Arc::new(Inflight::<PendingFile>::new(MAX_INFLIGHT));
+    let counters = Arc::new(Counters::default());
+
+    let (gen_tx, gen_rx) = mpsc::channel(2 * INITIAL_CREDIT as usize);
+    let generator = Generator::new(
+        cfg.root.clone(),
+        opts.clone(),
+        filter,
+        cfg.preserve_owner,
+        out_tx.clone(),
+        inflight.clone(),
+        counters.clone(),
+    );
+    let generator = tokio::task::spawn_blocking(move || generator.run(gen_rx));
+    let (app_tx, app_rx) = mpsc::channel(32);
+    let applier = Applier::new(cfg.root.clone(), opts.inplace, cfg.preserve_owner, out_tx.clone(), inflight.clone(), counters.clone())
+        .map_err(|e| SessionError::local("starting", e))?;
+    let applier = tokio::task::spawn_blocking(move || applier.run(app_rx));
+    let ticker = tokio::spawn(report_progress(counters.clone(), start, out_tx.clone(), cfg.progress.clone()));
+
+    let read = read_frames(&mut frames, gen_tx, app_tx).await;
+    let outcome = async {
+        read?;
+        let gen = joined(generator.await)?;
+        let applied = joined(applier.await)?;
+        Ok::<_, SessionError>((gen, applied))
+    }
+    .await;
+    ticker.abort();
+    let (gen, applied) = match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            inflight.close();
+            if !matches!(e, SessionError::PeerAbort(_) | SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_))) {
+                let _ = out_tx.send(Frame::Abort(e.to_string())).await;
+            }
+            drop(out_tx);
+            let _ = writer.await;
+            return Err(e);
+        }
+    };
+    let root = cfg.root.clone();
+    let owner = cfg.preserve_owner;
+    let mut summary = joined(tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied)).await)?;
+    summary.elapsed_ms = start.elapsed().as_millis() as u64;
+    if let Some(p) = &cfg.progress {
+        p(&counters.snapshot(summary.elapsed_ms));
+    }
+    summary.bytes_on_wire = rx_count.get() + tx_count.get();
+    out_tx.send(Frame::Done(summary.clone())).await.map_err(|_| super::generator::cancelled())?;
+    drop(out_tx);
+    writer.await.map_err(|e| SessionError::Internal(e.to_string()))??;
+    summary.bytes_on_wire = rx_count.get() + tx_count.get();
+    Ok(summary)
+}
+
+async fn handshake<R: AsyncRead + Unpin>(frames: &mut FramedRead<R, FrameCodec>) -> Result<SessionOptions, SessionError> {
+    let hello = match frames.next().await {
+        Some(Ok(Frame::Hello(h))) => h,
+        Some(Ok(f)) => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
+        Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => return Err(ProtocolError::NotMover.into()),
+        Some(Err(e)) => return Err(e.into()),
+        None => return Err(ProtocolError::Closed("before the handshake").into()),
+    };
+    hello.check()?;
+    Ok(hello.options)
+}
+
+/// Validates the sender's options and makes the destination root.
+fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Filter, SessionError> {
+    if opts.excludes.len() > MAX_EXCLUDES {
+        return Err(violation(format!("{} exclude patterns (at most {MAX_EXCLUDES})", opts.excludes.len())).into());
+    }
+    let filter = Filter::new(&opts.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
+    if let Some(level) = opts.compress {
+        if !zstd::compression_level_range().contains(&level) {
+            return Err(SessionError::Usage(format!("zstd level {level} is out of range")));
+        }
+    }
+    fs::create_dir_all(&cfg.root).map_err(|e| SessionError::local(format!("creating {}", cfg.root.display()), e))?;
+    Ok(filter)
+}
+
+async fn read_frames<R: AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, FrameCodec>,
+    gen_tx: mpsc::Sender<Frame>,
+    app_tx: mpsc::Sender<Frame>,
+) -> Result<(), SessionError> {
+    let mut state = State::Listing;
+    while state != State::DataDone {
+        let frame = match frames.next().await {
+            Some(f) => f?,
+            None => return Err(ProtocolError::Closed("before the transfer finished").into()),
+        };
+        if let Frame::Abort(msg) = frame {
+            return Err(SessionError::PeerAbort(msg));
+        }
+        let (next, route) = state.step(&frame)?;
+        state = next;
+        match route {
+            // The sender may not exceed its credit, so this queue never blocks.
+            Route::Generator => gen_tx
+                .try_send(frame)
+                .map_err(|_| violation("sender exceeded its list credit"))?,
+            Route::Applier => app_tx.send(frame).await.map_err(|_| super::generator::cancelled())?,
+        }
+    }
+    Ok(())
+}
+
+async fn report_progress(counters: Arc<Counters>, start: Instant, out: mpsc::Sender<Frame>, sink: Option<ProgressFn>) {
+    let mut tick = tokio::time::interval(PROGRESS_EVERY);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let p = counters.snapshot(start.elapsed().as_millis() as u64);
+        if let Some(sink) = &sink {
+            sink(&p);
+        }
+        if out.send(Frame::Progress(p)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// After all data: hard links, then directory metadata deepest first, then one last sync.
+fn finish(root: &std::path::Path, owner: bool, gen: GenOutput, applied: Summary) -> Result<Summary, SessionError> {
+    let mut s = gen.summary;
+    s.files_transferred += applied.files_transferred;
+    s.bytes_literal += applied.bytes_literal;
+    s.bytes_matched += applied.bytes_matched;
+    s.files_vanished += applied.files_vanished;
+    s.files_changed += applied.files_changed;
+    s.files_failed += applied.files_failed;
+    for (path, target) in &gen.links {
+        if let Err(e) = hard_link(root, path, target) {
+            if is_fatal(&e) {
+                return Err(SessionError::local(format!("linking {path}"), e));
+            }
+            warn(format_args!("{path}: cannot link to {target}: {e}"));
+            s.files_failed += 1;
+        }
+    }
+    let mut dirs = gen.dirs;
+    dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.depth()));
+    for (path, meta) in &dirs {
+        if let Err(e) = apply_to_path(&path.under(root), &Kind::Dir, meta, owner) {
+            warn(format_args!("{path}: {e}"));
+            s.files_failed += 1;
+        }
+    }
+    let dir = fs::File::open(root).map_err(|e| SessionError::local("syncing", e))?;
+    rustix::fs::syncfs(&dir).map_err(|e| SessionError::local("syncing", e.into()))?;
+    Ok(s)
+}
+
+fn hard_link(root: &std::path::Path, path: &RelPath, target: &RelPath) -> io::Result<()> {
+    let (dest, src) = (path.under(root), target.under(root));
+    let want = fs::symlink_metadata(&src)?;
+    if !want.is_file() {
+        return Err(io::Error::other(format!("{target} is not a regular file")));
+    }
+    match fs::symlink_metadata(&dest) {
+        Ok(md) if md.dev() == want.dev() && md.ino() == want.ino() => return Ok(()),
+        Ok(md) if md.is_dir() => fs::remove_dir_all(&dest)?,
+        Ok(_) => {
+            return super::commit::create_and_replace(&dest, |tmp| fs::hard_link(&src, tmp));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    fs::hard_link(&src, &dest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ListStats;
+
+    #[test]
+    fn state_machine_orders_frames() {
+        let s = State::Listing;
+        let (s, r) = s.step(&Frame::DirDone(RelPath::root())).unwrap();
+        assert_eq!((s, r), (State::Listing, Route::Generator));
+        assert!(s.step(&Frame::DataEnd).is_err(), "data cannot end before the list");
+        let (s, _) = s.step(&Frame::ListEnd(ListStats::default())).unwrap();
+        assert!(s.step(&Frame::DirDone(RelPath::root())).is_err(), "no entries after the list ended");
+        let (s, r) = s.step(&Frame::DataEnd).unwrap();
+        assert_eq!((s, r), (State::DataDone, Route::Applier));
+        assert!(s.step(&Frame::DataEnd).is_err());
+        assert!(State::Listing.step(&Frame::Credit(1)).is_err(), "credit only flows the other way");
+    }
+}

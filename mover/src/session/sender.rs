@@ -1,0 +1,376 @@
+//! The sending side of a session: walks the source and answers requests with deltas.
+
+use std::fs::File;
+use std::io::{self, Read, Seek};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use super::flow::Credits;
+use super::generator::cancelled;
+use super::{joined, warn, writer, ProgressFn, SessionError};
+use crate::delta::{delta, DeltaOptions, Op, LITERAL_CHUNK};
+use crate::filter::Filter;
+use crate::meta::Meta;
+use crate::protocol::{
+    violation, FileOutcome, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
+    WireCounter, WireOp, INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
+};
+use crate::signature::{BlockSig, Index};
+use crate::stats::Summary;
+use crate::walk::{open_source, WalkItem, Walker};
+
+/// Reads of a file that keeps changing before it is reported as changed.
+const MAX_TRIES: usize = 3;
+/// Ops per frame at most.
+const OPS_PER_FRAME: usize = 4096;
+
+/// How the sender runs.
+#[derive(Clone)]
+pub struct SenderConfig {
+    pub root: PathBuf,
+    pub options: SessionOptions,
+    /// Outgoing bandwidth cap in bytes per second.
+    pub bwlimit: Option<u64>,
+    pub progress: Option<ProgressFn>,
+}
+
+/// Where the session is; decides which frames from the receiver are legal.
+#[derive(Debug, Clone)]
+pub enum State {
+    /// Requests are arriving; `Some` while a request's signature blocks are still due.
+    Serving(Option<(Request, Vec<BlockSig>)>),
+    /// No more requests will come.
+    RequestsDone,
+}
+
+/// What the reader does with a frame.
+#[derive(Debug)]
+pub enum Action {
+    Credit(u32),
+    /// A complete request (signature included).
+    Serve(Request, Vec<BlockSig>),
+    RequestsEnd,
+    Progress(crate::stats::Progress),
+    Done(Summary),
+    Nothing,
+}
+
+impl State {
+    /// Consumes a frame from the receiver; an illegal frame is a protocol violation.
+    pub fn step(self, frame: Frame) -> Result<(State, Action), ProtocolError> {
+        match (self, frame) {
+            (s, Frame::Credit(n)) => Ok((s, Action::Credit(n))),
+            (s, Frame::Progress(p)) => Ok((s, Action::Progress(p))),
+            (State::Serving(None), Frame::Request(req)) => match req.basis {
+                Some(shape) if shape.block_count() > MAX_BLOCKS_PER_FILE => {
+                    Err(violation(format!("request with {} signature blocks", shape.block_count())))
+                }
+                Some(shape) if shape.block_count() > 0 => {
+                    let cap = (shape.block_count() as usize).min(SIGS_PER_FRAME);
+                    Ok((State::Serving(Some((req, Vec::with_capacity(cap)))), Action::Nothing))
+                }
+                _ => Ok((State::Serving(None), Action::Serve(req, Vec::new()))),
+            },
+            (State::Serving(Some((req, mut sigs))), Frame::Sigs { id, sigs: more }) if id == req.id => {
+                let want = req.basis.map_or(0, |s| s.block_count());
+                if sigs.len() as u64 + more.len() as u64 > want {
+                    return Err(violation(format!("more signature blocks than announced for {}", req.path)));
+                }
+                sigs.extend(more);
+                if sigs.len() as u64 == want {
+                    Ok((State::Serving(None), Action::Serve(req, sigs)))
+                } else {
+                    Ok((State::Serving(Some((req, sigs))), Action::Nothing))
+                }
+            }
+            (State::Serving(None), Frame::RequestsEnd) => Ok((State::RequestsDone, Action::RequestsEnd)),
+            (State::RequestsDone, Frame::Done(s)) => Ok((State::RequestsDone, Action::Done(s))),
+            (state, frame) => Err(violation(format!("unexpected {} frame while {}", frame.name(), state.name()))),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            State::Serving(None) => "serving requests",
+            State::Serving(Some(_)) => "receiving a signature",
+            State::RequestsDone => "finishing",
+        }
+    }
+}
+
+/// Runs one sending session over `stream`, reading from `cfg.root`.
+pub async fn send<S>(stream: S, cfg: SenderConfig) -> Result<Summary, SessionError>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let start = Instant::now();
+    let filter = Filter::new(&cfg.options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
+    if !cfg.root.is_dir() {
+        return Err(SessionError::local(
+            format!("source {}", cfg.root.display()),
+            io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
+        ));
+    }
+    let (rd, wr) = tokio::io::split(stream);
+    let (rx_count, tx_count) = (WireCounter::default(), WireCounter::default());
+    let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
+    let mut sink = FramedWrite::new(wr, FrameCodec::new(tx_count.clone()));
+
+    sink.send(Frame::Hello(Hello::new(cfg.options.clone()))).await?;
+    let options = handshake(&mut frames).await?;
+
+    let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
+    let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
+    let credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
+    let walker = {
+        let (root, out, credits, checksum) = (cfg.root.clone(), out_tx.clone(), credits.clone(), options.checksum);
+        tokio::task::spawn_blocking(move || walk(Walker::new(root, filter, checksum), &out, &credits))
+    };
+    let (req_tx, req_rx) = mpsc::channel(64);
+    let server = {
+        let (root, out, opts) = (cfg.root.clone(), out_tx.clone(), options.clone());
+        tokio::task::spawn_blocking(move || serve(root, opts, req_rx, &out))
+    };
+    drop(out_tx);
+
+    let read = read_frames(&mut frames, &credits, req_tx, cfg.progress.as_ref()).await;
+    credits.close();
+    let summary = match read {
+        Ok(s) => s,
+        Err(e) => {
+            walker.abort();
+            server.abort();
+            let _ = writer.await;
+            return Err(e);
+        }
+    };
+    joined(walker.await)?;
+    joined(server.await)?;
+    writer.await.map_err(|e| SessionError::Internal(e.to_string()))??;
+    let mut summary = summary;
+    summary.bytes_on_wire = rx_count.get() + tx_count.get();
+    summary.elapsed_ms = start.elapsed().as_millis() as u64;
+    Ok(summary)
+}
+
+async fn handshake<R: AsyncRead + Unpin>(frames: &mut FramedRead<R, FrameCodec>) -> Result<SessionOptions, SessionError> {
+    let next = |f: Option<Result<Frame, ProtocolError>>| match f {
+        Some(Ok(Frame::Abort(msg))) => Err(SessionError::PeerAbort(msg)),
+        Some(Ok(frame)) => Ok(frame),
+        Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => Err(ProtocolError::NotMover.into()),
+        Some(Err(e)) => Err(e.into()),
+        None => Err(ProtocolError::Closed("during the handshake").into()),
+    };
+    match next(frames.next().await)? {
+        Frame::Hello(h) => h.check()?,
+        f => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
+    }
+    match next(frames.next().await)? {
+        Frame::Accept(opts) => Ok(opts),
+        f => Err(violation(format!("expected Accept, got {}", f.name())).into()),
+    }
+}
+
+async fn read_frames<R: AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, FrameCodec>,
+    credits: &Credits,
+    req_tx: mpsc::Sender<(Request, Vec<BlockSig>)>,
+    progress: Option<&ProgressFn>,
+) -> Result<Summary, SessionError> {
+    let mut state = State::Serving(None);
+    let mut req_tx = Some(req_tx);
+    loop {
+        let frame = match frames.next().await {
+            Some(f) => f?,
+            None => return Err(ProtocolError::Closed("before the transfer finished").into()),
+        };
+        if let Frame::Abort(msg) = frame {
+            return Err(SessionError::PeerAbort(msg));
+        }
+        let (next, action) = state.step(frame)?;
+        state = next;
+        match action {
+            Action::Credit(n) => credits.add(n as u64),
+            Action::Serve(req, sigs) => {
+                let tx = req_tx.as_ref().ok_or_else(cancelled)?;
+                tx.send((req, sigs)).await.map_err(|_| cancelled())?;
+            }
+            Action::RequestsEnd => req_tx = None,
+            Action::Progress(p) => {
+                if let Some(sink) = progress {
+                    sink(&p);
+                }
+            }
+            Action::Done(summary) => return Ok(summary),
+            Action::Nothing => {}
+        }
+    }
+}
+
+/// The walker thread: lists the tree within the receiver's credit.
+fn walk(walker: Walker, out: &mpsc::Sender<Frame>, credits: &Credits) -> Result<(), SessionError> {
+    let mut stats = ListStats::default();
+    for item in walker {
+        let frame = match item {
+            WalkItem::Entry(e) => Frame::Entry(e),
+            WalkItem::DirDone(d) => Frame::DirDone(d),
+            WalkItem::Failed(p, e) if p.is_root() => {
+                return Err(SessionError::local("reading the source root", e));
+            }
+            WalkItem::Failed(p, e) => {
+                warn(format_args!("{p}: {e}"));
+                stats.failed += 1;
+                continue;
+            }
+            WalkItem::Vanished(p) => {
+                warn(format_args!("{p}: vanished while the tree was walked"));
+                stats.vanished += 1;
+                continue;
+            }
+        };
+        if !credits.take() {
+            return Err(cancelled());
+        }
+        out.blocking_send(frame).map_err(|_| cancelled())?;
+    }
+    out.blocking_send(Frame::ListEnd(stats)).map_err(|_| cancelled())
+}
+
+/// The delta thread: answers requests in order until the receiver has no more.
+fn serve(
+    root: PathBuf,
+    opts: SessionOptions,
+    mut rx: mpsc::Receiver<(Request, Vec<BlockSig>)>,
+    out: &mpsc::Sender<Frame>,
+) -> Result<(), SessionError> {
+    let mut zstd = match opts.compress {
+        Some(level) => Some(zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?),
+        None => None,
+    };
+    while let Some((req, sigs)) = rx.blocking_recv() {
+        let outcome = send_file(&root, &opts, &req, sigs, out, zstd.as_mut())?;
+        out.blocking_send(Frame::FileEnd { id: req.id, outcome }).map_err(|_| cancelled())?;
+    }
+    out.blocking_send(Frame::DataEnd).map_err(|_| cancelled())
+}
+
+fn send_file(
+    root: &std::path::Path,
+    opts: &SessionOptions,
+    req: &Request,
+    sigs: Vec<BlockSig>,
+    out: &mpsc::Sender<Frame>,
+    mut zstd: Option<&mut zstd::bulk::Compressor<'static>>,
+) -> Result<FileOutcome, SessionError> {
+    let path = req.path.under(root);
+    let mut file = match open_source(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(FileOutcome::Vanished),
+        Err(e) => {
+            warn(format_args!("{}: {e}", req.path));
+            return Ok(FileOutcome::Unreadable);
+        }
+    };
+    let index = req.basis.map(|shape| Index::new(shape, sigs));
+    let dopts = DeltaOptions { inplace: opts.inplace };
+    for _ in 0..MAX_TRIES {
+        let before = match stat_file(&file) {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(FileOutcome::Changed),
+            Err(e) => return Ok(unreadable(req, e)),
+        };
+        out.blocking_send(Frame::FileBegin { id: req.id, meta: before }).map_err(|_| cancelled())?;
+        let mut batch = OpBatch { id: req.id, ops: Vec::new(), bytes: 0, out, zstd: zstd.as_deref_mut() };
+        let result = delta::<_, SendError>(Read::by_ref(&mut file).take(before.size), index.as_ref(), dopts, &mut |op| batch.push(op));
+        let sent = match result {
+            Ok(s) => s,
+            Err(SendError::Session(e)) => return Err(e),
+            Err(SendError::Read(e)) => return Ok(unreadable(req, e)),
+        };
+        batch.flush().map_err(|e| match e {
+            SendError::Session(e) => e,
+            SendError::Read(e) => SessionError::local("compressing", e),
+        })?;
+        let after = stat_file(&file).ok().flatten();
+        if sent.len == before.size && after == Some(before) {
+            return Ok(FileOutcome::Sent(sent.hash));
+        }
+        if let Err(e) = file.rewind() {
+            return Ok(unreadable(req, e));
+        }
+    }
+    Ok(FileOutcome::Changed)
+}
+
+fn unreadable(req: &Request, e: io::Error) -> FileOutcome {
+    warn(format_args!("{}: {e}", req.path));
+    FileOutcome::Unreadable
+}
+
+/// Metadata of an open file, `None` if it is no longer a regular file.
+fn stat_file(file: &File) -> io::Result<Option<Meta>> {
+    let md = file.metadata()?;
+    Ok(md.is_file().then(|| Meta::from_fs(&md)))
+}
+
+enum SendError {
+    Read(io::Error),
+    Session(SessionError),
+}
+
+impl From<io::Error> for SendError {
+    fn from(e: io::Error) -> SendError {
+        SendError::Read(e)
+    }
+}
+
+/// Collects ops into frames of bounded size, compressing literals when asked.
+struct OpBatch<'a> {
+    id: u64,
+    ops: Vec<WireOp>,
+    bytes: usize,
+    out: &'a mpsc::Sender<Frame>,
+    zstd: Option<&'a mut zstd::bulk::Compressor<'static>>,
+}
+
+impl OpBatch<'_> {
+    fn push(&mut self, op: Op) -> Result<(), SendError> {
+        let op = match (op, self.zstd.as_deref_mut()) {
+            (Op::Literal(data), Some(z)) => {
+                let packed = z.compress(&data).map_err(SendError::Read)?;
+                if packed.len() < data.len() {
+                    WireOp::Zstd { raw_len: data.len() as u32, data: packed }
+                } else {
+                    WireOp::Plain(Op::Literal(data))
+                }
+            }
+            (op, _) => WireOp::Plain(op),
+        };
+        self.bytes += match &op {
+            WireOp::Plain(Op::Literal(d)) | WireOp::Zstd { data: d, .. } => d.len(),
+            _ => 8,
+        };
+        self.ops.push(op);
+        if self.bytes >= LITERAL_CHUNK || self.ops.len() >= OPS_PER_FRAME {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), SendError> {
+        if self.ops.is_empty() {
+            return Ok(());
+        }
+        let ops = std::mem::take(&mut self.ops);
+        self.bytes = 0;
+        self.out
+            .blocking_send(Frame::Ops { id: self.id, ops })
+            .map_err(|_| SendError::Session(cancelled()))
+    }
+}

@@ -1,0 +1,203 @@
+//! Block signatures of a basis file and the index the sender searches them with.
+//!
+//! The receiver cuts the file it already has into blocks and sends, per block,
+//! the rolling weak checksum and a 128-bit BLAKE3 strong hash. The sender looks
+//! every window of the new file up in an [`Index`]: a bitmap rejects most
+//! windows in one memory access, a sorted table finds the candidates, and the
+//! strong hash confirms a match.
+
+use std::io::{self, Read};
+
+use serde::{Deserialize, Serialize};
+
+use crate::rolling::Rolling;
+
+/// Bytes of BLAKE3 output kept per block.
+pub const STRONG_LEN: usize = 16;
+/// rsync's minimum block length.
+pub const MIN_BLOCK_LEN: u32 = 700;
+/// rsync's maximum block length (protocol 30 and later).
+pub const MAX_BLOCK_LEN: u32 = 128 * 1024;
+
+/// The signature of one block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSig {
+    pub weak: u32,
+    pub strong: [u8; STRONG_LEN],
+}
+
+/// How the basis file was cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SigShape {
+    pub block_len: u32,
+    pub file_len: u64,
+}
+
+impl SigShape {
+    /// The shape rsync would choose: about `sqrt(len)`, a multiple of 8, clamped.
+    pub fn for_len(file_len: u64) -> SigShape {
+        let block_len = if file_len <= (MIN_BLOCK_LEN as u64).pow(2) {
+            MIN_BLOCK_LEN
+        } else {
+            let root = (file_len as f64).sqrt() as u64 & !7;
+            root.clamp(MIN_BLOCK_LEN as u64, MAX_BLOCK_LEN as u64) as u32
+        };
+        SigShape { block_len, file_len }
+    }
+
+    pub fn block_count(&self) -> u64 {
+        self.file_len.div_ceil(self.block_len as u64)
+    }
+
+    /// Length of block `i` (the last one may be short).
+    pub fn len_of(&self, i: u64) -> usize {
+        let start = i * self.block_len as u64;
+        (self.file_len - start).min(self.block_len as u64) as usize
+    }
+}
+
+/// The strong hash of a block.
+pub fn strong(data: &[u8]) -> [u8; STRONG_LEN] {
+    let mut out = [0; STRONG_LEN];
+    out.copy_from_slice(&blake3::hash(data).as_bytes()[..STRONG_LEN]);
+    out
+}
+
+/// Reads `reader` to its end in blocks of `shape.block_len`, calling `each` per block.
+///
+/// Stops early with an error if the file is shorter than `shape.file_len`; the
+/// caller decides the shape from an `fstat` of the same open file.
+pub fn compute<R: Read>(
+    mut reader: R,
+    shape: SigShape,
+    mut each: impl FnMut(BlockSig) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; shape.block_len as usize];
+    for i in 0..shape.block_count() {
+        let len = shape.len_of(i);
+        reader.read_exact(&mut buf[..len])?;
+        each(BlockSig {
+            weak: Rolling::new(&buf[..len]).digest(),
+            strong: strong(&buf[..len]),
+        })?;
+    }
+    Ok(())
+}
+
+/// A searchable set of block signatures.
+#[derive(Debug)]
+pub struct Index {
+    shape: SigShape,
+    sigs: Vec<BlockSig>,
+    /// `(weak, block)` sorted by weak checksum.
+    table: Vec<(u32, u32)>,
+    bitmap: Vec<u64>,
+    bits: u32,
+}
+
+impl Index {
+    pub fn new(shape: SigShape, sigs: Vec<BlockSig>) -> Index {
+        let mut table: Vec<(u32, u32)> = sigs.iter().enumerate().map(|(i, s)| (s.weak, i as u32)).collect();
+        table.sort_unstable();
+        let bits = (sigs.len().max(64) * 8).next_power_of_two().trailing_zeros();
+        let mut bitmap = vec![0u64; (1usize << bits) / 64];
+        for s in &sigs {
+            let h = bucket(s.weak, bits);
+            bitmap[h / 64] |= 1 << (h % 64);
+        }
+        Index { shape, sigs, table, bitmap, bits }
+    }
+
+    pub fn shape(&self) -> SigShape {
+        self.shape
+    }
+
+    pub fn block_count(&self) -> usize {
+        self.sigs.len()
+    }
+
+    /// Offset in the basis file of block `i`.
+    pub fn offset_of(&self, block: u32) -> u64 {
+        block as u64 * self.shape.block_len as u64
+    }
+
+    /// Cheap pre-test: false means no block has this weak checksum.
+    #[inline]
+    pub fn may_contain(&self, weak: u32) -> bool {
+        let h = bucket(weak, self.bits);
+        self.bitmap[h / 64] & (1 << (h % 64)) != 0
+    }
+
+    /// The block whose contents equal `window`, preferring `hint` (the block
+    /// after the previous match, so runs of unchanged blocks stay in order)
+    /// and accepting only blocks for which `allowed` is true.
+    pub fn find(&self, weak: u32, window: &[u8], hint: Option<u32>, allowed: impl Fn(u32) -> bool) -> Option<u32> {
+        if !self.may_contain(weak) {
+            return None;
+        }
+        let first = self.table.partition_point(|&(w, _)| w < weak);
+        let candidates = self.table[first..].iter().take_while(|&&(w, _)| w == weak).map(|&(_, b)| b);
+        let mut strong_hash = None;
+        let mut best = None;
+        for block in candidates {
+            if self.shape.len_of(block as u64) != window.len() || !allowed(block) {
+                continue;
+            }
+            let s = *strong_hash.get_or_insert_with(|| strong(window));
+            if self.sigs[block as usize].strong == s {
+                if Some(block) == hint {
+                    return Some(block);
+                }
+                best.get_or_insert(block);
+            }
+        }
+        best
+    }
+}
+
+#[inline]
+fn bucket(weak: u32, bits: u32) -> usize {
+    (weak.wrapping_mul(0x9E37_79B1) >> (32 - bits)) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_len_follows_rsync() {
+        assert_eq!(SigShape::for_len(0).block_len, 700);
+        assert_eq!(SigShape::for_len(490_000).block_len, 700);
+        assert_eq!(SigShape::for_len(1 << 30).block_len, 32768);
+        assert_eq!(SigShape::for_len(1 << 40).block_len, MAX_BLOCK_LEN);
+        let s = SigShape::for_len(1500);
+        assert_eq!(s.block_count(), 3);
+        assert_eq!(s.len_of(2), 100);
+    }
+
+    #[test]
+    fn finds_blocks_and_prefers_hint() {
+        let data: Vec<u8> = [vec![7u8; 700], vec![7u8; 700], (0..300).map(|i| i as u8).collect()].concat();
+        let shape = SigShape::for_len(data.len() as u64);
+        let mut sigs = Vec::new();
+        compute(&data[..], shape, |s| {
+            sigs.push(s);
+            Ok(())
+        })
+        .unwrap();
+        let idx = Index::new(shape, sigs);
+        let w = |d: &[u8]| Rolling::new(d).digest();
+        let block = &data[..700];
+        assert_eq!(idx.find(w(block), block, Some(1), |_| true), Some(1));
+        assert_eq!(idx.find(w(block), block, None, |b| b != 0), Some(1));
+        let tail = &data[1400..];
+        assert_eq!(idx.find(w(tail), tail, None, |_| true), Some(2));
+        assert_eq!(idx.find(w(&[1; 700]), &[1; 700], None, |_| true), None);
+    }
+
+    #[test]
+    fn short_file_is_an_error() {
+        let shape = SigShape { block_len: 700, file_len: 2000 };
+        assert!(compute(&[0u8; 100][..], shape, |_| Ok(())).is_err());
+    }
+}

@@ -1,0 +1,252 @@
+//! The sender's walk of the source tree.
+//!
+//! Directory by directory, children in byte order: all children of a
+//! directory are listed, then a `DirDone` marker, then its subdirectories in
+//! order. The receiver can therefore apply `--delete` one directory at a time
+//! without holding the whole tree, and memory stays bounded by the largest
+//! directory plus the pending subdirectories.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+use crate::filter::Filter;
+use crate::meta::{kind_of, Kind, Meta};
+use crate::path::RelPath;
+use crate::protocol::Entry;
+
+/// Something the walk produced.
+#[derive(Debug)]
+pub enum WalkItem {
+    Entry(Entry),
+    /// Every child of this directory has been listed.
+    DirDone(RelPath),
+    /// An entry could not be read; the walk goes on. Its directory gets no
+    /// `DirDone`, so nothing is deleted on the strength of an incomplete listing.
+    Failed(RelPath, io::Error),
+    /// An entry disappeared between listing its directory and reading it.
+    Vanished(RelPath),
+}
+
+/// Walks a tree, yielding [`WalkItem`]s.
+pub struct Walker {
+    root: PathBuf,
+    filter: Filter,
+    checksum: bool,
+    /// Directories whose children are still to be listed, last = next.
+    stack: Vec<RelPath>,
+    /// Items ready to be handed out, in reverse order.
+    ready: Vec<WalkItem>,
+    /// First path seen for each multiply-linked inode.
+    links: HashMap<(u64, u64), RelPath>,
+    started: bool,
+}
+
+impl Walker {
+    pub fn new(root: PathBuf, filter: Filter, checksum: bool) -> Walker {
+        Walker {
+            root,
+            filter,
+            checksum,
+            stack: Vec::new(),
+            ready: Vec::new(),
+            links: HashMap::new(),
+            started: false,
+        }
+    }
+
+    fn entry(&mut self, path: RelPath) -> Option<WalkItem> {
+        let full = path.under(&self.root);
+        let md = match fs::symlink_metadata(&full) {
+            Ok(md) => md,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(WalkItem::Vanished(path)),
+            Err(e) => return Some(WalkItem::Failed(path, e)),
+        };
+        if self.filter.excludes(&path, md.is_dir()) {
+            return None;
+        }
+        let mut kind = match kind_of(&full, &md) {
+            Ok(k) => k,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(WalkItem::Vanished(path)),
+            Err(e) => return Some(WalkItem::Failed(path, e)),
+        };
+        if kind == Kind::File && md.nlink() > 1 {
+            if let Some(first) = self.links.get(&(md.dev(), md.ino())) {
+                kind = Kind::HardLink(first.clone());
+            } else {
+                self.links.insert((md.dev(), md.ino()), path.clone());
+            }
+        }
+        let checksum = if self.checksum && kind == Kind::File {
+            match file_hash(&full) {
+                Ok(h) => Some(h),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(WalkItem::Vanished(path)),
+                Err(e) => return Some(WalkItem::Failed(path, e)),
+            }
+        } else {
+            None
+        };
+        if kind == Kind::Dir {
+            self.stack.push(path.clone());
+        }
+        Some(WalkItem::Entry(Entry {
+            path,
+            kind,
+            meta: Meta::from_fs(&md),
+            checksum,
+        }))
+    }
+
+    /// Lists one directory into `ready`.
+    fn list(&mut self, dir: RelPath) {
+        let mut names: Vec<Vec<u8>> = match fs::read_dir(dir.under(&self.root)) {
+            Ok(rd) => {
+                let mut names = Vec::new();
+                for de in rd {
+                    match de {
+                        Ok(de) => names.push(de.file_name().as_bytes().to_vec()),
+                        Err(e) => {
+                            self.ready.push(WalkItem::Failed(dir, e));
+                            return;
+                        }
+                    }
+                }
+                names
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.ready.push(WalkItem::Vanished(dir));
+                return;
+            }
+            Err(e) => {
+                self.ready.push(WalkItem::Failed(dir, e));
+                return;
+            }
+        };
+        names.sort_unstable();
+        let stack_base = self.stack.len();
+        let mut items = Vec::with_capacity(names.len() + 1);
+        for name in names {
+            let item = match dir.join(&name) {
+                Ok(path) => self.entry(path),
+                Err(e) => Some(WalkItem::Failed(dir.clone(), io::Error::new(io::ErrorKind::InvalidData, e))),
+            };
+            items.extend(item);
+        }
+        items.push(WalkItem::DirDone(dir));
+        // Subdirectories are visited in byte order: reverse the ones just pushed.
+        self.stack[stack_base..].reverse();
+        items.reverse();
+        self.ready = items;
+    }
+}
+
+impl Iterator for Walker {
+    type Item = WalkItem;
+
+    fn next(&mut self) -> Option<WalkItem> {
+        if !self.started {
+            self.started = true;
+            return match self.entry(RelPath::root()) {
+                Some(WalkItem::Entry(e)) if e.kind != Kind::Dir => Some(WalkItem::Failed(
+                    RelPath::root(),
+                    io::Error::new(io::ErrorKind::InvalidInput, "source root is not a directory"),
+                )),
+                other => other,
+            };
+        }
+        loop {
+            if let Some(item) = self.ready.pop() {
+                return Some(item);
+            }
+            let dir = self.stack.pop()?;
+            self.list(dir);
+        }
+    }
+}
+
+/// Opens a source file read-only without updating its access time where the
+/// kernel allows it (O_NOATIME needs ownership or CAP_FOWNER).
+pub fn open_source(path: &std::path::Path) -> io::Result<File> {
+    let noatime = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOATIME.bits() as i32)
+        .open(path);
+    match noatime {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) => File::open(path),
+        other => other,
+    }
+}
+
+/// BLAKE3 of a file's contents.
+pub fn file_hash(path: &std::path::Path) -> io::Result<[u8; 32]> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(open_source(path)?)?;
+    Ok(*hasher.finalize().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(items: &[WalkItem]) -> Vec<String> {
+        items
+            .iter()
+            .map(|i| match i {
+                WalkItem::Entry(e) => format!("{}:{}", e.kind.name(), e.path),
+                WalkItem::DirDone(p) => format!("done:{p}"),
+                WalkItem::Failed(p, e) => format!("failed:{p}:{e}"),
+                WalkItem::Vanished(p) => format!("vanished:{p}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lists_directory_by_directory_in_order() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("b/x")).unwrap();
+        fs::create_dir(r.join("a")).unwrap();
+        fs::write(r.join("b/f"), b"1").unwrap();
+        fs::hard_link(r.join("b/f"), r.join("c")).unwrap();
+        fs::write(r.join("skip.log"), b"").unwrap();
+        let filter = Filter::new(&["*.log".into()]).unwrap();
+        let items: Vec<_> = Walker::new(r.to_path_buf(), filter, false).collect();
+        assert_eq!(
+            names(&items),
+            [
+                "directory:.",
+                "directory:a",
+                "directory:b",
+                "file:c",
+                "done:.",
+                "done:a",
+                "hard link:b/f",
+                "directory:b/x",
+                "done:b",
+                "done:b/x"
+            ]
+        );
+        let WalkItem::Entry(e) = &items[6] else { panic!() };
+        assert_eq!(e.kind, Kind::HardLink(RelPath::new(b"c".to_vec()).unwrap()));
+    }
+
+    #[test]
+    fn checksum_mode_hashes_files() {
+        let t = tempfile::tempdir().unwrap();
+        fs::write(t.path().join("f"), b"abc").unwrap();
+        let items: Vec<_> = Walker::new(t.path().to_path_buf(), Filter::default(), true).collect();
+        let WalkItem::Entry(e) = &items[1] else { panic!() };
+        assert_eq!(e.checksum, Some(*blake3::hash(b"abc").as_bytes()));
+    }
+
+    #[test]
+    fn a_file_root_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        fs::write(t.path().join("f"), b"x").unwrap();
+        let items: Vec<_> = Walker::new(t.path().join("f"), Filter::default(), false).collect();
+        assert!(matches!(items[0], WalkItem::Failed(..)));
+    }
+}

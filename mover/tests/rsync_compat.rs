@@ -1,0 +1,339 @@
+//! The mover must produce exactly what `rsync -aHS --numeric-ids` produces.
+//! Every test is skipped (with a note) when `rsync` is not on PATH.
+
+mod common;
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use tempfile::TempDir;
+
+macro_rules! require_rsync {
+    () => {
+        if !Command::new("rsync")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            eprintln!("note: rsync is not on PATH; skipping this test");
+            return;
+        }
+    };
+}
+
+const RSYNC_BASE: [&str; 2] = ["-aHS", "--numeric-ids"];
+
+/// `rsync -aHS --numeric-ids EXTRA... -- SRC/ DST/`, asserting success.
+fn rsync(src: &Path, dst: &Path, extra: &[&str]) {
+    let mut args: Vec<OsString> = RSYNC_BASE.iter().map(OsString::from).collect();
+    args.extend(extra.iter().map(OsString::from));
+    args.extend([OsString::from("--"), slash(src), slash(dst)]);
+    let out = Command::new("rsync")
+        .args(&args)
+        .output()
+        .expect("run rsync");
+    assert!(
+        out.status.success(),
+        "rsync {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `mover sync EXTRA... SRC DST`, asserting exit code 0.
+fn mover_sync(src: &Path, dst: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<OsString> = vec!["sync".into()];
+    args.extend(extra.iter().map(OsString::from));
+    args.extend([src.into(), dst.into()]);
+    let out = run_mover(&args);
+    out.assert_ok();
+    out
+}
+
+fn all() -> CompareOpts {
+    CompareOpts::default()
+}
+
+#[test]
+fn first_sync_matches_rsync() {
+    require_rsync!();
+    let tmp = TempDir::new().unwrap();
+    let (src, rdst, mdst) = (
+        tmp.path().join("src"),
+        tmp.path().join("rsync-dst"),
+        tmp.path().join("mover-dst"),
+    );
+    build_tricky_tree(&src);
+
+    rsync(&src, &rdst, &[]);
+    assert_trees_equal(
+        &src,
+        &rdst,
+        all(),
+        "sanity check: rsync's copy vs the source",
+    );
+
+    let out = mover_sync(&src, &mdst, &[]);
+    assert_trees_equal(
+        &rdst,
+        &mdst,
+        all(),
+        "rsync destination (A) vs mover destination (B)",
+    );
+    assert_trees_equal(&src, &mdst, all(), "source (A) vs mover destination (B)");
+    assert!(
+        out.stat("files_total") > 0,
+        "summary counts no files: {}",
+        out.summary()
+    );
+    assert!(
+        out.stat("files_transferred") > 0,
+        "first sync transferred nothing: {}",
+        out.summary()
+    );
+}
+
+/// Changes the source tree built by `build_tricky_tree` in many ways at once.
+fn modify_source(src: &Path) {
+    let p = |rel: &str| src.join(rel);
+    // Flip one byte in the middle of the big file, same size.
+    let big = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(p("big.bin"))
+        .unwrap();
+    let mid = big.metadata().unwrap().len() / 2;
+    let mut byte = [0u8];
+    big.read_exact_at(&mut byte, mid).unwrap();
+    big.write_all_at(&[!byte[0]], mid).unwrap();
+    drop(big);
+    set_mtime(&p("big.bin"), 1_700_000_123, 456_789_012);
+    // A mode change only.
+    set_mode(&p("script.sh"), 0o700);
+    // New files, including a new name for an existing hard-link group.
+    write_file(&p("added.txt"), b"added\n", 0o644);
+    write_file(
+        &p("dirs/empty/new-in-empty.txt"),
+        &random_bytes("new", 5000),
+        0o600,
+    );
+    hard_link(&p("hard/a/one"), &p("hard/b/four"));
+    // Removed files and directories.
+    fs::remove_file(p("empty.txt")).unwrap();
+    fs::remove_file(p("names/with space.txt")).unwrap();
+    fs::remove_file(p("hard/pair-2")).unwrap();
+    fs::remove_dir_all(p("dirs/nested-empty")).unwrap();
+    fs::remove_dir_all(p("deep/d00/d01/d02")).unwrap();
+    // A file replaced by a symlink, a directory by a file, a symlink by a directory.
+    fs::remove_file(p("one-byte")).unwrap();
+    ln_s("readonly.txt", &p("one-byte"));
+    fs::remove_dir_all(p("dirs/to-be-file")).unwrap();
+    write_file(&p("dirs/to-be-file"), b"now a file\n", 0o640);
+    fs::remove_file(p("links/dangling")).unwrap();
+    mkdirs(&p("links/dangling"));
+    write_file(&p("links/dangling/inside"), b"was a symlink\n", 0o644);
+}
+
+#[test]
+fn resync_with_delete_matches_rsync() {
+    require_rsync!();
+    let tmp = TempDir::new().unwrap();
+    let (src, rdst, mdst) = (
+        tmp.path().join("src"),
+        tmp.path().join("rsync-dst"),
+        tmp.path().join("mover-dst"),
+    );
+    build_tricky_tree(&src);
+    rsync(&src, &rdst, &[]);
+    mover_sync(&src, &mdst, &[]);
+    assert_trees_equal(&rdst, &mdst, all(), "initial sync: rsync (A) vs mover (B)");
+
+    modify_source(&src);
+    rsync(&src, &rdst, &["--delete"]);
+    assert_trees_equal(
+        &src,
+        &rdst,
+        all(),
+        "sanity check: rsync's re-sync vs the source",
+    );
+
+    let out = mover_sync(&src, &mdst, &["--delete"]);
+    assert_trees_equal(
+        &rdst,
+        &mdst,
+        all(),
+        "re-sync with --delete: rsync (A) vs mover (B)",
+    );
+    assert_trees_equal(
+        &src,
+        &mdst,
+        all(),
+        "re-sync with --delete: source (A) vs mover (B)",
+    );
+    let (total, sent) = (out.stat("files_total"), out.stat("files_transferred"));
+    assert!(sent > 0, "re-sync transferred nothing: {}", out.summary());
+    assert!(
+        sent < total,
+        "re-sync re-sent every file (quick check not used?): {}",
+        out.summary()
+    );
+}
+
+const EXCLUDES: [&str; 6] = [
+    "--exclude",
+    "*.log",
+    "--exclude",
+    "/top-only",
+    "--exclude",
+    "cache/",
+];
+
+/// Which names the excludes (and --delete's protection of excluded names) must drop or keep.
+fn check_excluded(dst: &Path, what: &str) {
+    let exists = |rel: &str| dst.join(rel).symlink_metadata().is_ok();
+    let mut wrong = Vec::new();
+    for gone in [
+        "app.log",
+        "logs/deep/x.log",
+        "top-only",
+        "cache/blob",
+        "dirs/cache",
+        "extra.txt",
+    ] {
+        if exists(gone) {
+            wrong.push(format!("{gone} should not exist"));
+        }
+    }
+    for kept in [
+        "logs/keep.txt",
+        "dirs/top-only",
+        "names/cache",
+        "stale.log",
+        "cache/old",
+        "big.bin",
+    ] {
+        if !exists(kept) {
+            wrong.push(format!("{kept} should exist"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{what} after --exclude/--delete: {wrong:?}"
+    );
+}
+
+#[test]
+fn exclude_and_delete_match_rsync() {
+    require_rsync!();
+    let tmp = TempDir::new().unwrap();
+    let (src, rdst, mdst) = (
+        tmp.path().join("src"),
+        tmp.path().join("rsync-dst"),
+        tmp.path().join("mover-dst"),
+    );
+    build_tricky_tree(&src);
+    let s = |rel: &str| src.join(rel);
+    mkdirs(&s("logs/deep"));
+    write_file(&s("app.log"), b"excluded at the top\n", 0o644);
+    write_file(&s("logs/deep/x.log"), b"excluded deep down\n", 0o644);
+    write_file(&s("logs/keep.txt"), b"kept\n", 0o644);
+    write_file(&s("top-only"), b"anchored exclude\n", 0o644);
+    write_file(&s("dirs/top-only"), b"not at the root: kept\n", 0o644);
+    mkdirs(&s("cache"));
+    write_file(&s("cache/blob"), b"excluded dir\n", 0o644);
+    mkdirs(&s("dirs/cache"));
+    write_file(&s("dirs/cache/blob"), b"excluded dir, deeper\n", 0o644);
+    write_file(&s("names/cache"), b"a *file* named cache: kept\n", 0o644);
+
+    // Both destinations start with the same pre-existing content: excluded names must survive
+    // --delete, other extras must go.
+    for dst in [&rdst, &mdst] {
+        mkdirs(&dst.join("cache"));
+        write_file(&dst.join("cache/old"), b"protected\n", 0o644);
+        write_file(&dst.join("stale.log"), b"protected\n", 0o644);
+        write_file(&dst.join("extra.txt"), b"to be deleted\n", 0o644);
+        set_tree_mtimes(dst);
+    }
+
+    let mut extra = EXCLUDES.to_vec();
+    extra.push("--delete");
+    rsync(&src, &rdst, &extra);
+    mover_sync(&src, &mdst, &extra);
+
+    check_excluded(&rdst, "sanity check: rsync destination");
+    check_excluded(&mdst, "mover destination");
+    assert_trees_equal(
+        &rdst,
+        &mdst,
+        all(),
+        "--exclude + --delete: rsync (A) vs mover (B)",
+    );
+}
+
+#[test]
+fn tcp_delta_first_sync_matches_rsync() {
+    require_rsync!();
+    let tmp = TempDir::new().unwrap();
+    let (src, rdst, tdst) = (
+        tmp.path().join("src"),
+        tmp.path().join("rsync-dst"),
+        tmp.path().join("tcp-dst"),
+    );
+    build_tricky_tree(&src);
+    rsync(&src, &rdst, &[]);
+    mkdirs(&tdst);
+
+    tcp_transfer_ok(&src, &tdst, &["--no-whole-file"]);
+    assert_trees_equal(&rdst, &tdst, all(), "over TCP: rsync (A) vs mover (B)");
+    assert_trees_equal(&src, &tdst, all(), "over TCP: source (A) vs mover (B)");
+}
+
+/// The comparison helper itself must notice differences (otherwise the tests above prove nothing).
+#[test]
+fn compare_trees_detects_differences() {
+    require_rsync!();
+    let tmp = TempDir::new().unwrap();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    build_tricky_tree(&src);
+    rsync(&src, &dst, &[]);
+    assert_trees_equal(&src, &dst, all(), "rsync copy");
+
+    let d = |rel: &str| dst.join(rel);
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(d("big.bin"))
+        .unwrap();
+    f.write_all_at(b"!", 12345).unwrap();
+    drop(f);
+    set_mtime(&d("big.bin"), 1, 1);
+    set_mode(&d("script.sh"), 0o744);
+    set_mtime(&d("links/rel"), 2, 2);
+    fs::remove_file(d("hard/a/two")).unwrap();
+    fs::copy(d("hard/a/one"), d("hard/a/two")).unwrap();
+    fs::remove_file(d("special/fifo")).unwrap();
+    write_file(&d("special/fifo"), b"", 0o640);
+    let sparse = d("sparse.img");
+    fs::write(&sparse, fs::read(&sparse).unwrap()).unwrap();
+    write_file(&d("new-file"), b"", 0o644);
+
+    let diffs = compare_trees(&src, &dst).join("\n");
+    for expected in [
+        "\"big.bin\": contents differ",
+        "\"big.bin\": mtime",
+        "\"script.sh\": mode 0755 in A, 0744 in B",
+        "\"links/rel\": mtime",
+        "hard links differ",
+        "\"special/fifo\": type fifo in A, regular file in B",
+        "\"sparse.img\": sparse in A, not sparse in B",
+        "\"new-file\": only in B",
+    ] {
+        assert!(
+            diffs.contains(expected),
+            "compare_trees missed {expected:?}; it reported:\n{diffs}"
+        );
+    }
+}
