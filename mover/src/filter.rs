@@ -45,7 +45,12 @@ impl Filter {
     pub fn new(patterns: &[String]) -> Result<Filter, FilterError> {
         let rules = patterns
             .iter()
-            .map(|p| compile(p).map_err(|source| FilterError::Pattern { pattern: p.clone(), source }))
+            .map(|p| {
+                compile(p).map_err(|source| FilterError::Pattern {
+                    pattern: p.clone(),
+                    source,
+                })
+            })
             .collect::<Result<_, _>>()?;
         Ok(Filter { rules })
     }
@@ -103,7 +108,13 @@ mod tests {
 
     #[test]
     fn rsync_rules() {
-        let f = Filter::new(&["*.log".into(), "/top".into(), "cache/".into(), "a/*.tmp".into()]).unwrap();
+        let f = Filter::new(&[
+            "*.log".into(),
+            "/top".into(),
+            "cache/".into(),
+            "a/*.tmp".into(),
+        ])
+        .unwrap();
         assert!(f.excludes(&p("x.log"), false));
         assert!(f.excludes(&p("d/e/x.log"), false));
         assert!(!f.excludes(&p("x.logs"), false));

@@ -21,7 +21,10 @@ pub struct ManifestOptions {
 
 impl Default for ManifestOptions {
     fn default() -> Self {
-        ManifestOptions { owner: true, root_meta: true }
+        ManifestOptions {
+            owner: true,
+            root_meta: true,
+        }
     }
 }
 
@@ -40,13 +43,24 @@ impl Manifest {
             let e = match item {
                 WalkItem::Entry(e) => e,
                 WalkItem::DirDone(_) => continue,
-                WalkItem::Failed(p, err) => return Err(io::Error::new(err.kind(), format!("{p}: {err}"))),
-                WalkItem::Vanished(p) => return Err(io::Error::new(io::ErrorKind::NotFound, format!("{p} vanished"))),
+                WalkItem::Failed(p, err) => {
+                    return Err(io::Error::new(err.kind(), format!("{p}: {err}")))
+                }
+                WalkItem::Vanished(p) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("{p} vanished"),
+                    ))
+                }
             };
             let mut line = format!("{:?} {}", e.path, e.kind.name());
             if !e.path.is_root() || opts.root_meta {
                 let m = &e.meta;
-                let _ = write!(line, " perm={:o} mtime={}.{:09}", m.perm, m.mtime.sec, m.mtime.nsec);
+                let _ = write!(
+                    line,
+                    " perm={:o} mtime={}.{:09}",
+                    m.perm, m.mtime.sec, m.mtime.nsec
+                );
                 if opts.owner {
                     let _ = write!(line, " owner={}:{}", m.uid, m.gid);
                 }
@@ -54,7 +68,12 @@ impl Manifest {
             match &e.kind {
                 Kind::File => {
                     let hash = file_hash(&e.path.under(root))?;
-                    let _ = write!(line, " size={} blake3={}", e.meta.size, blake3::Hash::from(hash).to_hex());
+                    let _ = write!(
+                        line,
+                        " size={} blake3={}",
+                        e.meta.size,
+                        blake3::Hash::from(hash).to_hex()
+                    );
                 }
                 Kind::Symlink(t) => {
                     let _ = write!(line, " target={:?}", crate::path::lossy(t));
@@ -74,7 +93,10 @@ impl Manifest {
             h.update(l.as_bytes());
             h.update(b"\n");
         }
-        Ok(Manifest { lines, digest: *h.finalize().as_bytes() })
+        Ok(Manifest {
+            lines,
+            digest: *h.finalize().as_bytes(),
+        })
     }
 
     /// Lines present in one manifest and not the other (`-` self, `+` other).
@@ -98,7 +120,10 @@ mod tests {
         fs::write(a.path().join("f"), b"one").unwrap();
         std::os::unix::fs::symlink("f", a.path().join("l")).unwrap();
         let m1 = Manifest::of(a.path(), ManifestOptions::default()).unwrap();
-        assert_eq!(m1, Manifest::of(a.path(), ManifestOptions::default()).unwrap());
+        assert_eq!(
+            m1,
+            Manifest::of(a.path(), ManifestOptions::default()).unwrap()
+        );
         assert!(m1.diff(&m1).is_empty());
 
         fs::write(a.path().join("f"), b"two").unwrap();

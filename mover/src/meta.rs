@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use crate::path::RelPath;
 
 /// A point in time as the file system stores it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 pub struct Mtime {
     pub sec: i64,
     pub nsec: u32,
@@ -87,7 +89,9 @@ pub fn kind_of(path: &Path, md: &fs::Metadata) -> io::Result<Kind> {
     } else if ft.is_dir() {
         Kind::Dir
     } else if ft.is_symlink() {
-        Kind::Symlink(std::os::unix::ffi::OsStrExt::as_bytes(fs::read_link(path)?.as_os_str()).to_vec())
+        Kind::Symlink(
+            std::os::unix::ffi::OsStrExt::as_bytes(fs::read_link(path)?.as_os_str()).to_vec(),
+        )
     } else if ft.is_fifo() {
         Kind::Fifo
     } else if ft.is_socket() {
@@ -118,7 +122,11 @@ fn ts(m: Mtime) -> Timestamps {
 /// Applies owner, permissions and mtime to an open regular file (before it is renamed into place).
 pub fn apply_to_fd<Fd: AsFd>(fd: Fd, meta: &Meta, owner: bool) -> io::Result<()> {
     if owner {
-        rustix::fs::fchown(&fd, Some(Uid::from_raw(meta.uid)), Some(Gid::from_raw(meta.gid)))?;
+        rustix::fs::fchown(
+            &fd,
+            Some(Uid::from_raw(meta.uid)),
+            Some(Gid::from_raw(meta.gid)),
+        )?;
     }
     // chown clears setuid/setgid, so permissions come after it.
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.perm as _))?;
@@ -139,7 +147,12 @@ pub fn apply_to_path(path: &Path, kind: &Kind, meta: &Meta, owner: bool) -> io::
         )?;
     }
     if !is_link {
-        rustix::fs::chmodat(CWD, path, Mode::from_raw_mode(meta.perm as _), AtFlags::empty())?;
+        rustix::fs::chmodat(
+            CWD,
+            path,
+            Mode::from_raw_mode(meta.perm as _),
+            AtFlags::empty(),
+        )?;
     }
     rustix::fs::utimensat(CWD, path, &ts(meta.mtime), AtFlags::SYMLINK_NOFOLLOW)?;
     Ok(())
@@ -166,7 +179,10 @@ mod tests {
             perm: 0o4751,
             uid: 0,
             gid: 0,
-            mtime: Mtime { sec: 1_234_567_890, nsec: 123_456_789 },
+            mtime: Mtime {
+                sec: 1_234_567_890,
+                nsec: 123_456_789,
+            },
             size: 5,
         };
         let file = fs::File::open(&f).unwrap();
@@ -181,7 +197,15 @@ mod tests {
         let kind = kind_of(&l, &fs::symlink_metadata(&l).unwrap()).unwrap();
         assert_eq!(kind, Kind::Symlink(b"nowhere".to_vec()));
         apply_to_path(&l, &kind, &want, false).unwrap();
-        assert_eq!(Meta::from_fs(&fs::symlink_metadata(&l).unwrap()).mtime, want.mtime);
-        assert!(meta_matches(&fs::symlink_metadata(&l).unwrap(), &want, &kind, false));
+        assert_eq!(
+            Meta::from_fs(&fs::symlink_metadata(&l).unwrap()).mtime,
+            want.mtime
+        );
+        assert!(meta_matches(
+            &fs::symlink_metadata(&l).unwrap(),
+            &want,
+            &kind,
+            false
+        ));
     }
 }

@@ -81,7 +81,8 @@ impl OutFile {
     /// `len` zero bytes: a hole when sparse, otherwise written out.
     pub fn zeros(&mut self, mut len: u64) -> io::Result<()> {
         if self.sparse {
-            let head = ((HOLE_GRAIN as u64 - self.offset % HOLE_GRAIN as u64) % HOLE_GRAIN as u64).min(len);
+            let head = ((HOLE_GRAIN as u64 - self.offset % HOLE_GRAIN as u64) % HOLE_GRAIN as u64)
+                .min(len);
             self.write_dense(&vec![0; head as usize])?;
             len -= head;
             let holes = len / HOLE_GRAIN as u64 * HOLE_GRAIN as u64;
@@ -179,7 +180,11 @@ impl Patcher {
         let (_, shape) = self.basis.as_ref().ok_or(PatchError::NoBasis)?;
         let end = block as u64 + count as u64;
         if count == 0 || end > shape.block_count() {
-            return Err(PatchError::BlockOutOfRange { block, end, count: shape.block_count() });
+            return Err(PatchError::BlockOutOfRange {
+                block,
+                end,
+                count: shape.block_count(),
+            });
         }
         let start = block as u64 * shape.block_len as u64;
         Ok(shape.len_of(end - 1) as u64 + (end - 1) * shape.block_len as u64 - start)
@@ -192,7 +197,9 @@ impl Patcher {
         while left > 0 {
             let n = left.min(LITERAL_CHUNK as u64) as usize;
             self.buf.resize(n, 0);
-            basis.read_exact_at(&mut self.buf, at).map_err(PatchError::BasisShort)?;
+            basis
+                .read_exact_at(&mut self.buf, at)
+                .map_err(PatchError::BasisShort)?;
             self.hasher.update(&self.buf);
             if self.out.inplace && at == self.out.offset() {
                 // The data is already where it belongs.

@@ -181,12 +181,21 @@ mod tests {
 
     #[test]
     fn refuses_escapes() {
-        assert!(matches!(RelPath::new(b"/etc/passwd".to_vec()), Err(PathError::Absolute(_))));
+        assert!(matches!(
+            RelPath::new(b"/etc/passwd".to_vec()),
+            Err(PathError::Absolute(_))
+        ));
         for bad in [&b"../x"[..], b"a/../../x", b"a//b", b"a/", b"./a", b"a/."] {
-            assert!(matches!(RelPath::new(bad.to_vec()), Err(PathError::BadComponent(_))), "{bad:?}");
+            assert!(
+                matches!(RelPath::new(bad.to_vec()), Err(PathError::BadComponent(_))),
+                "{bad:?}"
+            );
         }
         assert_eq!(RelPath::new(b"a\0b".to_vec()), Err(PathError::Nul));
-        assert!(matches!(RelPath::new(vec![b'a'; MAX_PATH_LEN + 1]), Err(PathError::TooLong(_))));
+        assert!(matches!(
+            RelPath::new(vec![b'a'; MAX_PATH_LEN + 1]),
+            Err(PathError::TooLong(_))
+        ));
     }
 
     #[test]
@@ -205,7 +214,10 @@ mod tests {
         let bytes = postcard::to_allocvec(&b"../evil".to_vec()).unwrap();
         assert!(postcard::from_bytes::<RelPath>(&bytes).is_err());
         let ok = postcard::to_allocvec(&RelPath::new(b"fine".to_vec()).unwrap()).unwrap();
-        assert_eq!(postcard::from_bytes::<RelPath>(&ok).unwrap().as_bytes(), b"fine");
+        assert_eq!(
+            postcard::from_bytes::<RelPath>(&ok).unwrap().as_bytes(),
+            b"fine"
+        );
     }
 
     #[test]

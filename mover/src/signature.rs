@@ -42,7 +42,10 @@ impl SigShape {
             let root = (file_len as f64).sqrt() as u64 & !7;
             root.clamp(MIN_BLOCK_LEN as u64, MAX_BLOCK_LEN as u64) as u32
         };
-        SigShape { block_len, file_len }
+        SigShape {
+            block_len,
+            file_len,
+        }
     }
 
     pub fn block_count(&self) -> u64 {
@@ -97,15 +100,27 @@ pub struct Index {
 
 impl Index {
     pub fn new(shape: SigShape, sigs: Vec<BlockSig>) -> Index {
-        let mut table: Vec<(u32, u32)> = sigs.iter().enumerate().map(|(i, s)| (s.weak, i as u32)).collect();
+        let mut table: Vec<(u32, u32)> = sigs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.weak, i as u32))
+            .collect();
         table.sort_unstable();
-        let bits = (sigs.len().max(64) * 8).next_power_of_two().trailing_zeros();
+        let bits = (sigs.len().max(64) * 8)
+            .next_power_of_two()
+            .trailing_zeros();
         let mut bitmap = vec![0u64; (1usize << bits) / 64];
         for s in &sigs {
             let h = bucket(s.weak, bits);
             bitmap[h / 64] |= 1 << (h % 64);
         }
-        Index { shape, sigs, table, bitmap, bits }
+        Index {
+            shape,
+            sigs,
+            table,
+            bitmap,
+            bits,
+        }
     }
 
     pub fn shape(&self) -> SigShape {
@@ -131,12 +146,21 @@ impl Index {
     /// The block whose contents equal `window`, preferring `hint` (the block
     /// after the previous match, so runs of unchanged blocks stay in order)
     /// and accepting only blocks for which `allowed` is true.
-    pub fn find(&self, weak: u32, window: &[u8], hint: Option<u32>, allowed: impl Fn(u32) -> bool) -> Option<u32> {
+    pub fn find(
+        &self,
+        weak: u32,
+        window: &[u8],
+        hint: Option<u32>,
+        allowed: impl Fn(u32) -> bool,
+    ) -> Option<u32> {
         if !self.may_contain(weak) {
             return None;
         }
         let first = self.table.partition_point(|&(w, _)| w < weak);
-        let candidates = self.table[first..].iter().take_while(|&&(w, _)| w == weak).map(|&(_, b)| b);
+        let candidates = self.table[first..]
+            .iter()
+            .take_while(|&&(w, _)| w == weak)
+            .map(|&(_, b)| b);
         let mut strong_hash = None;
         let mut best = None;
         for block in candidates {
@@ -177,7 +201,12 @@ mod tests {
 
     #[test]
     fn finds_blocks_and_prefers_hint() {
-        let data: Vec<u8> = [vec![7u8; 700], vec![7u8; 700], (0..300).map(|i| i as u8).collect()].concat();
+        let data: Vec<u8> = [
+            vec![7u8; 700],
+            vec![7u8; 700],
+            (0..300).map(|i| i as u8).collect(),
+        ]
+        .concat();
         let shape = SigShape::for_len(data.len() as u64);
         let mut sigs = Vec::new();
         compute(&data[..], shape, |s| {
@@ -197,7 +226,10 @@ mod tests {
 
     #[test]
     fn short_file_is_an_error() {
-        let shape = SigShape { block_len: 700, file_len: 2000 };
+        let shape = SigShape {
+            block_len: 700,
+            file_len: 2000,
+        };
         assert!(compute(&[0u8; 100][..], shape, |_| Ok(())).is_err());
     }
 }

@@ -54,7 +54,11 @@ impl Summary {
     /// One line for people, on stderr.
     pub fn human(&self) -> String {
         let secs = self.elapsed_ms as f64 / 1000.0;
-        let rate = if secs > 0.0 { self.bytes_total as f64 / secs } else { 0.0 };
+        let rate = if secs > 0.0 {
+            self.bytes_total as f64 / secs
+        } else {
+            0.0
+        };
         let mut s = format!(
             "{} entries, {} files sent ({} up to date), {} total, {} literal, {} matched, {} on the wire, {:.2}s ({}/s)",
             self.files_total,
@@ -131,15 +135,24 @@ impl Counters {
         let bytes_done = self.bytes_done.load(Relaxed);
         let bytes_total = self.bytes_listed.load(Relaxed);
         let listing_done = self.listing_done.load(Relaxed);
-        let rate = if elapsed_ms > 0 { bytes_done * 1000 / elapsed_ms } else { 0 };
-        let eta_s = (listing_done && rate > 0).then(|| bytes_total.saturating_sub(bytes_done) / rate);
+        let rate = if elapsed_ms > 0 {
+            bytes_done * 1000 / elapsed_ms
+        } else {
+            0
+        };
+        let eta_s =
+            (listing_done && rate > 0).then(|| bytes_total.saturating_sub(bytes_done) / rate);
         Progress {
             files_done: self.files_done.load(Relaxed),
             files_total: self.files_listed.load(Relaxed),
             bytes_done,
             bytes_total,
             listing_done,
-            current: self.current.lock().ok().and_then(|c| c.as_ref().map(|p| p.to_string())),
+            current: self
+                .current
+                .lock()
+                .ok()
+                .and_then(|c| c.as_ref().map(|p| p.to_string())),
             elapsed_ms,
             rate,
             eta_s,

@@ -83,7 +83,9 @@ impl Walker {
         let checksum = if self.checksum && kind == Kind::File {
             match file_hash(&full) {
                 Ok(h) => Some(h),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(WalkItem::Vanished(path)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Some(WalkItem::Vanished(path))
+                }
                 Err(e) => return Some(WalkItem::Failed(path, e)),
             }
         } else {
@@ -131,7 +133,10 @@ impl Walker {
         for name in names {
             let item = match dir.join(&name) {
                 Ok(path) => self.entry(path),
-                Err(e) => Some(WalkItem::Failed(dir.clone(), io::Error::new(io::ErrorKind::InvalidData, e))),
+                Err(e) => Some(WalkItem::Failed(
+                    dir.clone(),
+                    io::Error::new(io::ErrorKind::InvalidData, e),
+                )),
             };
             items.extend(item);
         }
@@ -152,7 +157,10 @@ impl Iterator for Walker {
             return match self.entry(RelPath::root()) {
                 Some(WalkItem::Entry(e)) if e.kind != Kind::Dir => Some(WalkItem::Failed(
                     RelPath::root(),
-                    io::Error::new(io::ErrorKind::InvalidInput, "source root is not a directory"),
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "source root is not a directory",
+                    ),
                 )),
                 other => other,
             };
@@ -175,7 +183,9 @@ pub fn open_source(path: &std::path::Path) -> io::Result<File> {
         .custom_flags(rustix::fs::OFlags::NOATIME.bits() as i32)
         .open(path);
     match noatime {
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) => File::open(path),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) => {
+            File::open(path)
+        }
         other => other,
     }
 }
@@ -229,7 +239,9 @@ mod tests {
                 "done:b/x"
             ]
         );
-        let WalkItem::Entry(e) = &items[6] else { panic!() };
+        let WalkItem::Entry(e) = &items[6] else {
+            panic!()
+        };
         assert_eq!(e.kind, Kind::HardLink(RelPath::new(b"c".to_vec()).unwrap()));
     }
 
@@ -238,7 +250,9 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         fs::write(t.path().join("f"), b"abc").unwrap();
         let items: Vec<_> = Walker::new(t.path().to_path_buf(), Filter::default(), true).collect();
-        let WalkItem::Entry(e) = &items[1] else { panic!() };
+        let WalkItem::Entry(e) = &items[1] else {
+            panic!()
+        };
         assert_eq!(e.checksum, Some(*blake3::hash(b"abc").as_bytes()));
     }
 

@@ -89,7 +89,12 @@ struct TransferArgs {
     #[arg(short = 'z', long)]
     compress: bool,
     /// zstd level for --compress (negative levels are faster).
-    #[arg(long, value_name = "N", default_value_t = 3, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        allow_negative_numbers = true
+    )]
     compress_level: i32,
     /// Cap outgoing bandwidth: KiB/s, or with a suffix K, M, G (e.g. 20M).
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
@@ -183,7 +188,16 @@ fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 {
     match result {
         Ok(summary) => {
             let code = summary.exit_code();
-            emit("summary", Outcome { ok: code == 0, exit_code: code, error: None, retryable: None, summary: Some(&summary) });
+            emit(
+                "summary",
+                Outcome {
+                    ok: code == 0,
+                    exit_code: code,
+                    error: None,
+                    retryable: None,
+                    summary: Some(&summary),
+                },
+            );
             if !output.quiet {
                 eprintln!("mover: {}", summary.human());
             }
@@ -192,7 +206,16 @@ fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 {
         Err(e) => {
             let code = e.exit_code();
             let msg = e.to_string();
-            emit("summary", Outcome { ok: false, exit_code: code, error: Some(&msg), retryable: Some(e.is_retryable()), summary: None });
+            emit(
+                "summary",
+                Outcome {
+                    ok: false,
+                    exit_code: code,
+                    error: Some(&msg),
+                    retryable: Some(e.is_retryable()),
+                    summary: None,
+                },
+            );
             eprintln!("mover: error: {msg}");
             code as u8
         }
@@ -208,7 +231,9 @@ fn parse_rate(s: &str) -> Result<u64, String> {
         Some('G') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1 << 10),
     };
-    let v: f64 = num.parse().map_err(|_| format!("invalid rate {s:?} (examples: 500, 20M, 1.5G)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid rate {s:?} (examples: 500, 20M, 1.5G)"))?;
     if !(v > 0.0 && v.is_finite()) {
         return Err(format!("rate must be positive: {s:?}"));
     }
@@ -224,15 +249,34 @@ fn write_addr_file(path: &Path, addr: SocketAddr) -> anyhow::Result<()> {
 
 async fn run(cli: Cli) -> u8 {
     match cli.command {
-        Command::Sync { src, dst, transfer, output } => {
-            let result = local::sync(src, dst, transfer.options(true), progress_sink(output.progress)).await;
+        Command::Sync {
+            src,
+            dst,
+            transfer,
+            output,
+        } => {
+            let result = local::sync(
+                src,
+                dst,
+                transfer.options(true),
+                progress_sink(output.progress),
+            )
+            .await;
             finish(result, &output)
         }
-        Command::Send { to, root, transfer, output } => {
+        Command::Send {
+            to,
+            root,
+            transfer,
+            output,
+        } => {
             let stream = match TcpStream::connect(&to).await {
                 Ok(s) => s,
                 Err(e) => {
-                    let err = SessionError::Protocol(std::io::Error::new(e.kind(), format!("cannot connect to {to}: {e}")).into());
+                    let err = SessionError::Protocol(
+                        std::io::Error::new(e.kind(), format!("cannot connect to {to}: {e}"))
+                            .into(),
+                    );
                     return finish(Err(err), &output);
                 }
             };
@@ -245,11 +289,21 @@ async fn run(cli: Cli) -> u8 {
             };
             finish(send(stream, cfg).await, &output)
         }
-        Command::Receive { listen, root, keep_serving, addr_file, bwlimit, output } => {
+        Command::Receive {
+            listen,
+            root,
+            keep_serving,
+            addr_file,
+            bwlimit,
+            output,
+        } => {
             let listener = match TcpListener::bind(listen).await {
                 Ok(l) => l,
                 Err(e) => {
-                    let err = SessionError::Protocol(std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")).into());
+                    let err = SessionError::Protocol(
+                        std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}"))
+                            .into(),
+                    );
                     return finish(Err(err), &output);
                 }
             };
@@ -291,7 +345,10 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("mover: error: cannot start the runtime: {e}");
@@ -318,11 +375,16 @@ mod tests {
     #[test]
     fn sync_defaults_to_whole_file_and_send_to_delta() {
         let cli = Cli::try_parse_from(["mover", "sync", "a", "b"]).unwrap();
-        let Command::Sync { transfer, .. } = cli.command else { panic!() };
+        let Command::Sync { transfer, .. } = cli.command else {
+            panic!()
+        };
         assert!(transfer.options(true).whole_file);
         assert!(!transfer.options(false).whole_file);
-        let cli = Cli::try_parse_from(["mover", "sync", "--no-whole-file", "-z", "a", "b"]).unwrap();
-        let Command::Sync { transfer, .. } = cli.command else { panic!() };
+        let cli =
+            Cli::try_parse_from(["mover", "sync", "--no-whole-file", "-z", "a", "b"]).unwrap();
+        let Command::Sync { transfer, .. } = cli.command else {
+            panic!()
+        };
         assert!(!transfer.options(true).whole_file);
         assert_eq!(transfer.options(true).compress, Some(3));
     }

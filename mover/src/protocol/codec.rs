@@ -70,7 +70,9 @@ impl Encoder<Frame> for FrameCodec {
         let len = dst.len() - start - 4;
         if len > MAX_FRAME_LEN {
             dst.truncate(start);
-            return Err(super::violation(format!("refusing to send a {len}-byte frame")));
+            return Err(super::violation(format!(
+                "refusing to send a {len}-byte frame"
+            )));
         }
         dst[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
         self.counter.add(len + 4);
@@ -96,12 +98,23 @@ mod tests {
         let counter = WireCounter::default();
         let mut codec = FrameCodec::new(counter.clone());
         let mut buf = BytesMut::new();
-        codec.encode(Frame::Hello(Hello::new(SessionOptions::default())), &mut buf).unwrap();
+        codec
+            .encode(
+                Frame::Hello(Hello::new(SessionOptions::default())),
+                &mut buf,
+            )
+            .unwrap();
         codec.encode(Frame::Credit(7), &mut buf).unwrap();
         let sent = counter.get();
         assert_eq!(sent as usize, buf.len());
-        assert!(matches!(codec.decode(&mut buf).unwrap(), Some(Frame::Hello(_))));
-        assert!(matches!(codec.decode(&mut buf).unwrap(), Some(Frame::Credit(7))));
+        assert!(matches!(
+            codec.decode(&mut buf).unwrap(),
+            Some(Frame::Hello(_))
+        ));
+        assert!(matches!(
+            codec.decode(&mut buf).unwrap(),
+            Some(Frame::Credit(7))
+        ));
         assert!(codec.decode(&mut buf).unwrap().is_none());
         assert_eq!(counter.get(), 2 * sent);
     }
@@ -110,16 +123,25 @@ mod tests {
     fn refuses_oversized_and_garbage_frames() {
         let mut codec = FrameCodec::new(WireCounter::default());
         let mut buf = BytesMut::from(&((MAX_FRAME_LEN as u32 + 1).to_be_bytes())[..]);
-        assert!(matches!(codec.decode(&mut buf), Err(ProtocolError::Violation(_))));
+        assert!(matches!(
+            codec.decode(&mut buf),
+            Err(ProtocolError::Violation(_))
+        ));
         let mut codec = FrameCodec::new(WireCounter::default());
         let mut buf = BytesMut::from(&[0, 0, 0, 3, 0xff, 0xff, 0xff][..]);
-        assert!(matches!(codec.decode(&mut buf), Err(ProtocolError::Decode(_))));
+        assert!(matches!(
+            codec.decode(&mut buf),
+            Err(ProtocolError::Decode(_))
+        ));
     }
 
     #[test]
     fn truncated_stream_is_reported() {
         let mut codec = FrameCodec::new(WireCounter::default());
         let mut buf = BytesMut::from(&[0, 0, 0, 9, 1][..]);
-        assert!(matches!(codec.decode_eof(&mut buf), Err(ProtocolError::Closed(_))));
+        assert!(matches!(
+            codec.decode_eof(&mut buf),
+            Err(ProtocolError::Closed(_))
+        ));
     }
 }

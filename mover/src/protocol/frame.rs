@@ -195,19 +195,29 @@ mod tests {
         assert!(Hello::new(SessionOptions::default()).check().is_ok());
         let mut h = Hello::new(SessionOptions::default());
         h.magic = *b"RSYNCD";
-        assert!(matches!(h.check(), Err(super::super::ProtocolError::NotMover)));
+        assert!(matches!(
+            h.check(),
+            Err(super::super::ProtocolError::NotMover)
+        ));
         let mut h = Hello::new(SessionOptions::default());
         h.version = 9;
         h.min_version = 7;
         let msg = h.check().unwrap_err().to_string();
-        assert!(msg.contains("incompatible peer") && msg.contains("7..=9"), "{msg}");
+        assert!(
+            msg.contains("incompatible peer") && msg.contains("7..=9"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn hello_prefix_is_stable() {
         // Variant 0, then the magic bytes, then the two versions as varints.
-        let bytes = postcard::to_allocvec(&Frame::Hello(Hello::new(SessionOptions::default()))).unwrap();
+        let bytes =
+            postcard::to_allocvec(&Frame::Hello(Hello::new(SessionOptions::default()))).unwrap();
         assert_eq!(&bytes[..7], b"\0VOLMIG");
-        assert_eq!(&bytes[7..9], &[PROTOCOL_VERSION as u8, MIN_PROTOCOL_VERSION as u8]);
+        assert_eq!(
+            &bytes[7..9],
+            &[PROTOCOL_VERSION as u8, MIN_PROTOCOL_VERSION as u8]
+        );
     }
 }

@@ -83,13 +83,21 @@ impl Applier {
                 Frame::Ops { id, ops } => self.ops(id, ops)?,
                 Frame::FileEnd { id, outcome } => self.end(id, outcome)?,
                 Frame::DataEnd => break,
-                other => return Err(SessionError::Internal(format!("applier got {}", other.name()))),
+                other => {
+                    return Err(SessionError::Internal(format!(
+                        "applier got {}",
+                        other.name()
+                    )))
+                }
             }
         }
         if self.current.is_some() {
             return Err(violation("data ended in the middle of a file").into());
         }
-        let committed = self.group.commit().map_err(|e| SessionError::local("committing files", e))?;
+        let committed = self
+            .group
+            .commit()
+            .map_err(|e| SessionError::local("committing files", e))?;
         self.committed(committed);
         Ok(self.summary)
     }
@@ -108,17 +116,38 @@ impl Applier {
         self.counters.set_current(Some(&pending.path));
         let patcher = match self.open(&pending, &dest, meta) {
             Ok((temp, patcher)) => {
-                self.current = Some(Current { id, pending, meta, dest, temp, patcher: Ok(patcher) });
+                self.current = Some(Current {
+                    id,
+                    pending,
+                    meta,
+                    dest,
+                    temp,
+                    patcher: Ok(patcher),
+                });
                 return Ok(());
             }
-            Err(e) if is_fatal(&e) => return Err(SessionError::local(format!("writing {}", pending.path), e)),
+            Err(e) if is_fatal(&e) => {
+                return Err(SessionError::local(format!("writing {}", pending.path), e))
+            }
             Err(e) => Err(e.to_string()),
         };
-        self.current = Some(Current { id, pending, meta, dest, temp: None, patcher });
+        self.current = Some(Current {
+            id,
+            pending,
+            meta,
+            dest,
+            temp: None,
+            patcher,
+        });
         Ok(())
     }
 
-    fn open(&self, pending: &PendingFile, dest: &std::path::Path, meta: Meta) -> io::Result<(Option<PathBuf>, Patcher)> {
+    fn open(
+        &self,
+        pending: &PendingFile,
+        dest: &std::path::Path,
+        meta: Meta,
+    ) -> io::Result<(Option<PathBuf>, Patcher)> {
         let basis = match pending.basis {
             Some(shape) if !pending.redo => Some((File::open(dest)?, shape)),
             _ => None,
@@ -136,14 +165,20 @@ impl Applier {
     fn ops(&mut self, id: u64, ops: Vec<WireOp>) -> Result<(), SessionError> {
         let cur = match &mut self.current {
             Some(c) if c.id == id => c,
-            _ => return Err(violation(format!("data for file {id}, which is not the current file")).into()),
+            _ => {
+                return Err(
+                    violation(format!("data for file {id}, which is not the current file")).into(),
+                )
+            }
         };
         for op in ops {
             let op = match op {
                 WireOp::Plain(op) => op,
                 WireOp::Zstd { raw_len, data } => {
                     if raw_len as usize > LITERAL_CHUNK {
-                        return Err(violation(format!("compressed literal of {raw_len} bytes")).into());
+                        return Err(
+                            violation(format!("compressed literal of {raw_len} bytes")).into()
+                        );
                     }
                     let raw = self
                         .zstd
@@ -155,7 +190,9 @@ impl Applier {
                     Op::Literal(raw)
                 }
             };
-            let Ok(patcher) = &mut cur.patcher else { continue };
+            let Ok(patcher) = &mut cur.patcher else {
+                continue;
+            };
             let before = patcher.written();
             match patcher.apply(&op) {
                 Ok(()) => {
@@ -167,11 +204,16 @@ impl Applier {
                     }
                 }
                 Err(PatchError::Io(e)) if is_fatal(&e) => {
-                    return Err(SessionError::local(format!("writing {}", cur.pending.path), e))
+                    return Err(SessionError::local(
+                        format!("writing {}", cur.pending.path),
+                        e,
+                    ))
                 }
-                Err(e @ (PatchError::BlockOutOfRange { .. } | PatchError::NoBasis | PatchError::TooLong { .. })) => {
-                    return Err(violation(format!("{}: {e}", cur.pending.path)).into())
-                }
+                Err(
+                    e @ (PatchError::BlockOutOfRange { .. }
+                    | PatchError::NoBasis
+                    | PatchError::TooLong { .. }),
+                ) => return Err(violation(format!("{}: {e}", cur.pending.path)).into()),
                 Err(e) => cur.patcher = Err(e.to_string()),
             }
         }
@@ -186,7 +228,10 @@ impl Applier {
         };
         let pending = match &cur {
             Some(c) => c.pending.clone(),
-            None => self.inflight.get(id).ok_or_else(|| violation(format!("end of file {id}, which was not requested")))?,
+            None => self
+                .inflight
+                .get(id)
+                .ok_or_else(|| violation(format!("end of file {id}, which was not requested")))?,
         };
         self.counters.set_current(None);
         match outcome {
@@ -195,7 +240,10 @@ impl Applier {
                 return self.finish(cur, hash);
             }
             FileOutcome::Changed => {
-                warn(format_args!("{}: changed while it was read; the destination keeps its previous version", pending.path));
+                warn(format_args!(
+                    "{}: changed while it was read; the destination keeps its previous version",
+                    pending.path
+                ));
                 self.summary.files_changed += 1;
             }
             FileOutcome::Vanished => {
@@ -226,10 +274,19 @@ impl Applier {
         if let Err(e) = apply_to_fd(&file, &cur.meta, self.owner) {
             return self.file_failed(id, &path, e);
         }
-        let finished = Finished { path, temp: cur.temp.take(), dest: cur.dest.clone(), file, size };
+        let finished = Finished {
+            path,
+            temp: cur.temp.take(),
+            dest: cur.dest.clone(),
+            file,
+            size,
+        };
         self.inflight.remove(id);
         self.summary.files_transferred += 1;
-        let committed = self.group.push(finished).map_err(|e| SessionError::local("committing files", e))?;
+        let committed = self
+            .group
+            .push(finished)
+            .map_err(|e| SessionError::local("committing files", e))?;
         self.committed(committed);
         Ok(())
     }
@@ -238,14 +295,24 @@ impl Applier {
     fn redo(&mut self, id: u64) -> Result<(), SessionError> {
         let pending = self.inflight.get(id).ok_or_else(cancelled)?;
         if pending.redo {
-            warn(format_args!("{}: failed verification twice; not updated", pending.path));
+            warn(format_args!(
+                "{}: failed verification twice; not updated",
+                pending.path
+            ));
             self.summary.files_failed += 1;
             self.release(id, pending.meta.size);
             return Ok(());
         }
         self.inflight.update(id, |p| p.redo = true);
-        let req = Request { id, path: pending.path, listed: pending.meta, basis: None };
-        self.out.blocking_send(Frame::Request(req)).map_err(|_| cancelled())
+        let req = Request {
+            id,
+            path: pending.path,
+            listed: pending.meta,
+            basis: None,
+        };
+        self.out
+            .blocking_send(Frame::Request(req))
+            .map_err(|_| cancelled())
     }
 
     fn committed(&mut self, c: Committed) {
@@ -265,7 +332,12 @@ impl Applier {
     }
 
     /// Counts and reports a file that could not be written; fatal errors end the session.
-    fn file_failed(&mut self, id: u64, path: &crate::path::RelPath, e: io::Error) -> Result<(), SessionError> {
+    fn file_failed(
+        &mut self,
+        id: u64,
+        path: &crate::path::RelPath,
+        e: io::Error,
+    ) -> Result<(), SessionError> {
         if is_fatal(&e) {
             return Err(SessionError::local(format!("writing {path}"), e));
         }

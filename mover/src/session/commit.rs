@@ -35,7 +35,12 @@ pub fn temp_path(dest: &Path) -> PathBuf {
     let mut t = TEMP_PREFIX.to_vec();
     t.extend_from_slice(&name[..name.len().min(200)]);
     t.extend_from_slice(
-        format!("-{:x}{:x}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)).as_bytes(),
+        format!(
+            "-{:x}{:x}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        )
+        .as_bytes(),
     );
     t.extend_from_slice(TEMP_SUFFIX);
     dest.with_file_name(std::ffi::OsStr::from_bytes(&t))
@@ -45,7 +50,13 @@ pub fn temp_path(dest: &Path) -> PathBuf {
 pub fn create_temp(dest: &Path) -> io::Result<(PathBuf, File)> {
     loop {
         let temp = temp_path(dest);
-        match OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&temp) {
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+        {
             Ok(f) => return Ok((temp, f)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
@@ -167,7 +178,13 @@ mod tests {
         io::Write::write_all(&mut file, b"data").unwrap();
         let mut g = CommitGroup::default();
         let r = g
-            .push(Finished { path: RelPath::new(b"f".to_vec()).unwrap(), temp: Some(temp.clone()), dest: dest.clone(), file, size: 4 })
+            .push(Finished {
+                path: RelPath::new(b"f".to_vec()).unwrap(),
+                temp: Some(temp.clone()),
+                dest: dest.clone(),
+                file,
+                size: 4,
+            })
             .unwrap();
         assert!(r.done.is_empty());
         assert!(!dest.exists());
@@ -178,7 +195,14 @@ mod tests {
 
         let (temp, file) = create_temp(&dest).unwrap();
         let mut g = CommitGroup::default();
-        g.push(Finished { path: RelPath::root(), temp: Some(temp.clone()), dest, file, size: 0 }).unwrap();
+        g.push(Finished {
+            path: RelPath::root(),
+            temp: Some(temp.clone()),
+            dest,
+            file,
+            size: 0,
+        })
+        .unwrap();
         drop(g);
         assert!(!temp.exists());
     }

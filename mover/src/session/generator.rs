@@ -101,7 +101,12 @@ impl Generator {
                     self.list_end(stats);
                     break;
                 }
-                other => return Err(SessionError::Internal(format!("generator got {}", other.name()))),
+                other => {
+                    return Err(SessionError::Internal(format!(
+                        "generator got {}",
+                        other.name()
+                    )))
+                }
             }
             self.consumed += 1;
             if self.consumed >= CREDIT_BATCH {
@@ -124,7 +129,9 @@ impl Generator {
         let s = &mut self.result.summary;
         s.files_failed += stats.failed;
         s.files_vanished += stats.vanished;
-        self.counters.listing_done.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.counters
+            .listing_done
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn entry(&mut self, e: Entry) -> Result<(), SessionError> {
@@ -153,7 +160,9 @@ impl Generator {
                 self.result.links.push((e.path.clone(), target.clone()));
                 Ok(())
             }
-            Kind::Fifo | Kind::Socket | Kind::CharDev(_) | Kind::BlockDev(_) => self.special(&e, &dest, have),
+            Kind::Fifo | Kind::Socket | Kind::CharDev(_) | Kind::BlockDev(_) => {
+                self.special(&e, &dest, have)
+            }
         };
         match r {
             Ok(()) => Ok(()),
@@ -192,10 +201,17 @@ impl Generator {
         Ok(())
     }
 
-    fn symlink(&mut self, e: &Entry, target: &[u8], dest: &Path, have: Option<Metadata>) -> io::Result<()> {
+    fn symlink(
+        &mut self,
+        e: &Entry,
+        target: &[u8],
+        dest: &Path,
+        have: Option<Metadata>,
+    ) -> io::Result<()> {
         self.result.summary.symlinks += 1;
         if let Some(md) = &have {
-            if md.file_type().is_symlink() && fs::read_link(dest)?.as_os_str().as_bytes() == target {
+            if md.file_type().is_symlink() && fs::read_link(dest)?.as_os_str().as_bytes() == target
+            {
                 if !meta_matches(md, &e.meta, &e.kind, self.owner) {
                     apply_to_path(dest, &e.kind, &e.meta, self.owner)?;
                 }
@@ -237,8 +253,12 @@ impl Generator {
     fn file(&mut self, e: Entry, dest: &Path, have: Option<Metadata>) -> Result<(), SessionError> {
         let s = &mut self.result.summary;
         s.bytes_total += e.meta.size;
-        self.counters.files_listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.counters.bytes_listed.fetch_add(e.meta.size, std::sync::atomic::Ordering::Relaxed);
+        self.counters
+            .files_listed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counters
+            .bytes_listed
+            .fetch_add(e.meta.size, std::sync::atomic::Ordering::Relaxed);
         let mut basis = None;
         match &have {
             Some(md) if md.is_file() => {
@@ -261,7 +281,13 @@ impl Generator {
                 }
             }
             Some(md) => {
-                let cleared = if md.is_dir() { clear_dir(dest, have.as_ref()) } else if self.opts.inplace { fs::remove_file(dest) } else { Ok(()) };
+                let cleared = if md.is_dir() {
+                    clear_dir(dest, have.as_ref())
+                } else if self.opts.inplace {
+                    fs::remove_file(dest)
+                } else {
+                    Ok(())
+                };
                 if let Err(err) = cleared {
                     return self.failed(&e.path, err);
                 }
@@ -281,7 +307,13 @@ impl Generator {
         }
     }
 
-    fn request(&mut self, path: RelPath, meta: Meta, basis: Option<SigShape>, dest: &Path) -> Result<(), SessionError> {
+    fn request(
+        &mut self,
+        path: RelPath,
+        meta: Meta,
+        basis: Option<SigShape>,
+        dest: &Path,
+    ) -> Result<(), SessionError> {
         // Open the basis first: if it cannot be read, send the whole file instead.
         let basis = basis.and_then(|_| {
             let f = File::open(dest).ok()?;
@@ -294,11 +326,21 @@ impl Generator {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let pending = PendingFile { path: path.clone(), meta, basis: shape, redo: false };
+        let pending = PendingFile {
+            path: path.clone(),
+            meta,
+            basis: shape,
+            redo: false,
+        };
         if !self.inflight.insert(id, pending) {
             return Err(cancelled());
         }
-        self.send(Frame::Request(Request { id, path, listed: meta, basis: shape }))?;
+        self.send(Frame::Request(Request {
+            id,
+            path,
+            listed: meta,
+            basis: shape,
+        }))?;
         if let Some((file, shape)) = basis {
             self.send_sigs(id, file, shape)?;
         }
@@ -323,10 +365,16 @@ impl Generator {
         if read.is_err() {
             // The basis shrank or failed while read: pad with blocks that match nothing.
             let missing = shape.block_count() - sent - batch.len() as u64;
-            batch.extend((0..missing).map(|_| BlockSig { weak: 0, strong: [0; signature::STRONG_LEN] }));
+            batch.extend((0..missing).map(|_| BlockSig {
+                weak: 0,
+                strong: [0; signature::STRONG_LEN],
+            }));
         }
         for chunk in batch.chunks(SIGS_PER_FRAME) {
-            self.send(Frame::Sigs { id, sigs: chunk.to_vec() })?;
+            self.send(Frame::Sigs {
+                id,
+                sigs: chunk.to_vec(),
+            })?;
         }
         Ok(())
     }
@@ -351,7 +399,14 @@ impl Generator {
     fn delete_extraneous(&mut self, dir: &RelPath, keep: &HashSet<Vec<u8>>) -> io::Result<()> {
         let rd = match fs::read_dir(dir.under(&self.root)) {
             Ok(rd) => rd,
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(())
+            }
             Err(e) => return Err(e),
         };
         for de in rd {
@@ -366,7 +421,11 @@ impl Generator {
             if self.filter.excludes(&path, is_dir) {
                 continue;
             }
-            let r = if is_dir { fs::remove_dir_all(de.path()) } else { fs::remove_file(de.path()) };
+            let r = if is_dir {
+                fs::remove_dir_all(de.path())
+            } else {
+                fs::remove_file(de.path())
+            };
             match r {
                 Ok(()) => self.result.summary.deleted += 1,
                 Err(err) if is_fatal(&err) => return Err(err),
@@ -400,4 +459,3 @@ fn clear_dir(dest: &Path, have: Option<&Metadata>) -> io::Result<()> {
 pub fn cancelled() -> SessionError {
     SessionError::Internal("session ended early".into())
 }
-

@@ -21,10 +21,17 @@ pub async fn sync(
     let (a, b) = tokio::io::duplex(PIPE);
     let mut rcfg = ReceiverConfig::new(dst);
     rcfg.progress = progress;
-    let scfg = SenderConfig { root: src, options, bwlimit: None, progress: None };
+    let scfg = SenderConfig {
+        root: src,
+        options,
+        bwlimit: None,
+        progress: None,
+    };
     let receiver = tokio::spawn(receive(b, rcfg));
     let sent = send(a, scfg).await;
-    let received = receiver.await.map_err(|e| SessionError::Internal(e.to_string()))?;
+    let received = receiver
+        .await
+        .map_err(|e| SessionError::Internal(e.to_string()))?;
     // The receiver's error is the more telling one when both fail.
     match (sent, received) {
         (_, Err(e)) | (Err(e), Ok(_)) => Err(e),

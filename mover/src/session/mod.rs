@@ -57,8 +57,15 @@ impl SessionError {
             SessionError::Protocol(p) => p.is_retryable(),
             SessionError::PeerAbort(_) => true,
             SessionError::Local { source, .. } => !matches!(
-                source.raw_os_error().map(rustix::io::Errno::from_raw_os_error),
-                Some(rustix::io::Errno::NOSPC | rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS)
+                source
+                    .raw_os_error()
+                    .map(rustix::io::Errno::from_raw_os_error),
+                Some(
+                    rustix::io::Errno::NOSPC
+                        | rustix::io::Errno::ACCESS
+                        | rustix::io::Errno::PERM
+                        | rustix::io::Errno::ROFS
+                )
             ),
             SessionError::Usage(_) | SessionError::Internal(_) => false,
         }
@@ -68,7 +75,9 @@ impl SessionError {
     pub fn exit_code(&self) -> i32 {
         match self {
             SessionError::Usage(_) => 1,
-            SessionError::Protocol(ProtocolError::NotMover | ProtocolError::Incompatible { .. }) => 2,
+            SessionError::Protocol(
+                ProtocolError::NotMover | ProtocolError::Incompatible { .. },
+            ) => 2,
             SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_)) => 10,
             SessionError::Local { .. } => 11,
             SessionError::Protocol(ProtocolError::Violation(_) | ProtocolError::Decode(_)) => 12,
@@ -79,7 +88,9 @@ impl SessionError {
 }
 
 /// Turns a worker thread's join result into a session result.
-fn joined<T>(r: Result<Result<T, SessionError>, tokio::task::JoinError>) -> Result<T, SessionError> {
+fn joined<T>(
+    r: Result<Result<T, SessionError>, tokio::task::JoinError>,
+) -> Result<T, SessionError> {
     r.map_err(|e| SessionError::Internal(format!("worker stopped: {e}")))?
 }
 

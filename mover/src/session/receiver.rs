@@ -20,7 +20,8 @@ use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;
 use crate::protocol::{
-    violation, Frame, FrameCodec, Hello, ProtocolError, SessionOptions, WireCounter, INITIAL_CREDIT, MAX_EXCLUDES,
+    violation, Frame, FrameCodec, Hello, ProtocolError, SessionOptions, WireCounter,
+    INITIAL_CREDIT, MAX_EXCLUDES,
 };
 use crate::stats::{Counters, Summary};
 
@@ -77,9 +78,14 @@ impl State {
         match (self, frame) {
             (State::Listing, Entry(_) | DirDone(_)) => Ok((self, Route::Generator)),
             (State::Listing, ListEnd(_)) => Ok((State::Listed, Route::Generator)),
-            (State::Listing | State::Listed, FileBegin { .. } | Ops { .. } | FileEnd { .. }) => Ok((self, Route::Applier)),
+            (State::Listing | State::Listed, FileBegin { .. } | Ops { .. } | FileEnd { .. }) => {
+                Ok((self, Route::Applier))
+            }
             (State::Listed, DataEnd) => Ok((State::DataDone, Route::Applier)),
-            (state, frame) => Err(violation(format!("unexpected {} frame while {state:?}", frame.name()))),
+            (state, frame) => Err(violation(format!(
+                "unexpected {} frame while {state:?}",
+                frame.name()
+            ))),
         }
     }
 }
@@ -95,7 +101,8 @@ where
     let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
     let mut sink = FramedWrite::new(wr, FrameCodec::new(tx_count.clone()));
 
-    sink.send(Frame::Hello(Hello::new(SessionOptions::default()))).await?;
+    sink.send(Frame::Hello(Hello::new(SessionOptions::default())))
+        .await?;
     let opts = match handshake(&mut frames).await {
         Ok(opts) => opts,
         Err(e) => {
@@ -129,10 +136,22 @@ where
     );
     let generator = tokio::task::spawn_blocking(move || generator.run(gen_rx));
     let (app_tx, app_rx) = mpsc::channel(32);
-    let applier = Applier::new(cfg.root.clone(), opts.inplace, cfg.preserve_owner, out_tx.clone(), inflight.clone(), counters.clone())
-        .map_err(|e| SessionError::local("starting", e))?;
+    let applier = Applier::new(
+        cfg.root.clone(),
+        opts.inplace,
+        cfg.preserve_owner,
+        out_tx.clone(),
+        inflight.clone(),
+        counters.clone(),
+    )
+    .map_err(|e| SessionError::local("starting", e))?;
     let applier = tokio::task::spawn_blocking(move || applier.run(app_rx));
-    let ticker = tokio::spawn(report_progress(counters.clone(), start, out_tx.clone(), cfg.progress.clone()));
+    let ticker = tokio::spawn(report_progress(
+        counters.clone(),
+        start,
+        out_tx.clone(),
+        cfg.progress.clone(),
+    ));
 
     let read = read_frames(&mut frames, gen_tx, app_tx).await;
     let outcome = async {
@@ -147,7 +166,11 @@ where
         Ok(r) => r,
         Err(e) => {
             inflight.close();
-            if !matches!(e, SessionError::PeerAbort(_) | SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_))) {
+            if !matches!(
+                e,
+                SessionError::PeerAbort(_)
+                    | SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_))
+            ) {
                 let _ = out_tx.send(Frame::Abort(e.to_string())).await;
             }
             drop(out_tx);
@@ -157,24 +180,34 @@ where
     };
     let root = cfg.root.clone();
     let owner = cfg.preserve_owner;
-    let mut summary = joined(tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied)).await)?;
+    let mut summary =
+        joined(tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied)).await)?;
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     if let Some(p) = &cfg.progress {
         p(&counters.snapshot(summary.elapsed_ms));
     }
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
-    out_tx.send(Frame::Done(summary.clone())).await.map_err(|_| super::generator::cancelled())?;
+    out_tx
+        .send(Frame::Done(summary.clone()))
+        .await
+        .map_err(|_| super::generator::cancelled())?;
     drop(out_tx);
-    writer.await.map_err(|e| SessionError::Internal(e.to_string()))??;
+    writer
+        .await
+        .map_err(|e| SessionError::Internal(e.to_string()))??;
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
     Ok(summary)
 }
 
-async fn handshake<R: AsyncRead + Unpin>(frames: &mut FramedRead<R, FrameCodec>) -> Result<SessionOptions, SessionError> {
+async fn handshake<R: AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, FrameCodec>,
+) -> Result<SessionOptions, SessionError> {
     let hello = match frames.next().await {
         Some(Ok(Frame::Hello(h))) => h,
         Some(Ok(f)) => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
-        Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => return Err(ProtocolError::NotMover.into()),
+        Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => {
+            return Err(ProtocolError::NotMover.into())
+        }
         Some(Err(e)) => return Err(e.into()),
         None => return Err(ProtocolError::Closed("before the handshake").into()),
     };
@@ -185,15 +218,22 @@ async fn handshake<R: AsyncRead + Unpin>(frames: &mut FramedRead<R, FrameCodec>)
 /// Validates the sender's options and makes the destination root.
 fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Filter, SessionError> {
     if opts.excludes.len() > MAX_EXCLUDES {
-        return Err(violation(format!("{} exclude patterns (at most {MAX_EXCLUDES})", opts.excludes.len())).into());
+        return Err(violation(format!(
+            "{} exclude patterns (at most {MAX_EXCLUDES})",
+            opts.excludes.len()
+        ))
+        .into());
     }
     let filter = Filter::new(&opts.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
     if let Some(level) = opts.compress {
         if !zstd::compression_level_range().contains(&level) {
-            return Err(SessionError::Usage(format!("zstd level {level} is out of range")));
+            return Err(SessionError::Usage(format!(
+                "zstd level {level} is out of range"
+            )));
         }
     }
-    fs::create_dir_all(&cfg.root).map_err(|e| SessionError::local(format!("creating {}", cfg.root.display()), e))?;
+    fs::create_dir_all(&cfg.root)
+        .map_err(|e| SessionError::local(format!("creating {}", cfg.root.display()), e))?;
     Ok(filter)
 }
 
@@ -218,13 +258,21 @@ async fn read_frames<R: AsyncRead + Unpin>(
             Route::Generator => gen_tx
                 .try_send(frame)
                 .map_err(|_| violation("sender exceeded its list credit"))?,
-            Route::Applier => app_tx.send(frame).await.map_err(|_| super::generator::cancelled())?,
+            Route::Applier => app_tx
+                .send(frame)
+                .await
+                .map_err(|_| super::generator::cancelled())?,
         }
     }
     Ok(())
 }
 
-async fn report_progress(counters: Arc<Counters>, start: Instant, out: mpsc::Sender<Frame>, sink: Option<ProgressFn>) {
+async fn report_progress(
+    counters: Arc<Counters>,
+    start: Instant,
+    out: mpsc::Sender<Frame>,
+    sink: Option<ProgressFn>,
+) {
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
     tick.tick().await;
     loop {
@@ -240,7 +288,12 @@ async fn report_progress(counters: Arc<Counters>, start: Instant, out: mpsc::Sen
 }
 
 /// After all data: hard links, then directory metadata deepest first, then one last sync.
-fn finish(root: &std::path::Path, owner: bool, gen: GenOutput, applied: Summary) -> Result<Summary, SessionError> {
+fn finish(
+    root: &std::path::Path,
+    owner: bool,
+    gen: GenOutput,
+    applied: Summary,
+) -> Result<Summary, SessionError> {
     let mut s = gen.summary;
     s.files_transferred += applied.files_transferred;
     s.bytes_literal += applied.bytes_literal;
@@ -298,12 +351,21 @@ mod tests {
         let s = State::Listing;
         let (s, r) = s.step(&Frame::DirDone(RelPath::root())).unwrap();
         assert_eq!((s, r), (State::Listing, Route::Generator));
-        assert!(s.step(&Frame::DataEnd).is_err(), "data cannot end before the list");
+        assert!(
+            s.step(&Frame::DataEnd).is_err(),
+            "data cannot end before the list"
+        );
         let (s, _) = s.step(&Frame::ListEnd(ListStats::default())).unwrap();
-        assert!(s.step(&Frame::DirDone(RelPath::root())).is_err(), "no entries after the list ended");
+        assert!(
+            s.step(&Frame::DirDone(RelPath::root())).is_err(),
+            "no entries after the list ended"
+        );
         let (s, r) = s.step(&Frame::DataEnd).unwrap();
         assert_eq!((s, r), (State::DataDone, Route::Applier));
         assert!(s.step(&Frame::DataEnd).is_err());
-        assert!(State::Listing.step(&Frame::Credit(1)).is_err(), "credit only flows the other way");
+        assert!(
+            State::Listing.step(&Frame::Credit(1)).is_err(),
+            "credit only flows the other way"
+        );
     }
 }

@@ -18,8 +18,8 @@ use crate::delta::{delta, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
 use crate::meta::Meta;
 use crate::protocol::{
-    violation, FileOutcome, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
-    WireCounter, WireOp, INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
+    violation, FileOutcome, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request,
+    SessionOptions, WireCounter, WireOp, INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
 };
 use crate::signature::{BlockSig, Index};
 use crate::stats::Summary;
@@ -68,19 +68,27 @@ impl State {
             (s, Frame::Credit(n)) => Ok((s, Action::Credit(n))),
             (s, Frame::Progress(p)) => Ok((s, Action::Progress(p))),
             (State::Serving(None), Frame::Request(req)) => match req.basis {
-                Some(shape) if shape.block_count() > MAX_BLOCKS_PER_FILE => {
-                    Err(violation(format!("request with {} signature blocks", shape.block_count())))
-                }
+                Some(shape) if shape.block_count() > MAX_BLOCKS_PER_FILE => Err(violation(
+                    format!("request with {} signature blocks", shape.block_count()),
+                )),
                 Some(shape) if shape.block_count() > 0 => {
                     let cap = (shape.block_count() as usize).min(SIGS_PER_FRAME);
-                    Ok((State::Serving(Some((req, Vec::with_capacity(cap)))), Action::Nothing))
+                    Ok((
+                        State::Serving(Some((req, Vec::with_capacity(cap)))),
+                        Action::Nothing,
+                    ))
                 }
                 _ => Ok((State::Serving(None), Action::Serve(req, Vec::new()))),
             },
-            (State::Serving(Some((req, mut sigs))), Frame::Sigs { id, sigs: more }) if id == req.id => {
+            (State::Serving(Some((req, mut sigs))), Frame::Sigs { id, sigs: more })
+                if id == req.id =>
+            {
                 let want = req.basis.map_or(0, |s| s.block_count());
                 if sigs.len() as u64 + more.len() as u64 > want {
-                    return Err(violation(format!("more signature blocks than announced for {}", req.path)));
+                    return Err(violation(format!(
+                        "more signature blocks than announced for {}",
+                        req.path
+                    )));
                 }
                 sigs.extend(more);
                 if sigs.len() as u64 == want {
@@ -89,9 +97,15 @@ impl State {
                     Ok((State::Serving(Some((req, sigs))), Action::Nothing))
                 }
             }
-            (State::Serving(None), Frame::RequestsEnd) => Ok((State::RequestsDone, Action::RequestsEnd)),
+            (State::Serving(None), Frame::RequestsEnd) => {
+                Ok((State::RequestsDone, Action::RequestsEnd))
+            }
             (State::RequestsDone, Frame::Done(s)) => Ok((State::RequestsDone, Action::Done(s))),
-            (state, frame) => Err(violation(format!("unexpected {} frame while {}", frame.name(), state.name()))),
+            (state, frame) => Err(violation(format!(
+                "unexpected {} frame while {}",
+                frame.name(),
+                state.name()
+            ))),
         }
     }
 
@@ -110,7 +124,8 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let start = Instant::now();
-    let filter = Filter::new(&cfg.options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
+    let filter =
+        Filter::new(&cfg.options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
     if !cfg.root.is_dir() {
         return Err(SessionError::local(
             format!("source {}", cfg.root.display()),
@@ -122,15 +137,23 @@ where
     let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
     let mut sink = FramedWrite::new(wr, FrameCodec::new(tx_count.clone()));
 
-    sink.send(Frame::Hello(Hello::new(cfg.options.clone()))).await?;
+    sink.send(Frame::Hello(Hello::new(cfg.options.clone())))
+        .await?;
     let options = handshake(&mut frames).await?;
 
     let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
     let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
     let credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
     let walker = {
-        let (root, out, credits, checksum) = (cfg.root.clone(), out_tx.clone(), credits.clone(), options.checksum);
-        tokio::task::spawn_blocking(move || walk(Walker::new(root, filter, checksum), &out, &credits))
+        let (root, out, credits, checksum) = (
+            cfg.root.clone(),
+            out_tx.clone(),
+            credits.clone(),
+            options.checksum,
+        );
+        tokio::task::spawn_blocking(move || {
+            walk(Walker::new(root, filter, checksum), &out, &credits)
+        })
     };
     let (req_tx, req_rx) = mpsc::channel(64);
     let server = {
@@ -152,18 +175,24 @@ where
     };
     joined(walker.await)?;
     joined(server.await)?;
-    writer.await.map_err(|e| SessionError::Internal(e.to_string()))??;
+    writer
+        .await
+        .map_err(|e| SessionError::Internal(e.to_string()))??;
     let mut summary = summary;
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     Ok(summary)
 }
 
-async fn handshake<R: AsyncRead + Unpin>(frames: &mut FramedRead<R, FrameCodec>) -> Result<SessionOptions, SessionError> {
+async fn handshake<R: AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, FrameCodec>,
+) -> Result<SessionOptions, SessionError> {
     let next = |f: Option<Result<Frame, ProtocolError>>| match f {
         Some(Ok(Frame::Abort(msg))) => Err(SessionError::PeerAbort(msg)),
         Some(Ok(frame)) => Ok(frame),
-        Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => Err(ProtocolError::NotMover.into()),
+        Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => {
+            Err(ProtocolError::NotMover.into())
+        }
         Some(Err(e)) => Err(e.into()),
         None => Err(ProtocolError::Closed("during the handshake").into()),
     };
@@ -239,7 +268,8 @@ fn walk(walker: Walker, out: &mpsc::Sender<Frame>, credits: &Credits) -> Result<
         }
         out.blocking_send(frame).map_err(|_| cancelled())?;
     }
-    out.blocking_send(Frame::ListEnd(stats)).map_err(|_| cancelled())
+    out.blocking_send(Frame::ListEnd(stats))
+        .map_err(|_| cancelled())
 }
 
 /// The delta thread: answers requests in order until the receiver has no more.
@@ -250,12 +280,18 @@ fn serve(
     out: &mpsc::Sender<Frame>,
 ) -> Result<(), SessionError> {
     let mut zstd = match opts.compress {
-        Some(level) => Some(zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?),
+        Some(level) => {
+            Some(zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?)
+        }
         None => None,
     };
     while let Some((req, sigs)) = rx.blocking_recv() {
         let outcome = send_file(&root, &opts, &req, sigs, out, zstd.as_mut())?;
-        out.blocking_send(Frame::FileEnd { id: req.id, outcome }).map_err(|_| cancelled())?;
+        out.blocking_send(Frame::FileEnd {
+            id: req.id,
+            outcome,
+        })
+        .map_err(|_| cancelled())?;
     }
     out.blocking_send(Frame::DataEnd).map_err(|_| cancelled())
 }
@@ -278,16 +314,33 @@ fn send_file(
         }
     };
     let index = req.basis.map(|shape| Index::new(shape, sigs));
-    let dopts = DeltaOptions { inplace: opts.inplace };
+    let dopts = DeltaOptions {
+        inplace: opts.inplace,
+    };
     for _ in 0..MAX_TRIES {
         let before = match stat_file(&file) {
             Ok(Some(m)) => m,
             Ok(None) => return Ok(FileOutcome::Changed),
             Err(e) => return Ok(unreadable(req, e)),
         };
-        out.blocking_send(Frame::FileBegin { id: req.id, meta: before }).map_err(|_| cancelled())?;
-        let mut batch = OpBatch { id: req.id, ops: Vec::new(), bytes: 0, out, zstd: zstd.as_deref_mut() };
-        let result = delta::<_, SendError>(Read::by_ref(&mut file).take(before.size), index.as_ref(), dopts, &mut |op| batch.push(op));
+        out.blocking_send(Frame::FileBegin {
+            id: req.id,
+            meta: before,
+        })
+        .map_err(|_| cancelled())?;
+        let mut batch = OpBatch {
+            id: req.id,
+            ops: Vec::new(),
+            bytes: 0,
+            out,
+            zstd: zstd.as_deref_mut(),
+        };
+        let result = delta::<_, SendError>(
+            Read::by_ref(&mut file).take(before.size),
+            index.as_ref(),
+            dopts,
+            &mut |op| batch.push(op),
+        );
         let sent = match result {
             Ok(s) => s,
             Err(SendError::Session(e)) => return Err(e),
@@ -345,7 +398,10 @@ impl OpBatch<'_> {
             (Op::Literal(data), Some(z)) => {
                 let packed = z.compress(&data).map_err(SendError::Read)?;
                 if packed.len() < data.len() {
-                    WireOp::Zstd { raw_len: data.len() as u32, data: packed }
+                    WireOp::Zstd {
+                        raw_len: data.len() as u32,
+                        data: packed,
+                    }
                 } else {
                     WireOp::Plain(Op::Literal(data))
                 }
