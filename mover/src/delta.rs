@@ -170,10 +170,19 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
             }
             let wlen = avail.min(bl);
             let window = &buf[pos..pos + wlen];
-            let r = *roll.get_or_insert_with(|| Rolling::new(window));
             let out_at = self.out_offset + (pos - lit) as u64;
             let allowed = |b: u32| !opts.inplace || idx.offset_of(b) >= out_at;
-            if let Some(block) = idx.find(r.digest(), window, hint, allowed) {
+            // Unchanged data continues with the block after the last match:
+            // try that one by strong hash before computing any weak checksum.
+            let next_in_run = match hint {
+                Some(h) if roll.is_none() && allowed(h) && idx.is_block(h, window) => Some(h),
+                _ => None,
+            };
+            let found = next_in_run.or_else(|| {
+                let r = *roll.get_or_insert_with(|| Rolling::new(window));
+                idx.find(r.digest(), window, hint, allowed)
+            });
+            if let Some(block) = found {
                 self.literal(&buf[lit..pos])?;
                 self.copy(block, wlen)?;
                 pos += wlen;

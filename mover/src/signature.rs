@@ -136,6 +136,13 @@ impl Index {
         block as u64 * self.shape.block_len as u64
     }
 
+    /// Whether block `block` has exactly this content (checked by strong hash only).
+    pub fn is_block(&self, block: u32, window: &[u8]) -> bool {
+        (block as usize) < self.sigs.len()
+            && self.shape.len_of(block as u64) == window.len()
+            && self.sigs[block as usize].strong == strong(window)
+    }
+
     /// Cheap pre-test: false means no block has this weak checksum.
     #[inline]
     pub fn may_contain(&self, weak: u32) -> bool {

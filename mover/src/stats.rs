@@ -135,11 +135,7 @@ impl Counters {
         let bytes_done = self.bytes_done.load(Relaxed);
         let bytes_total = self.bytes_listed.load(Relaxed);
         let listing_done = self.listing_done.load(Relaxed);
-        let rate = if elapsed_ms > 0 {
-            bytes_done * 1000 / elapsed_ms
-        } else {
-            0
-        };
+        let rate = (bytes_done * 1000).checked_div(elapsed_ms).unwrap_or(0);
         let eta_s =
             (listing_done && rate > 0).then(|| bytes_total.saturating_sub(bytes_done) / rate);
         Progress {

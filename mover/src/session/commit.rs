@@ -124,7 +124,7 @@ impl CommitGroup {
         let mut out = Committed::default();
         match self.items.as_slice() {
             [] => return Ok(out),
-            [one] => one.file.sync_all()?,
+            [one] => one.file.sync_data()?,
             [first, ..] => rustix::fs::syncfs(&first.file)?,
         }
         self.bytes = 0;
