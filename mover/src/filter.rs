@@ -29,14 +29,14 @@ impl FilterError {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Rule {
     matcher: GlobMatcher,
     dir_only: bool,
 }
 
 /// A compiled list of exclude patterns.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Filter {
     rules: Vec<Rule>,
 }
@@ -82,10 +82,16 @@ fn compile(pattern: &str) -> Result<Rule, globset::Error> {
     if dir_only {
         p = &p[..p.len() - 1];
     }
+    // rsync's `**` matches any run of characters, `/` included, but the slashes
+    // around it stay literal: `a/**/z` needs at least one directory between
+    // `a` and `z`, where a glob's `**` component may match none.
+    let mut p = p.replace("/**/", "/*/**/");
+    if let Some(rest) = p.strip_prefix("**/") {
+        p = format!("*/**/{rest}");
+    }
+    let p = p.as_str();
     let glob = if let Some(anchored) = p.strip_prefix('/') {
         anchored.to_string()
-    } else if p.starts_with("**/") {
-        p.to_string()
     } else {
         // Unanchored: matches the final name, or (with inner slashes) the path's tail.
         format!("{{{p},**/{p}}}")
@@ -132,7 +138,15 @@ mod tests {
     fn double_star_crosses_directories() {
         let f = Filter::new(&["/a/**/z".into()]).unwrap();
         assert!(f.excludes(&p("a/b/c/z"), false));
+        assert!(f.excludes(&p("a/b/z"), false));
+        assert!(
+            !f.excludes(&p("a/z"), false),
+            "rsync needs something between the slashes"
+        );
         assert!(!f.excludes(&p("b/a/c/z"), false));
+        let f = Filter::new(&["**/z".into()]).unwrap();
+        assert!(f.excludes(&p("a/z"), false));
+        assert!(!f.excludes(&p("z"), false));
     }
 
     #[test]

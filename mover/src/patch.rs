@@ -44,7 +44,12 @@ fn start_writeback(file: &File, offset: u64, len: u64) {
     // SAFETY: plain system call on a valid open descriptor; it only schedules
     // I/O and its failure is harmless (the fsync at commit still runs).
     unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE);
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset as i64,
+            len as i64,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
     }
 }
 
@@ -133,7 +138,11 @@ impl OutFile {
         self.file.write_all(data)?;
         self.offset += data.len() as u64;
         if self.offset >= self.writeback_from + WRITEBACK_EVERY {
-            start_writeback(&self.file, self.writeback_from, self.offset - self.writeback_from);
+            start_writeback(
+                &self.file,
+                self.writeback_from,
+                self.offset - self.writeback_from,
+            );
             self.writeback_from = self.offset;
         }
         Ok(())

@@ -18,6 +18,9 @@ pub const STRONG_LEN: usize = 16;
 pub const MIN_BLOCK_LEN: u32 = 700;
 /// rsync's maximum block length (protocol 30 and later).
 pub const MAX_BLOCK_LEN: u32 = 128 * 1024;
+/// Most blocks a file is cut into: past 128 GiB blocks grow beyond
+/// [`MAX_BLOCK_LEN`] instead, so a signature stays within a few tens of MiB.
+pub const MAX_BLOCKS: u64 = 1 << 20;
 
 /// The signature of one block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,13 +37,18 @@ pub struct SigShape {
 }
 
 impl SigShape {
-    /// The shape rsync would choose: about `sqrt(len)`, a multiple of 8, clamped.
+    /// The shape rsync would choose: about `sqrt(len)`, a multiple of 8,
+    /// clamped; for files past 128 GiB, whatever keeps [`MAX_BLOCKS`] blocks.
     pub fn for_len(file_len: u64) -> SigShape {
         let block_len = if file_len <= (MIN_BLOCK_LEN as u64).pow(2) {
             MIN_BLOCK_LEN
         } else {
             let root = (file_len as f64).sqrt() as u64 & !7;
-            root.clamp(MIN_BLOCK_LEN as u64, MAX_BLOCK_LEN as u64) as u32
+            let floor = file_len.div_ceil(MAX_BLOCKS).next_multiple_of(8);
+            let len = root
+                .clamp(MIN_BLOCK_LEN as u64, MAX_BLOCK_LEN as u64)
+                .max(floor);
+            len.min(u32::MAX as u64 & !7) as u32
         };
         SigShape {
             block_len,
@@ -85,6 +93,71 @@ pub fn compute<R: Read>(
         })?;
     }
     Ok(())
+}
+
+/// Files at least this large are signed by several threads.
+const PARALLEL_MIN: u64 = 16 * 1024 * 1024;
+
+/// The signature of an open file, read with positioned reads; large files are
+/// split into contiguous ranges signed by up to `threads` threads.
+pub fn sign_file(
+    file: &std::fs::File,
+    shape: SigShape,
+    threads: usize,
+) -> io::Result<Vec<BlockSig>> {
+    let count = shape.block_count();
+    let threads = if shape.file_len >= PARALLEL_MIN {
+        threads.max(1) as u64
+    } else {
+        1
+    };
+    let per = count.div_ceil(threads).max(1);
+    let ranges: Vec<_> = (0..count)
+        .step_by(per as usize)
+        .map(|s| s..(s + per).min(count))
+        .collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = ranges
+            .into_iter()
+            .map(|range| scope.spawn(move || sign_range(file, shape, range)))
+            .collect();
+        let mut sigs = Vec::with_capacity(count as usize);
+        for h in handles {
+            sigs.extend(
+                h.join()
+                    .map_err(|_| io::Error::other("signature thread panicked"))??,
+            );
+        }
+        Ok(sigs)
+    })
+}
+
+fn sign_range(
+    file: &std::fs::File,
+    shape: SigShape,
+    blocks: std::ops::Range<u64>,
+) -> io::Result<Vec<BlockSig>> {
+    use std::os::unix::fs::FileExt;
+    const READ: usize = 1 << 20;
+    let bl = shape.block_len as usize;
+    let per_read = (READ / bl).max(1) as u64;
+    let mut buf = vec![0u8; per_read as usize * bl];
+    let mut sigs = Vec::with_capacity((blocks.end - blocks.start) as usize);
+    let mut b = blocks.start;
+    while b < blocks.end {
+        let n = per_read.min(blocks.end - b);
+        let start = b * bl as u64;
+        let len = ((n - 1) * bl as u64 + shape.len_of(b + n - 1) as u64) as usize;
+        file.read_exact_at(&mut buf[..len], start)?;
+        for block in buf[..len].chunks(bl) {
+            sigs.push(BlockSig {
+                weak: Rolling::new(block).digest(),
+                strong: strong(block),
+            });
+        }
+        b += n;
+    }
+    Ok(sigs)
 }
 
 /// A searchable set of block signatures.
@@ -200,7 +273,10 @@ mod tests {
         assert_eq!(SigShape::for_len(0).block_len, 700);
         assert_eq!(SigShape::for_len(490_000).block_len, 700);
         assert_eq!(SigShape::for_len(1 << 30).block_len, 32768);
-        assert_eq!(SigShape::for_len(1 << 40).block_len, MAX_BLOCK_LEN);
+        assert_eq!(SigShape::for_len(1 << 34).block_len, MAX_BLOCK_LEN);
+        let huge = SigShape::for_len(1 << 40);
+        assert_eq!(huge.block_len, 1 << 20);
+        assert!(huge.block_count() <= MAX_BLOCKS);
         let s = SigShape::for_len(1500);
         assert_eq!(s.block_count(), 3);
         assert_eq!(s.len_of(2), 100);
@@ -229,6 +305,44 @@ mod tests {
         let tail = &data[1400..];
         assert_eq!(idx.find(w(tail), tail, None, |_| true), Some(2));
         assert_eq!(idx.find(w(&[1; 700]), &[1; 700], None, |_| true), None);
+    }
+
+    #[test]
+    fn parallel_signing_equals_sequential() {
+        let data: Vec<u8> = (0..(PARALLEL_MIN as usize + 12_345))
+            .map(|i| (i * 31 / 7) as u8)
+            .collect();
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &data).unwrap();
+        let shape = SigShape::for_len(data.len() as u64);
+        let mut seq = Vec::new();
+        compute(&data[..], shape, |s| {
+            seq.push(s);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(sign_file(&f, shape, 3).unwrap(), seq);
+        assert_eq!(
+            sign_file(
+                &f,
+                SigShape {
+                    block_len: 700,
+                    file_len: 1500
+                },
+                2
+            )
+            .unwrap()
+            .len(),
+            3
+        );
+        let long = SigShape {
+            block_len: 700,
+            file_len: data.len() as u64 + 1,
+        };
+        assert!(
+            sign_file(&f, long, 2).is_err(),
+            "a basis shorter than its shape is an error"
+        );
     }
 
     #[test]

@@ -10,8 +10,10 @@ use crate::path::RelPath;
 /// The result of a session, printed as the final JSON line.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Summary {
-    /// Entries in the source tree (all kinds, the root excluded).
+    /// Regular files in the source (hard links to an earlier name excluded).
     pub files_total: u64,
+    /// Entries of every kind in the source, the root excluded.
+    pub entries_total: u64,
     /// Regular files whose data was sent.
     pub files_transferred: u64,
     /// Regular files already identical at the destination.
@@ -60,7 +62,8 @@ impl Summary {
             0.0
         };
         let mut s = format!(
-            "{} entries, {} files sent ({} up to date), {} total, {} literal, {} matched, {} on the wire, {:.2}s ({}/s)",
+            "{} entries, {} files, {} sent ({} up to date), {} total, {} literal, {} matched, {} on the wire, {:.2}s ({}/s)",
+            self.entries_total,
             self.files_total,
             self.files_transferred,
             self.files_up_to_date,

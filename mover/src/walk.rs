@@ -18,6 +18,9 @@ use crate::meta::{kind_of, Kind, Meta};
 use crate::path::RelPath;
 use crate::protocol::Entry;
 
+/// Name of the receiver's private directory at the destination root; never transferred.
+pub const STATE_DIR: &[u8] = b".volmig";
+
 /// Something the walk produced.
 #[derive(Debug)]
 pub enum WalkItem {
@@ -131,6 +134,9 @@ impl Walker {
         let stack_base = self.stack.len();
         let mut items = Vec::with_capacity(names.len() + 1);
         for name in names {
+            if dir.is_root() && name == STATE_DIR {
+                continue; // reserved for the receiver's state at the destination
+            }
             let item = match dir.join(&name) {
                 Ok(path) => self.entry(path),
                 Err(e) => Some(WalkItem::Failed(
@@ -140,7 +146,7 @@ impl Walker {
             };
             items.extend(item);
         }
-        items.push(WalkItem::DirDone(dir));
+        close_listing(&mut items, dir);
         // Subdirectories are visited in byte order: reverse the ones just pushed.
         self.stack[stack_base..].reverse();
         items.reverse();
@@ -175,6 +181,15 @@ impl Iterator for Walker {
     }
 }
 
+/// Ends a directory's listing with `DirDone`, unless a child could not be
+/// read: that child is missing from the listing, and without `DirDone` the
+/// receiver deletes nothing in this directory on the strength of it.
+fn close_listing(items: &mut Vec<WalkItem>, dir: RelPath) {
+    if !items.iter().any(|i| matches!(i, WalkItem::Failed(..))) {
+        items.push(WalkItem::DirDone(dir));
+    }
+}
+
 /// Opens a source file read-only without updating its access time where the
 /// kernel allows it (O_NOATIME needs ownership or CAP_FOWNER).
 pub fn open_source(path: &std::path::Path) -> io::Result<File> {
@@ -187,6 +202,58 @@ pub fn open_source(path: &std::path::Path) -> io::Result<File> {
             File::open(path)
         }
         other => other,
+    }
+}
+
+/// The source tree's root, for opening requested files strictly inside it.
+#[derive(Debug)]
+pub struct SourceRoot {
+    dir: std::os::fd::OwnedFd,
+}
+
+impl SourceRoot {
+    pub fn open(root: &std::path::Path) -> io::Result<SourceRoot> {
+        use rustix::fs::{Mode, OFlags};
+        let dir = rustix::fs::open(
+            root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(SourceRoot { dir })
+    }
+
+    /// Opens `path` read-only, refusing to leave the root or to follow any
+    /// symlink on the way (a peer names paths; it must not reach beyond the
+    /// tree through a link inside it). Access times are left alone where the
+    /// kernel allows.
+    pub fn open_file(&self, path: &RelPath) -> io::Result<File> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        use rustix::io::Errno;
+        let name = if path.is_root() {
+            &b"."[..]
+        } else {
+            path.as_bytes()
+        };
+        let name = std::ffi::OsStr::from_bytes(name);
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let base = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY;
+        let open = |flags| rustix::fs::openat2(&self.dir, name, flags, Mode::empty(), resolve);
+        let fd = match open(base | OFlags::NOATIME) {
+            Err(Errno::PERM) => open(base),
+            other => other,
+        };
+        match fd {
+            Ok(fd) => Ok(File::from(fd)),
+            // Kernels before 5.6 have no openat2: only the final component is protected.
+            Err(Errno::NOSYS) => Ok(File::from(rustix::fs::openat(
+                &self.dir,
+                name,
+                base,
+                Mode::empty(),
+            )?)),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -243,6 +310,49 @@ mod tests {
             panic!()
         };
         assert_eq!(e.kind, Kind::HardLink(RelPath::new(b"c".to_vec()).unwrap()));
+    }
+
+    #[test]
+    fn unreadable_child_withholds_dir_done_and_state_dir_is_skipped() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir(r.join(".volmig")).unwrap();
+        fs::create_dir(r.join("d")).unwrap();
+        let items: Vec<_> = Walker::new(r.to_path_buf(), Filter::default(), false).collect();
+        assert_eq!(
+            names(&items),
+            ["directory:.", "directory:d", "done:.", "done:d"]
+        );
+
+        let d = RelPath::new(b"d".to_vec()).unwrap();
+        let mut listing = vec![WalkItem::Vanished(d.join(b"gone").unwrap())];
+        close_listing(&mut listing, d.clone());
+        assert!(
+            matches!(listing.last(), Some(WalkItem::DirDone(_))),
+            "vanished children are fine"
+        );
+        let mut listing = vec![WalkItem::Failed(
+            d.join(b"x").unwrap(),
+            io::Error::other("EIO"),
+        )];
+        close_listing(&mut listing, d);
+        assert!(!matches!(listing.last(), Some(WalkItem::DirDone(_))));
+    }
+
+    #[test]
+    fn source_root_refuses_links_and_escapes() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path().join("src");
+        fs::create_dir(&r).unwrap();
+        fs::write(t.path().join("secret"), b"s").unwrap();
+        fs::write(r.join("f"), b"f").unwrap();
+        std::os::unix::fs::symlink("../secret", r.join("link")).unwrap();
+        std::os::unix::fs::symlink("..", r.join("up")).unwrap();
+        let root = SourceRoot::open(&r).unwrap();
+        let p = |s: &str| RelPath::new(s.as_bytes().to_vec()).unwrap();
+        assert!(root.open_file(&p("f")).is_ok());
+        assert!(root.open_file(&p("link")).is_err());
+        assert!(root.open_file(&p("up/secret")).is_err());
     }
 
     #[test]

@@ -196,6 +196,7 @@ fn sync_and_compare(
             dst.to_path_buf(),
             opts.clone(),
             None,
+            None,
         ))
         .map_err(|e| TestCaseError::fail(format!("sync failed: {e}")))?;
     prop_assert_eq!(summary.files_failed, 0);
@@ -234,7 +235,7 @@ proptest! {
         apply(&paths, &edits);
         sync_and_compare(&rt, &src, &dst, &opts)?;
         // A third run with nothing changed transfers nothing.
-        let again = rt.block_on(local::sync(src.clone(), dst.clone(), opts, None)).unwrap();
+        let again = rt.block_on(local::sync(src.clone(), dst.clone(), opts, None, None)).unwrap();
         prop_assert_eq!(again.files_transferred, 0);
     }
 }

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mover::protocol::SessionOptions;
 use mover::session::receiver::{receive, ReceiverConfig};
@@ -241,10 +240,11 @@ fn parse_rate(s: &str) -> Result<u64, String> {
 }
 
 /// Writes `addr` to `path` atomically.
-fn write_addr_file(path: &Path, addr: SocketAddr) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, addr.to_string()).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+fn write_addr_file(path: &Path, addr: SocketAddr) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&tmp, addr.to_string())?;
+    std::fs::rename(&tmp, path)
 }
 
 async fn run(cli: Cli) -> u8 {
@@ -259,6 +259,7 @@ async fn run(cli: Cli) -> u8 {
                 src,
                 dst,
                 transfer.options(true),
+                transfer.bwlimit,
                 progress_sink(output.progress),
             )
             .await;
@@ -270,6 +271,11 @@ async fn run(cli: Cli) -> u8 {
             transfer,
             output,
         } => {
+            // A missing source is the user's to fix: say so before touching the network.
+            if let Err(e) = std::fs::read_dir(&root) {
+                let err = SessionError::local(format!("source {}", root.display()), e);
+                return finish(Err(err), &output);
+            }
             let stream = match TcpStream::connect(&to).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -311,8 +317,8 @@ async fn run(cli: Cli) -> u8 {
             eprintln!("mover: listening on {addr}");
             if let Some(path) = &addr_file {
                 if let Err(e) = write_addr_file(path, addr) {
-                    eprintln!("mover: error: {e:#}");
-                    return 11;
+                    let err = SessionError::local(format!("writing {}", path.display()), e);
+                    return finish(Err(err), &output);
                 }
             }
             let mut cfg = ReceiverConfig::new(root);

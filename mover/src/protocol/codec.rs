@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
-use super::{Frame, ProtocolError, MAX_FRAME_LEN};
+use super::{Frame, ProtocolError, MAGIC, MAX_FRAME_LEN, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 /// Bytes that crossed the connection, both directions, length prefixes included.
 #[derive(Clone, Debug, Default)]
@@ -27,6 +27,8 @@ impl WireCounter {
 pub struct FrameCodec {
     inner: LengthDelimitedCodec,
     counter: WireCounter,
+    /// Frames decoded so far; the first one gets a closer look when it fails.
+    decoded: u64,
 }
 
 impl FrameCodec {
@@ -35,7 +37,11 @@ impl FrameCodec {
             .length_field_type::<u32>()
             .max_frame_length(MAX_FRAME_LEN)
             .new_codec();
-        FrameCodec { inner, counter }
+        FrameCodec {
+            inner,
+            counter,
+            decoded: 0,
+        }
     }
 }
 
@@ -48,7 +54,12 @@ impl Decoder for FrameCodec {
             return Ok(None);
         };
         self.counter.add(payload.len() + 4);
-        Ok(Some(postcard::from_bytes(&payload)?))
+        self.decoded += 1;
+        match postcard::from_bytes(&payload) {
+            Ok(frame) => Ok(Some(frame)),
+            Err(e) if self.decoded == 1 => Err(first_frame_error(&payload, e)),
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, ProtocolError> {
@@ -77,6 +88,32 @@ impl Encoder<Frame> for FrameCodec {
         dst[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
         self.counter.add(len + 4);
         Ok(())
+    }
+}
+
+/// The leading fields of a `Hello`, whose encoding every version keeps.
+#[derive(serde::Deserialize)]
+struct HelloPrefix {
+    magic: [u8; 6],
+    version: u16,
+    min_version: u16,
+}
+
+/// Explains an undecodable first frame: another program, or a mover of
+/// another protocol version whose `Hello` has fields this one does not know.
+fn first_frame_error(payload: &[u8], e: postcard::Error) -> ProtocolError {
+    match postcard::from_bytes::<(u32, HelloPrefix)>(payload) {
+        Ok((0, p)) if p.magic == MAGIC => {
+            if p.version < MIN_PROTOCOL_VERSION || p.min_version > PROTOCOL_VERSION {
+                ProtocolError::Incompatible {
+                    peer: p.version,
+                    peer_min: p.min_version,
+                }
+            } else {
+                ProtocolError::Decode(e)
+            }
+        }
+        _ => ProtocolError::NotMover,
     }
 }
 
@@ -128,11 +165,44 @@ mod tests {
             Err(ProtocolError::Violation(_))
         ));
         let mut codec = FrameCodec::new(WireCounter::default());
-        let mut buf = BytesMut::from(&[0, 0, 0, 3, 0xff, 0xff, 0xff][..]);
+        let mut buf = BytesMut::new();
+        codec.encode(Frame::Credit(1), &mut buf).unwrap();
+        buf.extend_from_slice(&[0, 0, 0, 3, 0xff, 0xff, 0xff]);
+        assert!(codec.decode(&mut buf).unwrap().is_some());
         assert!(matches!(
             codec.decode(&mut buf),
             Err(ProtocolError::Decode(_))
         ));
+    }
+
+    #[test]
+    fn first_frame_of_a_newer_mover_is_called_incompatible() {
+        // Variant 0, magic, version 9, min version 7, then fields this build cannot parse.
+        let mut payload = vec![0u8];
+        payload.extend_from_slice(&MAGIC);
+        payload.extend_from_slice(&[9, 7, 0xff, 0xff, 0xff]);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        buf.extend_from_slice(&payload);
+        let err = FrameCodec::new(WireCounter::default())
+            .decode(&mut buf)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProtocolError::Incompatible {
+                    peer: 9,
+                    peer_min: 7
+                }
+            ),
+            "{err}"
+        );
+
+        let mut buf = BytesMut::from(&[0, 0, 0, 4, b'H', b'T', b'T', b'P'][..]);
+        let err = FrameCodec::new(WireCounter::default())
+            .decode(&mut buf)
+            .unwrap_err();
+        assert!(matches!(err, ProtocolError::NotMover), "{err}");
     }
 
     #[test]

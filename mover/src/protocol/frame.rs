@@ -19,7 +19,7 @@ pub enum Frame {
     /// Receiver → sender: the session is on, with these options.
     Accept(SessionOptions),
     /// Either way: the session ends with an error the peer should show.
-    Abort(String),
+    Abort(AbortReason),
     /// Sender → receiver: one entry of the source tree.
     Entry(Entry),
     /// Sender → receiver: every child of this directory has been listed.
@@ -70,6 +70,16 @@ impl Frame {
             Frame::Done(_) => "Done",
         }
     }
+}
+
+/// Why a peer ended the session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortReason {
+    pub message: String,
+    /// Whether the peer thinks a new attempt may succeed.
+    pub retryable: bool,
+    /// The peer's exit code for this failure.
+    pub exit_code: i32,
 }
 
 /// The first frame. `magic`, `version` and `min_version` come first and keep
@@ -139,8 +149,6 @@ pub struct Request {
     /// Receiver-chosen id, echoed in the data frames.
     pub id: u64,
     pub path: RelPath,
-    /// Size and mtime as listed, so the sender notices a change since.
-    pub listed: Meta,
     /// The basis the receiver has, if any; its signature follows in `Sigs` frames.
     pub basis: Option<SigShape>,
 }

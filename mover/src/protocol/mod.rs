@@ -35,8 +35,8 @@ pub const MAGIC: [u8; 6] = *b"VOLMIG";
 pub const MAX_FRAME_LEN: usize = 4 * 1024 * 1024;
 /// Most signature blocks carried by one [`Frame::Sigs`].
 pub const SIGS_PER_FRAME: usize = 32 * 1024;
-/// Most signature blocks for one file (a 512 GiB file at the maximum block length).
-pub const MAX_BLOCKS_PER_FILE: u64 = 4 * 1024 * 1024;
+/// Most signature blocks for one file.
+pub const MAX_BLOCKS_PER_FILE: u64 = crate::signature::MAX_BLOCKS;
 /// Entries the sender may send before the receiver grants more credit.
 pub const INITIAL_CREDIT: u32 = 8192;
 /// Most exclude patterns a sender may propose.

@@ -15,7 +15,7 @@ use super::{warn, SessionError};
 use crate::delta::{Op, LITERAL_CHUNK};
 use crate::meta::{apply_to_fd, Meta};
 use crate::patch::{OutFile, PatchError, Patcher};
-use crate::protocol::{violation, FileOutcome, Frame, Request, WireOp};
+use crate::protocol::{violation, FileOutcome, Frame, WireOp};
 use crate::stats::{Counters, Summary};
 
 /// The file being rebuilt.
@@ -42,7 +42,6 @@ pub struct Applier {
     pub inplace: bool,
     pub owner: bool,
     pub sparse: bool,
-    pub out: mpsc::Sender<Frame>,
     pub inflight: Arc<Inflight<PendingFile>>,
     pub counters: Arc<Counters>,
     current: Option<Current>,
@@ -56,7 +55,6 @@ impl Applier {
         root: PathBuf,
         inplace: bool,
         owner: bool,
-        out: mpsc::Sender<Frame>,
         inflight: Arc<Inflight<PendingFile>>,
         counters: Arc<Counters>,
     ) -> io::Result<Applier> {
@@ -65,7 +63,6 @@ impl Applier {
             inplace,
             owner,
             sparse: true,
-            out,
             inflight,
             counters,
             current: None,
@@ -76,18 +73,20 @@ impl Applier {
     }
 
     /// Applies data frames until `DataEnd`, then commits what is left.
-    pub fn run(mut self, mut rx: mpsc::Receiver<Frame>) -> Result<Summary, SessionError> {
-        loop {
-            match rx.blocking_recv().ok_or_else(cancelled)? {
-                Frame::FileBegin { id, meta } => self.begin(id, meta)?,
-                Frame::Ops { id, ops } => self.ops(id, ops)?,
-                Frame::FileEnd { id, outcome } => self.end(id, outcome)?,
-                Frame::DataEnd => break,
-                other => {
-                    return Err(SessionError::Internal(format!(
-                        "applier got {}",
-                        other.name()
-                    )))
+    pub fn run(mut self, mut rx: mpsc::Receiver<Vec<Frame>>) -> Result<Summary, SessionError> {
+        'data: loop {
+            for frame in rx.blocking_recv().ok_or_else(cancelled)? {
+                match frame {
+                    Frame::FileBegin { id, meta } => self.begin(id, meta)?,
+                    Frame::Ops { id, ops } => self.ops(id, ops)?,
+                    Frame::FileEnd { id, outcome } => self.end(id, outcome)?,
+                    Frame::DataEnd => break 'data,
+                    other => {
+                        return Err(SessionError::Internal(format!(
+                            "applier got {}",
+                            other.name()
+                        )))
+                    }
                 }
             }
         }
@@ -241,8 +240,13 @@ impl Applier {
             }
             FileOutcome::Changed => {
                 warn(format_args!(
-                    "{}: changed while it was read; the destination keeps its previous version",
-                    pending.path
+                    "{}: changed while it was read; {}",
+                    pending.path,
+                    if self.inplace {
+                        "updated in place, so the destination may hold part of the new version"
+                    } else {
+                        "the destination keeps its previous version"
+                    }
                 ));
                 self.summary.files_changed += 1;
             }
@@ -303,16 +307,11 @@ impl Applier {
             self.release(id, pending.meta.size);
             return Ok(());
         }
+        // The generator sends the request: the applier must never wait on the
+        // connection, or a full pipe in both directions could deadlock.
         self.inflight.update(id, |p| p.redo = true);
-        let req = Request {
-            id,
-            path: pending.path,
-            listed: pending.meta,
-            basis: None,
-        };
-        self.out
-            .blocking_send(Frame::Request(req))
-            .map_err(|_| cancelled())
+        self.inflight.request_redo(id);
+        Ok(())
     }
 
     fn committed(&mut self, c: Committed) {
@@ -323,6 +322,7 @@ impl Applier {
             warn(format_args!("{path}: {err}"));
             self.summary.files_transferred -= 1;
             self.summary.files_failed += 1;
+            self.counters.file_done(0);
         }
     }
 

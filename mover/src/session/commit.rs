@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::path::RelPath;
 
-/// Temporary names look like `.volmig-NAME-SUFFIX.tmp`.
+/// Temporary names look like `.volmig-NAME.TOKEN-SEQ.tmp`, where TOKEN is
+/// unique to this process: one of ours is in flight, any other is a leftover.
 const TEMP_PREFIX: &[u8] = b".volmig-";
 const TEMP_SUFFIX: &[u8] = b".tmp";
 /// Files per group before it is committed.
@@ -23,9 +24,26 @@ const GROUP_FILES: usize = 256;
 /// Bytes per group before it is committed.
 const GROUP_BYTES: u64 = 256 * 1024 * 1024;
 
-/// Whether a directory entry is one of our temporary files (never deleted by `--delete`).
+/// Whether a directory entry is a temporary file of some mover.
 pub fn is_temp_name(name: &[u8]) -> bool {
     name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX)
+}
+
+/// Whether a temporary file belongs to this process (and may be in flight).
+pub fn is_own_temp(name: &[u8]) -> bool {
+    let mark = format!(".{}-", token());
+    is_temp_name(name) && name.windows(mark.len()).any(|w| w == mark.as_bytes())
+}
+
+/// This process's mark in temporary names.
+fn token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        format!("{:x}{:06x}", std::process::id(), nanos & 0xff_ffff)
+    })
 }
 
 /// A fresh temporary path next to `dest`.
@@ -35,12 +53,7 @@ pub fn temp_path(dest: &Path) -> PathBuf {
     let mut t = TEMP_PREFIX.to_vec();
     t.extend_from_slice(&name[..name.len().min(200)]);
     t.extend_from_slice(
-        format!(
-            "-{:x}{:x}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        )
-        .as_bytes(),
+        format!(".{}-{:x}", token(), SEQ.fetch_add(1, Ordering::Relaxed)).as_bytes(),
     );
     t.extend_from_slice(TEMP_SUFFIX);
     dest.with_file_name(std::ffi::OsStr::from_bytes(&t))
@@ -166,6 +179,11 @@ mod tests {
         let t = temp_path(&Path::new("/d").join(&long));
         let name = t.file_name().unwrap().as_bytes();
         assert!(is_temp_name(name));
+        assert!(is_own_temp(name));
+        assert!(
+            !is_own_temp(b".volmig-x.1234abcdef-0.tmp"),
+            "another process's leftover"
+        );
         assert!(name.len() <= 255);
         assert!(!is_temp_name(b".volmig"));
     }

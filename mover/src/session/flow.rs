@@ -18,6 +18,16 @@ impl Credits {
         }
     }
 
+    /// Takes one credit if one is available without waiting.
+    pub fn try_take(&self) -> bool {
+        let mut s = lock(&self.state);
+        if s.0 > 0 && !s.1 {
+            s.0 -= 1;
+            return true;
+        }
+        false
+    }
+
     /// Waits for one credit; false once the session is over.
     pub fn take(&self) -> bool {
         let mut s = lock(&self.state);
@@ -42,63 +52,116 @@ impl Credits {
     }
 }
 
-/// Files requested but not yet finished, bounded in number.
+/// Files requested but not yet finished, bounded in number, plus the files
+/// that must be requested again (their rebuild failed verification).
 #[derive(Debug)]
 pub struct Inflight<T> {
-    state: Mutex<(HashMap<u64, T>, bool)>,
+    state: Mutex<InflightState<T>>,
     cv: Condvar,
     limit: usize,
+}
+
+#[derive(Debug)]
+struct InflightState<T> {
+    items: HashMap<u64, T>,
+    redo: Vec<u64>,
+    closed: bool,
+}
+
+/// Why a wait on [`Inflight`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// The condition waited for holds.
+    Ready,
+    /// Files are waiting to be requested again.
+    Redo,
+    /// The session is over.
+    Closed,
 }
 
 impl<T: Clone> Inflight<T> {
     pub fn new(limit: usize) -> Inflight<T> {
         Inflight {
-            state: Mutex::new((HashMap::new(), false)),
+            state: Mutex::new(InflightState {
+                items: HashMap::new(),
+                redo: Vec::new(),
+                closed: false,
+            }),
             cv: Condvar::new(),
             limit,
         }
     }
 
-    /// Adds a file once there is room; false once the session is over.
-    pub fn insert(&self, id: u64, item: T) -> bool {
+    /// Adds a file if there is room; gives it back otherwise.
+    pub fn try_insert(&self, id: u64, item: T) -> Result<(), T> {
         let mut s = lock(&self.state);
-        while s.0.len() >= self.limit && !s.1 {
+        if s.closed || s.items.len() >= self.limit {
+            return Err(item);
+        }
+        s.items.insert(id, item);
+        Ok(())
+    }
+
+    /// Waits until the set has drained to half its limit (so a full set
+    /// resumes in a burst rather than one file at a time).
+    pub fn wait_room(&self) -> Wake {
+        self.wait_for(|len| len <= self.limit / 2)
+    }
+
+    /// Waits until every file is finished.
+    pub fn wait_empty(&self) -> Wake {
+        self.wait_for(|len| len == 0)
+    }
+
+    fn wait_for(&self, ready: impl Fn(usize) -> bool) -> Wake {
+        let mut s = lock(&self.state);
+        loop {
+            if s.closed {
+                return Wake::Closed;
+            }
+            if !s.redo.is_empty() {
+                return Wake::Redo;
+            }
+            if ready(s.items.len()) {
+                return Wake::Ready;
+            }
             s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
-        if s.1 {
-            return false;
-        }
-        s.0.insert(id, item);
-        true
     }
 
     pub fn get(&self, id: u64) -> Option<T> {
-        lock(&self.state).0.get(&id).cloned()
+        lock(&self.state).items.get(&id).cloned()
     }
 
     pub fn update(&self, id: u64, f: impl FnOnce(&mut T)) {
-        if let Some(item) = lock(&self.state).0.get_mut(&id) {
+        if let Some(item) = lock(&self.state).items.get_mut(&id) {
             f(item);
         }
     }
 
     pub fn remove(&self, id: u64) -> Option<T> {
-        let item = lock(&self.state).0.remove(&id);
+        let item = lock(&self.state).items.remove(&id);
         self.cv.notify_all();
         item
     }
 
-    /// Waits until every file is finished; false if the session ended first.
-    pub fn wait_empty(&self) -> bool {
+    /// Marks a file for another request; never blocks.
+    pub fn request_redo(&self, id: u64) {
+        lock(&self.state).redo.push(id);
+        self.cv.notify_all();
+    }
+
+    /// Files marked for another request, with their current state.
+    pub fn take_redo(&self) -> Vec<(u64, T)> {
         let mut s = lock(&self.state);
-        while !s.0.is_empty() && !s.1 {
-            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
-        }
-        !s.1
+        let ids = std::mem::take(&mut s.redo);
+        ids.into_iter()
+            .filter_map(|id| s.items.get(&id).map(|t| (id, t.clone())))
+            .collect()
     }
 
     pub fn close(&self) {
-        lock(&self.state).1 = true;
+        lock(&self.state).closed = true;
         self.cv.notify_all();
     }
 }
@@ -127,17 +190,21 @@ mod tests {
     }
 
     #[test]
-    fn inflight_bounds_and_drains() {
-        let f = Arc::new(Inflight::new(1));
-        assert!(f.insert(1, "a"));
+    fn inflight_bounds_drains_and_wakes_for_redo() {
+        let f = Arc::new(Inflight::new(2));
+        assert!(f.try_insert(1, "a").is_ok());
+        assert!(f.try_insert(2, "b").is_ok());
+        assert_eq!(f.try_insert(3, "c"), Err("c"));
         let f2 = f.clone();
-        let t = std::thread::spawn(move || f2.insert(2, "b"));
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        assert!(!t.is_finished());
-        assert_eq!(f.remove(1), Some("a"));
-        assert!(t.join().unwrap());
-        assert_eq!(f.get(2), Some("b"));
+        let t = std::thread::spawn(move || f2.wait_room());
+        f.remove(1);
+        assert_eq!(t.join().unwrap(), Wake::Ready);
+        f.request_redo(2);
+        assert_eq!(f.wait_empty(), Wake::Redo);
+        assert_eq!(f.take_redo(), vec![(2, "b")]);
         f.remove(2);
-        assert!(f.wait_empty());
+        assert_eq!(f.wait_empty(), Wake::Ready);
+        f.close();
+        assert_eq!(f.wait_room(), Wake::Closed);
     }
 }

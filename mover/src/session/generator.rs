@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::fs::{self, File, Metadata};
-use std::io::{self, BufReader};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -14,21 +14,22 @@ use std::sync::Arc;
 use rustix::fs::{FileType, Mode, CWD};
 use tokio::sync::mpsc;
 
-use super::commit::{create_and_replace, is_temp_name};
-use super::flow::Inflight;
+use super::commit::{create_and_replace, is_own_temp};
+use super::flow::{Inflight, Wake};
+use super::outbox::{recv_or_flush, Out, Outbox};
 use super::{warn, SessionError};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
 use crate::path::RelPath;
-use crate::protocol::{Entry, Frame, ListStats, Request, SessionOptions, SIGS_PER_FRAME};
-use crate::signature::{self, BlockSig, SigShape};
+use crate::protocol::{
+    Entry, Frame, ListStats, Request, SessionOptions, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
+};
+use crate::signature::{self, SigShape};
 use crate::stats::{Counters, Summary};
-use crate::walk::file_hash;
+use crate::walk::{file_hash, STATE_DIR};
 
 /// List frames consumed before credit is returned to the sender.
 const CREDIT_BATCH: u32 = 1024;
-/// Name of the receiver's private directory at the destination root.
-pub const STATE_DIR: &[u8] = b".volmig";
 
 /// A file requested from the sender.
 #[derive(Debug, Clone)]
@@ -55,9 +56,11 @@ pub struct Generator {
     pub opts: SessionOptions,
     pub filter: Filter,
     pub owner: bool,
-    pub out: mpsc::Sender<Frame>,
+    out: Outbox,
     pub inflight: Arc<Inflight<PendingFile>>,
     pub counters: Arc<Counters>,
+    /// Threads used to sign large basis files.
+    threads: usize,
     next_id: u64,
     consumed: u32,
     /// Names listed so far in the directory being listed.
@@ -71,7 +74,7 @@ impl Generator {
         opts: SessionOptions,
         filter: Filter,
         owner: bool,
-        out: mpsc::Sender<Frame>,
+        out: Out,
         inflight: Arc<Inflight<PendingFile>>,
         counters: Arc<Counters>,
     ) -> Generator {
@@ -80,9 +83,10 @@ impl Generator {
             opts,
             filter,
             owner,
-            out,
+            out: Outbox::new(out),
             inflight,
             counters,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             next_id: 0,
             consumed: 0,
             children: None,
@@ -91,38 +95,59 @@ impl Generator {
     }
 
     /// Consumes list frames until `ListEnd`, then waits for every request to finish.
-    pub fn run(mut self, mut rx: mpsc::Receiver<Frame>) -> Result<GenOutput, SessionError> {
-        loop {
-            let frame = rx.blocking_recv().ok_or_else(cancelled)?;
-            match frame {
-                Frame::Entry(e) => self.entry(e)?,
-                Frame::DirDone(d) => self.dir_done(d)?,
-                Frame::ListEnd(stats) => {
-                    self.list_end(stats);
-                    break;
+    pub fn run(mut self, mut rx: mpsc::Receiver<Vec<Frame>>) -> Result<GenOutput, SessionError> {
+        'list: loop {
+            let batch = recv_or_flush(&mut rx, &mut self.out)?.ok_or_else(cancelled)?;
+            for frame in batch {
+                match frame {
+                    Frame::Entry(e) => self.entry(e)?,
+                    Frame::DirDone(d) => self.dir_done(d)?,
+                    Frame::ListEnd(stats) => {
+                        self.list_end(stats);
+                        break 'list;
+                    }
+                    other => {
+                        return Err(SessionError::Internal(format!(
+                            "generator got {}",
+                            other.name()
+                        )))
+                    }
                 }
-                other => {
-                    return Err(SessionError::Internal(format!(
-                        "generator got {}",
-                        other.name()
-                    )))
+                self.consumed += 1;
+                if self.consumed >= CREDIT_BATCH {
+                    self.send(Frame::Credit(self.consumed))?;
+                    self.consumed = 0;
                 }
             }
-            self.consumed += 1;
-            if self.consumed >= CREDIT_BATCH {
-                self.send(Frame::Credit(self.consumed))?;
-                self.consumed = 0;
-            }
+            self.send_redo()?;
         }
-        if !self.inflight.wait_empty() {
-            return Err(cancelled());
+        loop {
+            self.out.flush()?;
+            match self.inflight.wait_empty() {
+                Wake::Ready => break,
+                Wake::Redo => self.send_redo()?,
+                Wake::Closed => return Err(cancelled()),
+            }
         }
         self.send(Frame::RequestsEnd)?;
+        self.out.flush()?;
         Ok(self.result)
     }
 
-    fn send(&self, frame: Frame) -> Result<(), SessionError> {
-        self.out.blocking_send(frame).map_err(|_| cancelled())
+    fn send(&mut self, frame: Frame) -> Result<(), SessionError> {
+        self.out.push(frame)
+    }
+
+    /// Requests again, whole, the files whose rebuild failed verification.
+    fn send_redo(&mut self) -> Result<(), SessionError> {
+        for (id, p) in self.inflight.take_redo() {
+            self.send(Frame::Request(Request {
+                id,
+                path: p.path,
+                basis: None,
+            }))?;
+        }
+        Ok(())
     }
 
     fn list_end(&mut self, stats: ListStats) {
@@ -136,7 +161,7 @@ impl Generator {
 
     fn entry(&mut self, e: Entry) -> Result<(), SessionError> {
         if !e.path.is_root() {
-            self.result.summary.files_total += 1;
+            self.result.summary.entries_total += 1;
             let parent = e.path.parent();
             match &mut self.children {
                 Some((dir, names)) if *dir == parent => {
@@ -252,6 +277,7 @@ impl Generator {
 
     fn file(&mut self, e: Entry, dest: &Path, have: Option<Metadata>) -> Result<(), SessionError> {
         let s = &mut self.result.summary;
+        s.files_total += 1;
         s.bytes_total += e.meta.size;
         self.counters
             .files_listed
@@ -314,67 +340,48 @@ impl Generator {
         basis: Option<SigShape>,
         dest: &Path,
     ) -> Result<(), SessionError> {
-        // Open the basis first: if it cannot be read, send the whole file instead.
-        let basis = basis.and_then(|_| {
+        // Sign the basis first: if it cannot be read, the whole file is sent instead.
+        let signed = basis.and_then(|_| {
             let f = File::open(dest).ok()?;
             let len = f.metadata().ok()?.len();
-            (len > 0).then(|| (f, SigShape::for_len(len)))
+            let shape = SigShape::for_len(len);
+            if len == 0 || shape.block_count() > MAX_BLOCKS_PER_FILE {
+                return None;
+            }
+            Some((shape, signature::sign_file(&f, shape, self.threads).ok()?))
         });
-        let shape = basis.as_ref().map(|(_, s)| *s);
-        if shape.is_some_and(|s| s.block_count() > crate::protocol::MAX_BLOCKS_PER_FILE) {
-            return self.request(path, meta, None, dest);
-        }
         let id = self.next_id;
         self.next_id += 1;
+        let shape = signed.as_ref().map(|(s, _)| *s);
         let pending = PendingFile {
             path: path.clone(),
             meta,
             basis: shape,
             redo: false,
         };
-        if !self.inflight.insert(id, pending) {
-            return Err(cancelled());
+        let mut pending = pending;
+        while let Err(p) = self.inflight.try_insert(id, pending) {
+            pending = p;
+            // Full: what is queued must reach the sender before waiting for room.
+            self.out.flush()?;
+            match self.inflight.wait_room() {
+                Wake::Ready => {}
+                Wake::Redo => self.send_redo()?,
+                Wake::Closed => return Err(cancelled()),
+            }
         }
         self.send(Frame::Request(Request {
             id,
             path,
-            listed: meta,
             basis: shape,
         }))?;
-        if let Some((file, shape)) = basis {
-            self.send_sigs(id, file, shape)?;
-        }
-        Ok(())
-    }
-
-    /// Streams the basis signature in frames of [`SIGS_PER_FRAME`] blocks.
-    fn send_sigs(&self, id: u64, file: File, shape: SigShape) -> Result<(), SessionError> {
-        let mut batch = Vec::with_capacity(SIGS_PER_FRAME.min(shape.block_count() as usize));
-        let mut sent = 0u64;
-        let read = signature::compute(BufReader::with_capacity(256 * 1024, file), shape, |sig| {
-            batch.push(sig);
-            if batch.len() == SIGS_PER_FRAME {
-                sent += batch.len() as u64;
-                let sigs = std::mem::replace(&mut batch, Vec::with_capacity(SIGS_PER_FRAME));
-                self.out
-                    .blocking_send(Frame::Sigs { id, sigs })
-                    .map_err(|_| io::Error::other("session ended"))?;
+        if let Some((_, sigs)) = signed {
+            for chunk in sigs.chunks(SIGS_PER_FRAME) {
+                self.send(Frame::Sigs {
+                    id,
+                    sigs: chunk.to_vec(),
+                })?;
             }
-            Ok(())
-        });
-        if read.is_err() {
-            // The basis shrank or failed while read: pad with blocks that match nothing.
-            let missing = shape.block_count() - sent - batch.len() as u64;
-            batch.extend((0..missing).map(|_| BlockSig {
-                weak: 0,
-                strong: [0; signature::STRONG_LEN],
-            }));
-        }
-        for chunk in batch.chunks(SIGS_PER_FRAME) {
-            self.send(Frame::Sigs {
-                id,
-                sigs: chunk.to_vec(),
-            })?;
         }
         Ok(())
     }
@@ -413,7 +420,7 @@ impl Generator {
             let de = de?;
             let name = de.file_name();
             let name = name.as_bytes();
-            if keep.contains(name) || is_temp_name(name) || (dir.is_root() && name == STATE_DIR) {
+            if keep.contains(name) || is_own_temp(name) || (dir.is_root() && name == STATE_DIR) {
                 continue;
             }
             let Ok(path) = dir.join(name) else { continue };
@@ -457,5 +464,5 @@ fn clear_dir(dest: &Path, have: Option<&Metadata>) -> io::Result<()> {
 }
 
 pub fn cancelled() -> SessionError {
-    SessionError::Internal("session ended early".into())
+    SessionError::Cancelled
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use super::receiver::{receive, ReceiverConfig};
 use super::sender::{send, SenderConfig};
 use super::{ProgressFn, SessionError};
+use crate::filter::Filter;
 use crate::protocol::SessionOptions;
 use crate::stats::Summary;
 
@@ -16,15 +17,18 @@ pub async fn sync(
     src: PathBuf,
     dst: PathBuf,
     options: SessionOptions,
+    bwlimit: Option<u64>,
     progress: Option<ProgressFn>,
 ) -> Result<Summary, SessionError> {
+    // Usage errors are reported as such, not as the broken pipe they would cause.
+    Filter::new(&options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
     let (a, b) = tokio::io::duplex(PIPE);
     let mut rcfg = ReceiverConfig::new(dst);
     rcfg.progress = progress;
     let scfg = SenderConfig {
         root: src,
         options,
-        bwlimit: None,
+        bwlimit,
         progress: None,
     };
     let receiver = tokio::spawn(receive(b, rcfg));
@@ -32,10 +36,16 @@ pub async fn sync(
     let received = receiver
         .await
         .map_err(|e| SessionError::Internal(e.to_string()))?;
-    // The receiver's error is the more telling one when both fail.
     match (sent, received) {
-        (_, Err(e)) | (Err(e), Ok(_)) => Err(e),
         // The receiver counted both directions of the pipe.
         (Ok(_), Ok(s)) => Ok(s),
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
+        // Each side reports the other's failure as an abort: show the cause.
+        (Err(s), Err(r)) => Err(match (s, r) {
+            (SessionError::PeerAbort(_), r) => r,
+            (s, SessionError::PeerAbort(_)) => s,
+            (s, r) if s.weight() > r.weight() => s,
+            (_, r) => r,
+        }),
     }
 }

@@ -15,14 +15,16 @@ mod commit;
 mod flow;
 mod generator;
 pub mod local;
+mod outbox;
 pub mod receiver;
 pub mod sender;
+mod supervise;
 mod writer;
 
 use std::io;
 use std::sync::Arc;
 
-use crate::protocol::ProtocolError;
+use crate::protocol::{AbortReason, ProtocolError};
 use crate::stats::Progress;
 
 /// Receives progress events (about twice a second, and once at the end).
@@ -33,12 +35,15 @@ pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 pub enum SessionError {
     #[error(transparent)]
     Protocol(#[from] ProtocolError),
-    #[error("the peer ended the session: {0}")]
-    PeerAbort(String),
+    #[error("the peer ended the session: {}", .0.message)]
+    PeerAbort(AbortReason),
     #[error("{context}: {source}")]
     Local { context: String, source: io::Error },
     #[error("{0}")]
     Usage(String),
+    /// A worker stopped because another part of the session failed first.
+    #[error("the session ended early")]
+    Cancelled,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -53,20 +58,23 @@ impl SessionError {
 
     /// Whether a new attempt may succeed where this one failed.
     pub fn is_retryable(&self) -> bool {
+        use rustix::io::Errno;
         match self {
             SessionError::Protocol(p) => p.is_retryable(),
-            SessionError::PeerAbort(_) => true,
+            SessionError::PeerAbort(r) => r.retryable,
             SessionError::Local { source, .. } => !matches!(
-                source
-                    .raw_os_error()
-                    .map(rustix::io::Errno::from_raw_os_error),
+                source.raw_os_error().map(Errno::from_raw_os_error),
                 Some(
-                    rustix::io::Errno::NOSPC
-                        | rustix::io::Errno::ACCESS
-                        | rustix::io::Errno::PERM
-                        | rustix::io::Errno::ROFS
+                    Errno::NOSPC
+                        | Errno::DQUOT
+                        | Errno::ACCESS
+                        | Errno::PERM
+                        | Errno::ROFS
+                        | Errno::NOENT
+                        | Errno::NOTDIR
                 )
             ),
+            SessionError::Cancelled => true,
             SessionError::Usage(_) | SessionError::Internal(_) => false,
         }
     }
@@ -82,16 +90,30 @@ impl SessionError {
             SessionError::Local { .. } => 11,
             SessionError::Protocol(ProtocolError::Violation(_) | ProtocolError::Decode(_)) => 12,
             SessionError::PeerAbort(_) => 13,
-            SessionError::Internal(_) => 14,
+            SessionError::Cancelled | SessionError::Internal(_) => 14,
         }
     }
-}
 
-/// Turns a worker thread's join result into a session result.
-fn joined<T>(
-    r: Result<Result<T, SessionError>, tokio::task::JoinError>,
-) -> Result<T, SessionError> {
-    r.map_err(|e| SessionError::Internal(format!("worker stopped: {e}")))?
+    /// How much this error explains a failure: a worker that stopped because
+    /// its channel closed explains nothing, a dropped connection little, a
+    /// local or protocol error most.
+    pub(crate) fn weight(&self) -> u8 {
+        match self {
+            SessionError::Cancelled => 0,
+            SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_)) => 1,
+            SessionError::PeerAbort(_) => 2,
+            _ => 3,
+        }
+    }
+
+    /// What to tell the peer about this failure.
+    pub fn to_abort(&self) -> AbortReason {
+        AbortReason {
+            message: self.to_string(),
+            retryable: self.is_retryable(),
+            exit_code: self.exit_code(),
+        }
+    }
 }
 
 /// Prints a per-file warning on stderr.

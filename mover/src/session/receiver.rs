@@ -15,7 +15,9 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use super::applier::Applier;
 use super::flow::Inflight;
 use super::generator::{is_fatal, GenOutput, Generator, PendingFile};
-use super::{joined, warn, writer, ProgressFn, SessionError};
+use super::outbox::Out;
+use super::supervise::{drain, Supervisor, CLEANUP};
+use super::{warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;
@@ -27,6 +29,8 @@ use crate::stats::{Counters, Summary};
 
 /// Files requested and not yet finished, at most.
 const MAX_INFLIGHT: usize = 1024;
+/// Most frames handed on at once by the reader.
+const READ_BATCH: usize = 256;
 /// How often progress is reported.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 
@@ -103,17 +107,15 @@ where
 
     sink.send(Frame::Hello(Hello::new(SessionOptions::default())))
         .await?;
-    let opts = match handshake(&mut frames).await {
-        Ok(opts) => opts,
-        Err(e) => {
-            let _ = sink.send(Frame::Abort(e.to_string())).await;
-            return Err(e);
-        }
+    let accepted = async {
+        let opts = handshake(&mut frames).await?;
+        let filter = prepare(&cfg, &opts)?;
+        Ok::<_, SessionError>((opts, filter))
     };
-    let filter = match prepare(&cfg, &opts) {
-        Ok(f) => f,
+    let (opts, filter) = match accepted.await {
+        Ok(r) => r,
         Err(e) => {
-            let _ = sink.send(Frame::Abort(e.to_string())).await;
+            let _ = sink.send(Frame::Abort(e.to_abort())).await;
             return Err(e);
         }
     };
@@ -123,6 +125,7 @@ where
     let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
     let inflight = Arc::new(Inflight::<PendingFile>::new(MAX_INFLIGHT));
     let counters = Arc::new(Counters::default());
+    let mut sup = Supervisor::new();
 
     let (gen_tx, gen_rx) = mpsc::channel(2 * INITIAL_CREDIT as usize);
     let generator = Generator::new(
@@ -134,18 +137,20 @@ where
         inflight.clone(),
         counters.clone(),
     );
-    let generator = tokio::task::spawn_blocking(move || generator.run(gen_rx));
+    let generator = sup.spawn(move || generator.run(gen_rx));
     let (app_tx, app_rx) = mpsc::channel(32);
     let applier = Applier::new(
         cfg.root.clone(),
         opts.inplace,
         cfg.preserve_owner,
-        out_tx.clone(),
         inflight.clone(),
         counters.clone(),
-    )
-    .map_err(|e| SessionError::local("starting", e))?;
-    let applier = tokio::task::spawn_blocking(move || applier.run(app_rx));
+    );
+    let applier = sup.spawn(move || {
+        applier
+            .map_err(|e| SessionError::local("starting zstd", e))?
+            .run(app_rx)
+    });
     let ticker = tokio::spawn(report_progress(
         counters.clone(),
         start,
@@ -153,44 +158,53 @@ where
         cfg.progress.clone(),
     ));
 
-    let read = read_frames(&mut frames, gen_tx, app_tx).await;
-    let outcome = async {
-        read?;
-        let gen = joined(generator.await)?;
-        let applied = joined(applier.await)?;
-        Ok::<_, SessionError>((gen, applied))
+    let read = sup.watch(read_frames(&mut frames, gen_tx, app_tx)).await;
+    if let Err(e) = read {
+        // Stop everything, tell the sender why, and let the workers clean up.
+        ticker.abort();
+        inflight.close();
+        let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
+        drop(out_tx);
+        if tokio::time::timeout(CLEANUP, writer).await.is_err() {
+            warn("could not deliver the error to the sender");
+        }
+        drain(generator).await;
+        drain(applier).await;
+        return Err(e);
     }
-    .await;
-    ticker.abort();
-    let (gen, applied) = match outcome {
+    let joined =
+        async { Ok::<_, SessionError>((sup.join(generator).await?, sup.join(applier).await?)) };
+    let (gen, applied) = match joined.await {
         Ok(r) => r,
         Err(e) => {
-            inflight.close();
-            if !matches!(
-                e,
-                SessionError::PeerAbort(_)
-                    | SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_))
-            ) {
-                let _ = out_tx.send(Frame::Abort(e.to_string())).await;
-            }
-            drop(out_tx);
-            let _ = writer.await;
+            ticker.abort();
+            let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
             return Err(e);
         }
     };
+    ticker.abort();
     let root = cfg.root.clone();
     let owner = cfg.preserve_owner;
-    let mut summary =
-        joined(tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied)).await)?;
+    let finished = tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied)).await;
+    let mut summary = match finished
+        .map_err(|e| SessionError::Internal(e.to_string()))
+        .and_then(|r| r)
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
+            return Err(e);
+        }
+    };
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     if let Some(p) = &cfg.progress {
         p(&counters.snapshot(summary.elapsed_ms));
     }
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
     out_tx
-        .send(Frame::Done(summary.clone()))
+        .send(vec![Frame::Done(summary.clone())])
         .await
-        .map_err(|_| super::generator::cancelled())?;
+        .map_err(|_| SessionError::Cancelled)?;
     drop(out_tx);
     writer
         .await
@@ -239,29 +253,43 @@ fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Filter, Sessio
 
 async fn read_frames<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
-    gen_tx: mpsc::Sender<Frame>,
-    app_tx: mpsc::Sender<Frame>,
+    gen_tx: mpsc::Sender<Vec<Frame>>,
+    app_tx: mpsc::Sender<Vec<Frame>>,
 ) -> Result<(), SessionError> {
     let mut state = State::Listing;
+    // Frames already decoded are handed on together: one wake-up per batch.
+    let mut batches = frames.ready_chunks(READ_BATCH);
     while state != State::DataDone {
-        let frame = match frames.next().await {
-            Some(f) => f?,
-            None => return Err(ProtocolError::Closed("before the transfer finished").into()),
+        let Some(batch) = batches.next().await else {
+            return Err(ProtocolError::Closed("before the transfer finished").into());
         };
-        if let Frame::Abort(msg) = frame {
-            return Err(SessionError::PeerAbort(msg));
+        let (mut to_gen, mut to_app) = (Vec::new(), Vec::new());
+        for frame in batch {
+            let frame = frame?;
+            if let Frame::Abort(reason) = frame {
+                return Err(SessionError::PeerAbort(reason));
+            }
+            let (next, route) = state.step(&frame)?;
+            state = next;
+            match route {
+                Route::Generator => to_gen.push(frame),
+                Route::Applier => to_app.push(frame),
+            }
         }
-        let (next, route) = state.step(&frame)?;
-        state = next;
-        match route {
+        if !to_gen.is_empty() {
             // The sender may not exceed its credit, so this queue never blocks.
-            Route::Generator => gen_tx
-                .try_send(frame)
-                .map_err(|_| violation("sender exceeded its list credit"))?,
-            Route::Applier => app_tx
-                .send(frame)
+            gen_tx.try_send(to_gen).map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    violation("sender exceeded its list credit").into()
+                }
+                mpsc::error::TrySendError::Closed(_) => SessionError::Cancelled,
+            })?;
+        }
+        if !to_app.is_empty() {
+            app_tx
+                .send(to_app)
                 .await
-                .map_err(|_| super::generator::cancelled())?,
+                .map_err(|_| super::generator::cancelled())?;
         }
     }
     Ok(())
@@ -270,7 +298,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
 async fn report_progress(
     counters: Arc<Counters>,
     start: Instant,
-    out: mpsc::Sender<Frame>,
+    out: Out,
     sink: Option<ProgressFn>,
 ) {
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
@@ -281,7 +309,7 @@ async fn report_progress(
         if let Some(sink) = &sink {
             sink(&p);
         }
-        if out.send(Frame::Progress(p)).await.is_err() {
+        if out.send(vec![Frame::Progress(p)]).await.is_err() {
             return;
         }
     }

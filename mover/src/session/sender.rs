@@ -13,7 +13,9 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::flow::Credits;
 use super::generator::cancelled;
-use super::{joined, warn, writer, ProgressFn, SessionError};
+use super::outbox::{recv_or_flush, Outbox};
+use super::supervise::{drain, Supervisor, CLEANUP};
+use super::{warn, writer, ProgressFn, SessionError};
 use crate::delta::{delta, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
 use crate::meta::Meta;
@@ -23,10 +25,14 @@ use crate::protocol::{
 };
 use crate::signature::{BlockSig, Index};
 use crate::stats::Summary;
-use crate::walk::{open_source, WalkItem, Walker};
+use crate::walk::{SourceRoot, WalkItem, Walker};
 
 /// Reads of a file that keeps changing before it is reported as changed.
 const MAX_TRIES: usize = 3;
+/// Complete requests (with their signatures) queued for the delta thread.
+const REQUEST_QUEUE: usize = 4;
+/// Most frames handed on at once by the reader.
+const READ_BATCH: usize = 256;
 /// Ops per frame at most.
 const OPS_PER_FRAME: usize = 4096;
 
@@ -144,6 +150,7 @@ where
     let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
     let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
     let credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
+    let mut sup = Supervisor::new();
     let walker = {
         let (root, out, credits, checksum) = (
             cfg.root.clone(),
@@ -151,34 +158,54 @@ where
             credits.clone(),
             options.checksum,
         );
-        tokio::task::spawn_blocking(move || {
-            walk(Walker::new(root, filter, checksum), &out, &credits)
+        let filter = filter.clone();
+        sup.spawn(move || {
+            walk(
+                Walker::new(root, filter, checksum),
+                Outbox::new(out),
+                &credits,
+            )
         })
     };
-    let (req_tx, req_rx) = mpsc::channel(64);
+    let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
     let server = {
         let (root, out, opts) = (cfg.root.clone(), out_tx.clone(), options.clone());
-        tokio::task::spawn_blocking(move || serve(root, opts, req_rx, &out))
+        sup.spawn(move || serve(&root, filter, opts, req_rx, Outbox::new(out)))
     };
-    drop(out_tx);
 
-    let read = read_frames(&mut frames, &credits, req_tx, cfg.progress.as_ref()).await;
+    let read = sup
+        .watch(read_frames(
+            &mut frames,
+            &credits,
+            req_tx,
+            cfg.progress.as_ref(),
+        ))
+        .await;
     credits.close();
-    let summary = match read {
-        Ok(s) => s,
+    let done = match read {
+        Ok(summary) => {
+            async {
+                sup.join(walker).await?;
+                sup.join(server).await?;
+                Ok::<_, SessionError>(summary)
+            }
+            .await
+        }
         Err(e) => {
-            walker.abort();
-            server.abort();
-            let _ = writer.await;
+            // Tell the receiver why, then let the workers clean up.
+            let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
+            drop(out_tx);
+            let _ = tokio::time::timeout(CLEANUP, writer).await;
+            drain(walker).await;
+            drain(server).await;
             return Err(e);
         }
     };
-    joined(walker.await)?;
-    joined(server.await)?;
+    drop(out_tx);
+    let mut summary = done?;
     writer
         .await
         .map_err(|e| SessionError::Internal(e.to_string()))??;
-    let mut summary = summary;
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     Ok(summary)
@@ -188,7 +215,7 @@ async fn handshake<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
 ) -> Result<SessionOptions, SessionError> {
     let next = |f: Option<Result<Frame, ProtocolError>>| match f {
-        Some(Ok(Frame::Abort(msg))) => Err(SessionError::PeerAbort(msg)),
+        Some(Ok(Frame::Abort(reason))) => Err(SessionError::PeerAbort(reason)),
         Some(Ok(frame)) => Ok(frame),
         Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => {
             Err(ProtocolError::NotMover.into())
@@ -214,36 +241,39 @@ async fn read_frames<R: AsyncRead + Unpin>(
 ) -> Result<Summary, SessionError> {
     let mut state = State::Serving(None);
     let mut req_tx = Some(req_tx);
+    let mut batches = frames.ready_chunks(READ_BATCH);
     loop {
-        let frame = match frames.next().await {
-            Some(f) => f?,
-            None => return Err(ProtocolError::Closed("before the transfer finished").into()),
+        let Some(batch) = batches.next().await else {
+            return Err(ProtocolError::Closed("before the transfer finished").into());
         };
-        if let Frame::Abort(msg) = frame {
-            return Err(SessionError::PeerAbort(msg));
-        }
-        let (next, action) = state.step(frame)?;
-        state = next;
-        match action {
-            Action::Credit(n) => credits.add(n as u64),
-            Action::Serve(req, sigs) => {
-                let tx = req_tx.as_ref().ok_or_else(cancelled)?;
-                tx.send((req, sigs)).await.map_err(|_| cancelled())?;
+        for frame in batch {
+            let frame = frame?;
+            if let Frame::Abort(reason) = frame {
+                return Err(SessionError::PeerAbort(reason));
             }
-            Action::RequestsEnd => req_tx = None,
-            Action::Progress(p) => {
-                if let Some(sink) = progress {
-                    sink(&p);
+            let (next, action) = state.step(frame)?;
+            state = next;
+            match action {
+                Action::Credit(n) => credits.add(n as u64),
+                Action::Serve(req, sigs) => {
+                    let tx = req_tx.as_ref().ok_or_else(cancelled)?;
+                    tx.send((req, sigs)).await.map_err(|_| cancelled())?;
                 }
+                Action::RequestsEnd => req_tx = None,
+                Action::Progress(p) => {
+                    if let Some(sink) = progress {
+                        sink(&p);
+                    }
+                }
+                Action::Done(summary) => return Ok(summary),
+                Action::Nothing => {}
             }
-            Action::Done(summary) => return Ok(summary),
-            Action::Nothing => {}
         }
     }
 }
 
 /// The walker thread: lists the tree within the receiver's credit.
-fn walk(walker: Walker, out: &mpsc::Sender<Frame>, credits: &Credits) -> Result<(), SessionError> {
+fn walk(walker: Walker, mut out: Outbox, credits: &Credits) -> Result<(), SessionError> {
     let mut stats = ListStats::default();
     for item in walker {
         let frame = match item {
@@ -263,51 +293,64 @@ fn walk(walker: Walker, out: &mpsc::Sender<Frame>, credits: &Credits) -> Result<
                 continue;
             }
         };
-        if !credits.take() {
-            return Err(cancelled());
+        if !credits.try_take() {
+            // Out of credit: what is listed must reach the receiver before waiting.
+            out.flush()?;
+            if !credits.take() {
+                return Err(cancelled());
+            }
         }
-        out.blocking_send(frame).map_err(|_| cancelled())?;
+        out.push(frame)?;
     }
-    out.blocking_send(Frame::ListEnd(stats))
-        .map_err(|_| cancelled())
+    out.push(Frame::ListEnd(stats))?;
+    out.flush()
 }
 
 /// The delta thread: answers requests in order until the receiver has no more.
 fn serve(
-    root: PathBuf,
+    root: &std::path::Path,
+    filter: Filter,
     opts: SessionOptions,
     mut rx: mpsc::Receiver<(Request, Vec<BlockSig>)>,
-    out: &mpsc::Sender<Frame>,
+    mut out: Outbox,
 ) -> Result<(), SessionError> {
+    let root = SourceRoot::open(root)
+        .map_err(|e| SessionError::local(format!("opening {}", root.display()), e))?;
     let mut zstd = match opts.compress {
         Some(level) => {
             Some(zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?)
         }
         None => None,
     };
-    while let Some((req, sigs)) = rx.blocking_recv() {
-        let outcome = send_file(&root, &opts, &req, sigs, out, zstd.as_mut())?;
-        out.blocking_send(Frame::FileEnd {
+    while let Some((req, sigs)) = recv_or_flush(&mut rx, &mut out)? {
+        if filter.excludes(&req.path, false) {
+            return Err(violation(format!("receiver asked for excluded {}", req.path)).into());
+        }
+        let outcome = send_file(&root, &opts, &req, sigs, &mut out, zstd.as_mut())?;
+        out.push(Frame::FileEnd {
             id: req.id,
             outcome,
-        })
-        .map_err(|_| cancelled())?;
+        })?;
     }
-    out.blocking_send(Frame::DataEnd).map_err(|_| cancelled())
+    out.push(Frame::DataEnd)?;
+    out.flush()
 }
 
 fn send_file(
-    root: &std::path::Path,
+    root: &SourceRoot,
     opts: &SessionOptions,
     req: &Request,
     sigs: Vec<BlockSig>,
-    out: &mpsc::Sender<Frame>,
+    out: &mut Outbox,
     mut zstd: Option<&mut zstd::bulk::Compressor<'static>>,
 ) -> Result<FileOutcome, SessionError> {
-    let path = req.path.under(root);
-    let mut file = match open_source(&path) {
+    let mut file = match root.open_file(&req.path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(FileOutcome::Vanished),
+        // Replaced by a symlink since it was listed.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Ok(FileOutcome::Changed)
+        }
         Err(e) => {
             warn(format_args!("{}: {e}", req.path));
             return Ok(FileOutcome::Unreadable);
@@ -323,16 +366,15 @@ fn send_file(
             Ok(None) => return Ok(FileOutcome::Changed),
             Err(e) => return Ok(unreadable(req, e)),
         };
-        out.blocking_send(Frame::FileBegin {
+        out.push(Frame::FileBegin {
             id: req.id,
             meta: before,
-        })
-        .map_err(|_| cancelled())?;
+        })?;
         let mut batch = OpBatch {
             id: req.id,
             ops: Vec::new(),
             bytes: 0,
-            out,
+            out: &mut *out,
             zstd: zstd.as_deref_mut(),
         };
         let result = delta::<_, SendError>(
@@ -388,7 +430,7 @@ struct OpBatch<'a> {
     id: u64,
     ops: Vec<WireOp>,
     bytes: usize,
-    out: &'a mpsc::Sender<Frame>,
+    out: &'a mut Outbox,
     zstd: Option<&'a mut zstd::bulk::Compressor<'static>>,
 }
 
@@ -426,7 +468,7 @@ impl OpBatch<'_> {
         let ops = std::mem::take(&mut self.ops);
         self.bytes = 0;
         self.out
-            .blocking_send(Frame::Ops { id: self.id, ops })
-            .map_err(|_| SendError::Session(cancelled()))
+            .push(Frame::Ops { id: self.id, ops })
+            .map_err(SendError::Session)
     }
 }

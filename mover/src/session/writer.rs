@@ -9,28 +9,30 @@ use tokio_util::codec::FramedWrite;
 
 use crate::protocol::{Frame, FrameCodec, ProtocolError, WireCounter};
 
-/// Frames queued for the writer before senders wait.
-pub const QUEUE: usize = 64;
+/// Batches queued for the writer before senders wait.
+pub const QUEUE: usize = 8;
 
 /// Writes queued frames until the queue closes, flushing whenever it runs dry
 /// (so small frames share system calls) and pacing to `bwlimit` bytes/s
 /// (`sent` is the counter of the codec inside `sink`).
 pub async fn run<W: AsyncWrite + Unpin>(
     mut sink: FramedWrite<W, FrameCodec>,
-    mut rx: mpsc::Receiver<Frame>,
+    mut rx: mpsc::Receiver<Vec<Frame>>,
     bwlimit: Option<u64>,
     sent: WireCounter,
 ) -> Result<(), ProtocolError> {
     let start = Instant::now();
-    while let Some(frame) = rx.recv().await {
-        sink.feed(frame).await?;
+    while let Some(batch) = rx.recv().await {
+        for frame in batch {
+            sink.feed(frame).await?;
+        }
         if let Some(rate) = bwlimit {
             sink.flush().await?;
             let due = Duration::from_secs_f64(sent.get() as f64 / rate as f64);
             if let Some(wait) = due.checked_sub(start.elapsed()) {
                 tokio::time::sleep(wait).await;
             }
-        } else if rx.is_empty() || sink.write_buffer().len() > 1 << 20 {
+        } else if rx.is_empty() {
             sink.flush().await?;
         }
     }

@@ -1,0 +1,86 @@
+//! Batching of outgoing frames from the worker threads.
+//!
+//! A worker pushes frames into its own [`Outbox`], which hands them to the
+//! writer task in batches: one channel message and one wake-up per batch
+//! instead of per frame. A worker must [`Outbox::flush`] before anything that
+//! may wait (reading its input, waiting for credit or room in flight), so
+//! nothing it has produced sits unsent while it sleeps.
+
+use tokio::sync::mpsc;
+
+use super::generator::cancelled;
+use super::SessionError;
+use crate::delta::Op;
+use crate::protocol::{Frame, WireOp};
+
+/// Frames per batch before it is handed over.
+const BATCH_FRAMES: usize = 128;
+/// Payload bytes per batch before it is handed over.
+const BATCH_BYTES: usize = 1 << 20;
+
+/// The channel to a connection's writer task.
+pub type Out = mpsc::Sender<Vec<Frame>>;
+
+pub struct Outbox {
+    tx: Out,
+    buf: Vec<Frame>,
+    bytes: usize,
+}
+
+impl Outbox {
+    pub fn new(tx: Out) -> Outbox {
+        Outbox {
+            tx,
+            buf: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    pub fn push(&mut self, frame: Frame) -> Result<(), SessionError> {
+        self.bytes += weight(&frame);
+        self.buf.push(frame);
+        if self.buf.len() >= BATCH_FRAMES || self.bytes >= BATCH_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> Result<(), SessionError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.bytes = 0;
+        let batch = std::mem::take(&mut self.buf);
+        self.tx.blocking_send(batch).map_err(|_| cancelled())
+    }
+}
+
+/// Rough payload size of a frame, for batching.
+fn weight(frame: &Frame) -> usize {
+    match frame {
+        Frame::Ops { ops, .. } => ops
+            .iter()
+            .map(|op| match op {
+                WireOp::Plain(Op::Literal(d)) | WireOp::Zstd { data: d, .. } => d.len(),
+                _ => 8,
+            })
+            .sum(),
+        Frame::Sigs { sigs, .. } => sigs.len() * 24,
+        _ => 64,
+    }
+}
+
+/// Receives the next batch, flushing `outbox` first if the worker would have to wait.
+pub fn recv_or_flush<T>(
+    rx: &mut mpsc::Receiver<T>,
+    outbox: &mut Outbox,
+) -> Result<Option<T>, SessionError> {
+    match rx.try_recv() {
+        Ok(item) => Ok(Some(item)),
+        Err(mpsc::error::TryRecvError::Disconnected) => Ok(None),
+        Err(mpsc::error::TryRecvError::Empty) => {
+            outbox.flush()?;
+            Ok(rx.blocking_recv())
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Runs a session's worker threads and reports the failure that explains the most.
+//!
+//! When one part of a session fails, the others stop too: a worker whose
+//! channel closed reports [`SessionError::Cancelled`], a reader sees the
+//! connection drop. Only the first cause is worth showing, so every worker's
+//! error goes to the supervisor, which weighs them.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::SessionError;
+
+/// How long a secondary error waits for the primary cause to be reported.
+const GRACE: Duration = Duration::from_millis(200);
+/// How long stopped workers get to clean up after a failure.
+pub const CLEANUP: Duration = Duration::from_secs(5);
+
+pub struct Supervisor {
+    tx: mpsc::UnboundedSender<SessionError>,
+    rx: mpsc::UnboundedReceiver<SessionError>,
+}
+
+impl Supervisor {
+    pub fn new() -> Supervisor {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Supervisor { tx, rx }
+    }
+
+    /// Runs `work` on a blocking thread; its error is also reported here.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, SessionError> + Send + 'static,
+    ) -> JoinHandle<Option<T>> {
+        let tx = self.tx.clone();
+        tokio::task::spawn_blocking(move || match work() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let _ = tx.send(e);
+                None
+            }
+        })
+    }
+
+    /// Awaits `fut`, ending early as soon as a worker fails.
+    pub async fn watch<T>(
+        &mut self,
+        fut: impl Future<Output = Result<T, SessionError>>,
+    ) -> Result<T, SessionError> {
+        let first = tokio::select! {
+            r = fut => match r {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            },
+            Some(e) = self.rx.recv() => e,
+        };
+        Err(self.explain(first).await)
+    }
+
+    /// Awaits a worker that is expected to finish.
+    pub async fn join<T>(&mut self, worker: JoinHandle<Option<T>>) -> Result<T, SessionError> {
+        match worker.await {
+            Ok(Some(v)) => Ok(v),
+            Ok(None) => Err(self.explain(SessionError::Cancelled).await),
+            Err(e) => Err(SessionError::Internal(format!("worker stopped: {e}"))),
+        }
+    }
+
+    /// The most telling of `first` and the failures reported now or within a moment.
+    pub async fn explain(&mut self, first: SessionError) -> SessionError {
+        let mut best = first;
+        let deadline = Instant::now()
+            + if best.weight() < 3 {
+                GRACE
+            } else {
+                Duration::ZERO
+            };
+        loop {
+            let next = match self.rx.try_recv() {
+                Ok(e) => Some(e),
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::timeout_at(deadline, self.rx.recv())
+                        .await
+                        .ok()
+                        .flatten()
+                }
+                Err(_) => None,
+            };
+            match next {
+                Some(e) if e.weight() > best.weight() => best = e,
+                Some(_) => {}
+                None => return best,
+            }
+        }
+    }
+}
+
+/// Waits for stopped workers to finish cleaning up, bounded by [`CLEANUP`].
+pub async fn drain<T>(worker: JoinHandle<T>) {
+    let _ = tokio::time::timeout(CLEANUP, worker).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ProtocolError;
+
+    #[tokio::test]
+    async fn the_cause_wins_over_its_consequences() {
+        let mut sup = Supervisor::new();
+        let w = sup.spawn(|| -> Result<(), _> { Err(SessionError::Usage("bad pattern".into())) });
+        let closed = SessionError::Protocol(ProtocolError::Closed("early"));
+        assert!(matches!(sup.explain(closed).await, SessionError::Usage(_)));
+        assert!(sup.join(w).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn watch_stops_at_the_first_worker_failure() {
+        let mut sup = Supervisor::new();
+        let _w = sup.spawn(|| -> Result<(), _> { Err(SessionError::Usage("x".into())) });
+        let r = sup
+            .watch(std::future::pending::<Result<(), SessionError>>())
+            .await;
+        assert!(matches!(r, Err(SessionError::Usage(_))));
+    }
+}
