@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# tests/bench/run.sh — side-by-side benchmark of `mover` vs rsync (daemon mode) on loopback.
+#
+#   tests/bench/run.sh [--mover PATH] [--work DIR] [--quick] [--keep] [--repeat N]
+#
+# Run by hand (or from a report), never as a timed test. See tests/bench/README.md.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+HELPER="$HERE/helper.py"
+
+MOVER="" WORK="" QUICK=0 KEEP=0 REPEAT=1
+
+usage() {
+    cat <<'EOF'
+usage: tests/bench/run.sh [--mover PATH] [--work DIR] [--quick] [--keep] [--repeat N]
+  --mover PATH  mover binary to test (default: cargo build --release -p mover, use target/release/mover)
+  --work DIR    work directory for data, destinations, logs and results.json (default: fresh /tmp dir)
+  --quick       scale the data sets down 8x for a fast smoke run
+  --keep        keep data and destinations at exit (logs and results.json are always kept)
+  --repeat N    run every measurement N times and report the median (default 1)
+EOF
+}
+
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --mover) MOVER=$2; shift 2 ;;
+        --work) WORK=$2; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        --keep) KEEP=1; shift ;;
+        --repeat) REPEAT=$2; shift 2 ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; exit 1 ;;
+    esac
+done
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || { echo "--repeat needs a positive integer" >&2; exit 1; }
+
+log() { printf '[bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- tools
+command -v rsync >/dev/null || apt-get install -y rsync >/dev/null || die "rsync missing and apt-get failed"
+if [[ ! -x /usr/bin/time ]]; then
+    apt-get install -y time >/dev/null 2>&1 || log "warning: /usr/bin/time unavailable, no peak RSS"
+fi
+HAVE_TIME=0; [[ -x /usr/bin/time ]] && HAVE_TIME=1
+command -v python3 >/dev/null || die "python3 is required"
+
+if [[ -z $MOVER ]]; then
+    log "building mover (cargo build --release -p mover)"
+    (cd "$ROOT" && cargo build --release -p mover) || die "cargo build failed"
+    MOVER="${CARGO_TARGET_DIR:-$ROOT/target}/release/mover"
+fi
+MOVER=$(realpath "$MOVER")
+[[ -x $MOVER ]] || die "mover binary not found: $MOVER"
+if ! "$MOVER" send --help 2>&1 | grep -q -- '--to'; then
+    log "WARNING: '$MOVER send --help' does not look like the mover CLI; mover runs will likely FAIL"
+fi
+
+# ---------------------------------------------------------------- work dir and cleanup
+if [[ -z $WORK ]]; then
+    WORK=$(mktemp -d /tmp/volmig-bench.XXXXXX)
+else
+    mkdir -p "$WORK"
+    WORK=$(realpath "$WORK")
+fi
+SRC=$WORK/src DST=$WORK/dst SNAP=$WORK/snap LOGS=$WORK/logs
+rm -rf "$SRC" "$DST" "$SNAP" "$LOGS" "$WORK"/{runs.tsv,verify_failures.tsv,results.json,meta.json,table.md}
+mkdir -p "$SRC" "$DST/rsync" "$DST/mover" "$LOGS"
+touch "$WORK/verify_failures.tsv"
+
+DAEMON_PID="" RECV_PID=""
+cleanup() {
+    # Every background process runs under setsid, so its id is also its process group's.
+    if [[ -n $RECV_PID ]]; then kill -- "-$RECV_PID" 2>/dev/null || true; fi
+    if [[ -n $DAEMON_PID ]]; then kill -- "-$DAEMON_PID" 2>/dev/null || true; fi
+    rm -f "$WORK/mover.addr"
+    if [[ $KEEP == 0 ]]; then rm -rf "$SRC" "$DST" "$SNAP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- helpers
+usec() { echo "${EPOCHREALTIME/./}"; }
+secs_since() { local d=$(( $(usec) - $1 )); printf '%d.%06d' $((d / 1000000)) $((d % 1000000)); }
+# Last line of a `/usr/bin/time -f %M -o FILE` output (peak RSS in KiB), or -1.
+rss_of() { if [[ -s $1 ]]; then tail -n1 "$1" | tr -dc '0-9'; else echo -1; fi; }
+time_prefix() { if [[ $HAVE_TIME == 1 ]]; then echo "/usr/bin/time -f %M -o $1"; fi; }
+
+DROP_OK=0
+if { sync && echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then DROP_OK=1; fi
+drop_caches() { if [[ $DROP_OK == 1 ]]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi; }
+
+FAILED=0
+fail() { log "FAIL: $*"; FAILED=1; }
+
+# runs.tsv: scenario tool rep secs wire_bytes rss_send_kb rss_recv_kb status log
+record() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$WORK/runs.tsv"; }
+
+# run_rsync SCENARIO REP SRC_DIR DEST_SUBDIR [extra rsync args...]: push SRC_DIR/ into the daemon module.
+run_rsync() {
+    local sc=$1 rep=$2 src=$3 sub=$4 out rc=0 t0 secs wire st=ok
+    shift 4
+    out=$LOGS/$sc.rsync.$rep
+    drop_caches
+    t0=$(usec)
+    # shellcheck disable=SC2046 # time_prefix is intentionally word-split
+    $(time_prefix "$out.rss") rsync -aHS --numeric-ids --delete --stats "$@" \
+        "$src/" "rsync://127.0.0.1:$PORT/bench/$sub/" >"$out.log" 2>&1 || rc=$?
+    secs=$(secs_since "$t0")
+    wire=$(python3 "$HELPER" rsync-wire "$out.log")
+    [[ $rc == 0 ]] || { st="rsync-exit-$rc"; fail "$sc rsync exited $rc (see $out.log)"; }
+    record "$sc" rsync "$rep" "$secs" "$wire" "$(rss_of "$out.rss")" -1 "$st" "$out.log"
+    log "  rsync $sc #$rep: ${secs}s wire=$wire $st"
+}
+
+# run_mover SCENARIO REP SRC_DIR DEST_DIR [extra send args...]: fresh receiver, then sender.
+run_mover() {
+    local sc=$1 rep=$2 src=$3 dst=$4 out addr rc=0 rrc=0 t0 secs wire st=ok i
+    shift 4
+    out=$LOGS/$sc.mover.$rep addr=$WORK/mover.addr
+    rm -f "$addr"
+    mkdir -p "$dst"
+    drop_caches
+    # shellcheck disable=SC2046
+    setsid $(time_prefix "$out.recv.rss") timeout 3600 "$MOVER" receive --listen 127.0.0.1:0 \
+        --addr-file "$addr" --root "$dst" >"$out.recv.out" 2>"$out.recv.err" &
+    RECV_PID=$!
+    for ((i = 0; i < 300; i++)); do   # wait up to 30 s for the bound address
+        [[ -s $addr ]] && break
+        kill -0 "$RECV_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [[ ! -s $addr ]]; then
+        kill -- "-$RECV_PID" 2>/dev/null || true
+        wait "$RECV_PID" 2>/dev/null || true
+        RECV_PID=""
+        fail "$sc mover receiver did not write $addr (see $out.recv.err)"
+        record "$sc" mover "$rep" -1 -1 -1 -1 receiver-no-addr "$out.send.out"
+        return 0
+    fi
+    t0=$(usec)
+    # shellcheck disable=SC2046
+    $(time_prefix "$out.send.rss") timeout 3600 "$MOVER" send --to "$(cat "$addr")" --root "$src" \
+        --delete "$@" >"$out.send.out" 2>"$out.send.err" || rc=$?
+    # The run ends when both sides have exited; give the receiver 120 s after the sender.
+    [[ $rc == 0 ]] || kill -- "-$RECV_PID" 2>/dev/null || true
+    for ((i = 0; i < 24000; i++)); do
+        kill -0 "$RECV_PID" 2>/dev/null || break
+        sleep 0.005
+    done
+    secs=$(secs_since "$t0")
+    kill -- "-$RECV_PID" 2>/dev/null || true
+    wait "$RECV_PID" || rrc=$?
+    RECV_PID=""
+    wire=$(python3 "$HELPER" mover-wire "$out.send.out")
+    if [[ $rc != 0 ]]; then
+        st="sender-exit-$rc"; fail "$sc mover send exited $rc (see $out.send.err)"
+    elif [[ $rrc != 0 ]]; then
+        st="receiver-exit-$rrc"; fail "$sc mover receive exited $rrc (see $out.recv.err)"
+    elif [[ $wire == -1 ]]; then
+        st="no-summary"; fail "$sc mover send printed no summary with bytes_on_wire (see $out.send.out)"
+    fi
+    record "$sc" mover "$rep" "$secs" "$wire" "$(rss_of "$out.send.rss")" "$(rss_of "$out.recv.rss")" \
+        "$st" "$out.send.out"
+    log "  mover $sc #$rep: ${secs}s wire=$wire $st"
+}
+
+# Sorted metadata listing: type, mode, owner, size (non-dirs), mtime (ns), path, link target.
+listing() {
+    (cd "$1" && find . \( -type d -printf 'd %m %U:%G - %T@ %p\n' \) -o \
+        \( ! -type d -printf '%y %m %U:%G %s %T@ %p %l\n' \) | LC_ALL=C sort)
+}
+
+# verify SCENARIO TOOL SRC DST: metadata listings and contents must be identical.
+verify() {
+    local sc=$1 tool=$2 a=$3 b=$4 out=$LOGS/$1.$2.verify
+    if diff <(listing "$a") <(listing "$b") >"$out" 2>&1 &&
+        diff -rq --no-dereference "$a" "$b" >>"$out" 2>&1; then
+        log "  verify $sc $tool: ok"
+    else
+        fail "$sc: $tool destination differs from source (see $out):"
+        head -n 12 "$out" >&2
+        printf '%s\t%s\n' "$sc" "$tool" >>"$WORK/verify_failures.tsv"
+    fi
+}
+
+# ---------------------------------------------------------------- data sets
+SCALE=1; [[ $QUICK == 1 ]] && SCALE=8
+MIB=$((1024 * 1024))
+LARGE_FILES=4 LARGE_SIZE=$((256 * MIB / SCALE))
+SMALL_FILES=$((20000 / SCALE)) SMALL_DIRS=$((300 / SCALE))
+LOG_BYTES=$((512 * MIB / SCALE)) LOG_FILES=8
+EDITS=64
+
+log "work dir: $WORK (mover: $MOVER)"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+log "load average at start: $LOAD_START (other work on the machine skews the numbers)"
+log "generating data sets (scale 1/$SCALE)"
+t_gen=$(usec)
+mkdir -p "$SRC/large"
+for ((i = 0; i < LARGE_FILES; i++)); do
+    head -c "$LARGE_SIZE" /dev/urandom >"$SRC/large/blob$i.bin"
+done
+python3 "$HELPER" small "$SRC/small" "$SMALL_FILES" "$SMALL_DIRS" 1
+python3 "$HELPER" logs "$SRC/logs" "$LOG_BYTES" "$LOG_FILES" 2
+log "data generated in $(secs_since "$t_gen")s: $(du -sh "$SRC/large" "$SRC/small" "$SRC/logs" | awk '{printf "%s=%s ", $2, $1}')"
+if [[ $DROP_OK == 1 ]]; then log "page cache: dropped before every run"
+else log "page cache: cannot drop (/proc/sys/vm/drop_caches not writable) — runs are warm-cache"; fi
+
+# ---------------------------------------------------------------- rsync daemon
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+{
+    echo "pid file = $WORK/rsyncd.pid"
+    echo "log file = $LOGS/rsyncd.log"
+    echo "use chroot = no"
+    echo "[bench]"
+    echo "    path = $DST/rsync"
+    echo "    read only = no"
+    echo "    munge symlinks = no"
+    if [[ $EUID == 0 ]]; then echo "    uid = root"; echo "    gid = root"; fi
+} >"$WORK/rsyncd.conf"
+rm -f "$WORK/rsyncd.pid"
+setsid rsync --daemon --no-detach --config="$WORK/rsyncd.conf" --port="$PORT" --address=127.0.0.1 \
+    >"$LOGS/rsyncd.out" 2>&1 &
+DAEMON_PID=$!
+for ((i = 0; i < 100; i++)); do
+    rsync "rsync://127.0.0.1:$PORT/" >/dev/null 2>&1 && break
+    kill -0 "$DAEMON_PID" 2>/dev/null || die "rsync daemon died (see $LOGS/rsyncd.out)"
+    sleep 0.1
+done
+log "rsync daemon on 127.0.0.1:$PORT ($(rsync --version | head -n1))"
+
+# ---------------------------------------------------------------- scenarios
+log "scenario 1: initial copy of large random files"
+for ((r = 1; r <= REPEAT; r++)); do
+    rm -rf "$DST/rsync/large" "$DST/mover/large"
+    run_rsync initial_large "$r" "$SRC/large" large
+    run_mover initial_large "$r" "$SRC/large" "$DST/mover/large"
+done
+verify initial_large rsync "$SRC/large" "$DST/rsync/large"
+verify initial_large mover "$SRC/large" "$DST/mover/large"
+
+log "scenario 2: delta re-sync after $EDITS scattered 4 KiB edits per file"
+# With --repeat, every repetition must start from the pre-edit destination: keep a copy.
+[[ $REPEAT -gt 1 ]] && cp -a "$SRC/large" "$SNAP"
+python3 "$HELPER" edit "$SRC/large" "$EDITS" 3
+for ((r = 1; r <= REPEAT; r++)); do
+    if [[ $r -gt 1 ]]; then
+        rm -rf "$DST/rsync/large" "$DST/mover/large"
+        cp -a "$SNAP" "$DST/rsync/large"
+        cp -a "$SNAP" "$DST/mover/large"
+    fi
+    run_rsync delta_large "$r" "$SRC/large" large --no-whole-file
+    run_mover delta_large "$r" "$SRC/large" "$DST/mover/large" --no-whole-file
+done
+verify delta_large rsync "$SRC/large" "$DST/rsync/large"
+verify delta_large mover "$SRC/large" "$DST/mover/large"
+rm -rf "$SNAP" "$DST/rsync/large" "$DST/mover/large"
+
+log "scenario 3: $SMALL_FILES small files, initial copy then no-op re-sync"
+for ((r = 1; r <= REPEAT; r++)); do
+    rm -rf "$DST/rsync/small" "$DST/mover/small"
+    run_rsync initial_small "$r" "$SRC/small" small
+    run_mover initial_small "$r" "$SRC/small" "$DST/mover/small"
+done
+verify initial_small rsync "$SRC/small" "$DST/rsync/small"
+verify initial_small mover "$SRC/small" "$DST/mover/small"
+for ((r = 1; r <= REPEAT; r++)); do
+    run_rsync noop_small "$r" "$SRC/small" small
+    run_mover noop_small "$r" "$SRC/small" "$DST/mover/small"
+done
+verify noop_small rsync "$SRC/small" "$DST/rsync/small"
+verify noop_small mover "$SRC/small" "$DST/mover/small"
+rm -rf "$DST/rsync/small" "$DST/mover/small"
+
+log "scenario 4: compressed initial copy of log text"
+for ((r = 1; r <= REPEAT; r++)); do
+    rm -rf "$DST/rsync/logs" "$DST/mover/logs"
+    run_rsync compressed_logs "$r" "$SRC/logs" logs --compress --compress-choice=zstd
+    run_mover compressed_logs "$r" "$SRC/logs" "$DST/mover/logs" --compress
+done
+verify compressed_logs rsync "$SRC/logs" "$DST/rsync/logs"
+verify compressed_logs mover "$SRC/logs" "$DST/mover/logs"
+
+# ---------------------------------------------------------------- report
+META_RSYNC=$(rsync --version | head -n1) META_MOVER_VERSION=$("$MOVER" --version 2>/dev/null | head -n1 || true) \
+META_LOAD=$LOAD_START META_MOVER=$MOVER META_QUICK=$QUICK META_SCALE=$SCALE META_REPEAT=$REPEAT META_DROP=$DROP_OK \
+META_LARGE="$LARGE_FILES $LARGE_SIZE $EDITS" META_SMALL="$SMALL_FILES $SMALL_DIRS" META_LOGS="$LOG_FILES $LOG_BYTES" \
+    python3 - "$WORK/meta.json" <<'EOF'
+import json, os, sys, time
+e = os.environ
+large, small, logs = (list(map(int, e[k].split())) for k in ("META_LARGE", "META_SMALL", "META_LOGS"))
+json.dump({
+    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": os.uname().nodename,
+    "cpus": os.cpu_count(), "kernel": os.uname().release, "rsync": e["META_RSYNC"],
+    "mover": e["META_MOVER"], "mover_version": e["META_MOVER_VERSION"],
+    "quick": e["META_QUICK"] == "1", "scale": int(e["META_SCALE"]), "repeat": int(e["META_REPEAT"]),
+    "page_cache_dropped": e["META_DROP"] == "1", "loadavg_start": e["META_LOAD"],
+    "loadavg_end": " ".join("%.2f" % x for x in os.getloadavg()),
+    "large": {"files": large[0], "file_bytes": large[1], "edits_per_file": large[2]},
+    "small": {"files": small[0], "dirs": small[1]},
+    "logs": {"files": logs[0], "bytes": logs[1]},
+}, open(sys.argv[1], "w"), indent=2)
+EOF
+echo
+echo "mover vs rsync (daemon, loopback), $([[ $QUICK == 1 ]] && echo "QUICK 1/$SCALE scale" || echo "full scale"), median of $REPEAT, page cache $([[ $DROP_OK == 1 ]] && echo dropped || echo warm)"
+python3 "$HELPER" report "$WORK/runs.tsv" "$WORK/verify_failures.tsv" "$WORK/results.json" "$WORK/meta.json" | tee "$WORK/table.md"
+echo
+echo "results: $WORK/results.json   logs: $LOGS"
+if [[ $FAILED != 0 ]]; then
+    echo "************************************************************"
+    echo "*  FAIL: some runs failed or a destination differs (above)  *"
+    echo "************************************************************"
+    exit 1
+fi
+echo "all runs completed and all destinations verified"
