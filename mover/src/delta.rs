@@ -71,6 +71,9 @@ pub struct DeltaOptions {
     /// The receiver rewrites the basis in place: only blocks at or after the
     /// current output offset may be referenced.
     pub inplace: bool,
+    /// The source's expected length, if known: buffers are sized to it, so a
+    /// small file costs a small buffer.
+    pub len_hint: Option<u64>,
 }
 
 /// Reads `src` to its end and emits ops rebuilding it from the basis described
@@ -88,6 +91,7 @@ pub fn delta<R: Read, E: From<io::Error>>(
         emit,
         pending_copy: None,
         out_offset: 0,
+        len_hint: opts.len_hint,
     };
     match index {
         Some(idx) if idx.block_count() > 0 => d.run_matching(idx, opts)?,
@@ -107,11 +111,17 @@ struct Delta<'a, R, E> {
     pending_copy: Option<(u32, u32)>,
     /// Bytes of output described so far.
     out_offset: u64,
+    len_hint: Option<u64>,
 }
 
 impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
     /// Appends to `buf` until it holds `want` bytes or the source ends; returns false at EOF.
     fn fill(&mut self, buf: &mut Vec<u8>, want: usize) -> io::Result<bool> {
+        // Past the expected length one byte is enough to see the end.
+        let want = match self.len_hint {
+            Some(h) => want.min(buf.len() + h.saturating_sub(self.summary.len) as usize + 1),
+            None => want,
+        };
         while buf.len() < want {
             let start = buf.len();
             buf.resize(want, 0);
@@ -136,7 +146,7 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
     }
 
     fn run_literal(&mut self) -> Result<(), E> {
-        let mut buf = Vec::with_capacity(LITERAL_CHUNK);
+        let mut buf = Vec::with_capacity(self.buffer_len(LITERAL_CHUNK));
         loop {
             buf.clear();
             let more = self.fill(&mut buf, LITERAL_CHUNK)?;
@@ -149,7 +159,7 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
 
     fn run_matching(&mut self, idx: &Index, opts: DeltaOptions) -> Result<(), E> {
         let bl = idx.shape().block_len as usize;
-        let mut buf: Vec<u8> = Vec::with_capacity(bl + 2 * LITERAL_CHUNK);
+        let mut buf: Vec<u8> = Vec::with_capacity(self.buffer_len(bl + 2 * LITERAL_CHUNK));
         let mut pos = 0; // window start
         let mut lit = 0; // start of literal bytes not yet emitted
         let mut eof = false;
@@ -206,6 +216,11 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
             pos += 1;
         }
         self.literal(&buf[lit..pos])
+    }
+
+    /// `len`, or less when the source is known to be shorter.
+    fn buffer_len(&self, len: usize) -> usize {
+        self.len_hint.map_or(len, |h| len.min(h as usize + 1))
     }
 
     fn copy(&mut self, block: u32, len: usize) -> Result<(), E> {

@@ -42,7 +42,7 @@ impl Manifest {
         for item in Walker::new(root.to_path_buf(), Filter::default(), false) {
             let e = match item {
                 WalkItem::Entry(e) => e,
-                WalkItem::DirDone(_) => continue,
+                WalkItem::DirDone(_) | WalkItem::Reserved(_) => continue,
                 WalkItem::Failed(p, err) => {
                     return Err(io::Error::new(err.kind(), format!("{p}: {err}")))
                 }

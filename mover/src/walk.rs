@@ -32,6 +32,8 @@ pub enum WalkItem {
     Failed(RelPath, io::Error),
     /// An entry disappeared between listing its directory and reading it.
     Vanished(RelPath),
+    /// An entry with a name volmig reserves (`.volmig` at the root), not transferred.
+    Reserved(RelPath),
 }
 
 /// Walks a tree, yielding [`WalkItem`]s.
@@ -105,6 +107,30 @@ impl Walker {
         }))
     }
 
+    /// The root itself: a symlink to a directory is followed, as `rsync SRC/` does.
+    fn root_entry(&mut self) -> Option<WalkItem> {
+        let root = RelPath::root();
+        match fs::metadata(&self.root) {
+            Ok(md) if md.is_dir() => {
+                self.stack.push(root.clone());
+                Some(WalkItem::Entry(Entry {
+                    path: root,
+                    kind: Kind::Dir,
+                    meta: Meta::from_fs(&md),
+                    checksum: None,
+                }))
+            }
+            Ok(_) => Some(WalkItem::Failed(
+                root,
+                io::Error::new(
+                    io::ErrorKind::NotADirectory,
+                    "source root is not a directory",
+                ),
+            )),
+            Err(e) => Some(WalkItem::Failed(root, e)),
+        }
+    }
+
     /// Lists one directory into `ready`.
     fn list(&mut self, dir: RelPath) {
         let mut names: Vec<Vec<u8>> = match fs::read_dir(dir.under(&self.root)) {
@@ -135,7 +161,11 @@ impl Walker {
         let mut items = Vec::with_capacity(names.len() + 1);
         for name in names {
             if dir.is_root() && name == STATE_DIR {
-                continue; // reserved for the receiver's state at the destination
+                // Reserved for the receiver's state at the destination.
+                items.push(WalkItem::Reserved(
+                    RelPath::root().join(STATE_DIR).expect("valid name"),
+                ));
+                continue;
             }
             let item = match dir.join(&name) {
                 Ok(path) => self.entry(path),
@@ -160,16 +190,7 @@ impl Iterator for Walker {
     fn next(&mut self) -> Option<WalkItem> {
         if !self.started {
             self.started = true;
-            return match self.entry(RelPath::root()) {
-                Some(WalkItem::Entry(e)) if e.kind != Kind::Dir => Some(WalkItem::Failed(
-                    RelPath::root(),
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "source root is not a directory",
-                    ),
-                )),
-                other => other,
-            };
+            return self.root_entry();
         }
         loop {
             if let Some(item) = self.ready.pop() {
@@ -276,6 +297,7 @@ mod tests {
                 WalkItem::DirDone(p) => format!("done:{p}"),
                 WalkItem::Failed(p, e) => format!("failed:{p}:{e}"),
                 WalkItem::Vanished(p) => format!("vanished:{p}"),
+                WalkItem::Reserved(p) => format!("reserved:{p}"),
             })
             .collect()
     }
@@ -313,7 +335,7 @@ mod tests {
     }
 
     #[test]
-    fn unreadable_child_withholds_dir_done_and_state_dir_is_skipped() {
+    fn unreadable_child_withholds_dir_done_and_state_dir_is_reserved() {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
         fs::create_dir(r.join(".volmig")).unwrap();
@@ -321,7 +343,13 @@ mod tests {
         let items: Vec<_> = Walker::new(r.to_path_buf(), Filter::default(), false).collect();
         assert_eq!(
             names(&items),
-            ["directory:.", "directory:d", "done:.", "done:d"]
+            [
+                "directory:.",
+                "reserved:.volmig",
+                "directory:d",
+                "done:.",
+                "done:d"
+            ]
         );
 
         let d = RelPath::new(b"d".to_vec()).unwrap();

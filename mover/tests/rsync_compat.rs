@@ -3,14 +3,14 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::process::Command;
 
 use common::*;
-use tempfile::TempDir;
 
 macro_rules! require_rsync {
     () => {
@@ -25,7 +25,9 @@ macro_rules! require_rsync {
     };
 }
 
-const RSYNC_BASE: [&str; 2] = ["-aHS", "--numeric-ids"];
+/// `--modify-window=-1`: compare (and hence fix) mtimes with nanoseconds. Without it rsync leaves
+/// a destination mtime alone when only the sub-second part differs.
+const RSYNC_BASE: [&str; 3] = ["-aHS", "--numeric-ids", "--modify-window=-1"];
 
 /// `rsync -aHS --numeric-ids EXTRA... -- SRC/ DST/`, asserting success.
 fn rsync(src: &Path, dst: &Path, extra: &[&str]) {
@@ -51,6 +53,7 @@ fn mover_sync(src: &Path, dst: &Path, extra: &[&str]) -> Output {
     args.extend([src.into(), dst.into()]);
     let out = run_mover(&args);
     out.assert_ok();
+    out.json_lines(); // every stdout line must be JSON
     out
 }
 
@@ -61,7 +64,7 @@ fn all() -> CompareOpts {
 #[test]
 fn first_sync_matches_rsync() {
     require_rsync!();
-    let tmp = TempDir::new().unwrap();
+    let tmp = scratch();
     let (src, rdst, mdst) = (
         tmp.path().join("src"),
         tmp.path().join("rsync-dst"),
@@ -128,7 +131,11 @@ fn modify_source(src: &Path) {
     fs::remove_file(p("hard/pair-2")).unwrap();
     fs::remove_dir_all(p("dirs/nested-empty")).unwrap();
     fs::remove_dir_all(p("deep/d00/d01/d02")).unwrap();
-    // A file replaced by a symlink, a directory by a file, a symlink by a directory.
+    // --delete must empty a read-only (0555) directory (chmod first so that we can, too).
+    set_mode(&p("dirs/readonly-dir"), 0o755);
+    fs::remove_dir_all(p("dirs/readonly-dir")).unwrap();
+    // A file replaced by a symlink, a directory by a file, a symlink by a directory,
+    // a file by a FIFO, a file by a hard link to another file.
     fs::remove_file(p("one-byte")).unwrap();
     ln_s("readonly.txt", &p("one-byte"));
     fs::remove_dir_all(p("dirs/to-be-file")).unwrap();
@@ -136,24 +143,49 @@ fn modify_source(src: &Path) {
     fs::remove_file(p("links/dangling")).unwrap();
     mkdirs(&p("links/dangling"));
     write_file(&p("links/dangling/inside"), b"was a symlink\n", 0o644);
+    fs::remove_file(p("dirs/private/secret")).unwrap();
+    mkfifo(&p("dirs/private/secret"), 0o600);
+    fs::remove_file(p("names/-dash")).unwrap();
+    hard_link(&p("hard/pair-1"), &p("names/-dash"));
+    // Metadata-only changes: a symlink's target (same mtime), a directory's mode, an owner.
+    let old = fs::symlink_metadata(p("links/rel")).unwrap();
+    fs::remove_file(p("links/rel")).unwrap();
+    ln_s("../big.bin", &p("links/rel"));
+    set_mtime(&p("links/rel"), old.mtime(), old.mtime_nsec());
+    set_mode(&p("dirs/sticky"), 0o1770);
+    if is_root() {
+        lchown(&p("dirs/sticky/file"), 777, 888);
+    }
 }
 
-#[test]
-fn resync_with_delete_matches_rsync() {
-    require_rsync!();
-    let tmp = TempDir::new().unwrap();
+/// Initial sync, `modify_source`, then a re-sync with `--delete`; the mover runs locally
+/// (`sync`) or over TCP (`send`/`receive` with `--no-whole-file`). `opts` go to rsync and mover.
+fn resync_scenario(over_tcp: bool, opts: &[&str]) {
+    let tmp = scratch();
     let (src, rdst, mdst) = (
         tmp.path().join("src"),
         tmp.path().join("rsync-dst"),
         tmp.path().join("mover-dst"),
     );
+    let with =
+        |extra: &[&'static str]| -> Vec<&str> { opts.iter().chain(extra).copied().collect() };
+    let mover = |extra: &[&'static str]| {
+        if over_tcp {
+            tcp_transfer_ok(&src, &mdst, &with(&[extra, &["--no-whole-file"]].concat())).0
+        } else {
+            mover_sync(&src, &mdst, &with(extra))
+        }
+    };
     build_tricky_tree(&src);
-    rsync(&src, &rdst, &[]);
-    mover_sync(&src, &mdst, &[]);
+    if over_tcp {
+        mkdirs(&mdst);
+    }
+    rsync(&src, &rdst, &with(&[]));
+    mover(&[]);
     assert_trees_equal(&rdst, &mdst, all(), "initial sync: rsync (A) vs mover (B)");
 
     modify_source(&src);
-    rsync(&src, &rdst, &["--delete"]);
+    rsync(&src, &rdst, &with(&["--delete"]));
     assert_trees_equal(
         &src,
         &rdst,
@@ -161,7 +193,7 @@ fn resync_with_delete_matches_rsync() {
         "sanity check: rsync's re-sync vs the source",
     );
 
-    let out = mover_sync(&src, &mdst, &["--delete"]);
+    let out = mover(&["--delete"]);
     assert_trees_equal(
         &rdst,
         &mdst,
@@ -181,6 +213,30 @@ fn resync_with_delete_matches_rsync() {
         "re-sync re-sent every file (quick check not used?): {}",
         out.summary()
     );
+}
+
+#[test]
+fn resync_with_delete_matches_rsync() {
+    require_rsync!();
+    resync_scenario(false, &[]);
+}
+
+#[test]
+fn tcp_delta_resync_with_delete_matches_rsync() {
+    require_rsync!();
+    resync_scenario(true, &[]);
+}
+
+#[test]
+fn inplace_resync_with_delete_matches_rsync() {
+    require_rsync!();
+    resync_scenario(false, &["--inplace"]);
+}
+
+#[test]
+fn tcp_inplace_delta_resync_with_delete_matches_rsync() {
+    require_rsync!();
+    resync_scenario(true, &["--inplace"]);
 }
 
 const EXCLUDES: [&str; 6] = [
@@ -229,7 +285,7 @@ fn check_excluded(dst: &Path, what: &str) {
 #[test]
 fn exclude_and_delete_match_rsync() {
     require_rsync!();
-    let tmp = TempDir::new().unwrap();
+    let tmp = scratch();
     let (src, rdst, mdst) = (
         tmp.path().join("src"),
         tmp.path().join("rsync-dst"),
@@ -274,10 +330,147 @@ fn exclude_and_delete_match_rsync() {
     );
 }
 
+/// More pattern shapes, one at a time, each compared with rsync on a small tree.
+#[test]
+fn exclude_pattern_shapes_match_rsync() {
+    require_rsync!();
+    let tmp = scratch();
+    let src = tmp.path().join("src");
+    let files = [
+        "x/sub/file",
+        "sub/file",
+        "a/z.txt",
+        "a/b/z.txt",
+        "a/b/c/z.txt",
+        "x/a/b/z.txt",
+    ];
+    let more = [
+        "dir.tmp/f",
+        "file.tmp",
+        "dar",
+        "a.txt",
+        "c.txt",
+        "q/a.txt",
+        "q/r/a.txt",
+        "sp ace",
+    ];
+    for f in files.iter().chain(&more) {
+        mkdirs(src.join(f).parent().unwrap());
+        write_file(&src.join(f), f.as_bytes(), 0o644);
+    }
+    set_tree_mtimes(&src);
+    let patterns = [
+        "sub/file",
+        "a/**/z.txt",
+        "**/c",
+        "a/**",
+        "*.tmp/",
+        "d?r",
+        "[ab].txt",
+        "/q/*",
+        "sp ace",
+    ];
+    let mut failures = Vec::new();
+    for (i, pat) in patterns.iter().enumerate() {
+        let (rdst, mdst) = (
+            tmp.path().join(format!("r{i}")),
+            tmp.path().join(format!("m{i}")),
+        );
+        rsync(&src, &rdst, &["--exclude", pat]);
+        mover_sync(&src, &mdst, &["--exclude", pat]);
+        let diffs = compare_trees(&rdst, &mdst);
+        if !diffs.is_empty() {
+            failures.push(format!(
+                "--exclude {pat:?}: rsync (A) vs mover (B):\n    {}",
+                diffs.join("\n    ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Source names that look like the mover's own bookkeeping (temp files, a state directory)
+/// are ordinary user data: they must be copied, and deleted by --delete, like any other name.
+#[test]
+fn names_resembling_mover_internals_are_ordinary_data() {
+    require_rsync!();
+    let tmp = scratch();
+    let (src, rdst, mdst) = (
+        tmp.path().join("src"),
+        tmp.path().join("rsync-dst"),
+        tmp.path().join("mover-dst"),
+    );
+    let files = [
+        ".volmig-user.tmp",
+        "d/.volmig-x-1.tmp",
+        "d/.volmig/inner",
+        ".partial",
+    ];
+    for f in files {
+        mkdirs(src.join(f).parent().unwrap());
+        write_file(&src.join(f), f.as_bytes(), 0o644);
+    }
+    set_tree_mtimes(&src);
+    rsync(&src, &rdst, &[]);
+    mover_sync(&src, &mdst, &[]);
+    assert_trees_equal(
+        &rdst,
+        &mdst,
+        all(),
+        "names like .volmig*: rsync (A) vs mover (B)",
+    );
+
+    for f in [".volmig-user.tmp", "d"] {
+        let path = src.join(f);
+        if path.is_dir() {
+            fs::remove_dir_all(path).unwrap()
+        } else {
+            fs::remove_file(path).unwrap()
+        }
+    }
+    rsync(&src, &rdst, &["--delete"]);
+    mover_sync(&src, &mdst, &["--delete"]);
+    assert_trees_equal(
+        &rdst,
+        &mdst,
+        all(),
+        "--delete of names like .volmig*: rsync (A) vs mover (B)",
+    );
+}
+
+#[test]
+fn root_state_dir_is_reserved_and_said_so() {
+    // `.volmig` at the destination root holds the receiver's state: a source
+    // directory of that name is not copied, with a warning, and one already at
+    // the destination survives --delete.
+    let tmp = scratch();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    mkdirs(&src.join(".volmig"));
+    write_file(&src.join(".volmig/state"), b"user data", 0o644);
+    write_file(&src.join("f"), b"f", 0o644);
+    mkdirs(&dst.join(".volmig"));
+    write_file(&dst.join(".volmig/keep"), b"receiver state", 0o644);
+    let out = run_mover([
+        OsStr::new("sync"),
+        OsStr::new("--delete"),
+        src.as_os_str(),
+        dst.as_os_str(),
+    ]);
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    assert!(
+        out.stderr.contains(".volmig") && out.stderr.contains("reserved"),
+        "{}",
+        out.describe()
+    );
+    assert!(dst.join("f").exists());
+    assert!(!dst.join(".volmig/state").exists());
+    assert!(dst.join(".volmig/keep").exists());
+}
+
 #[test]
 fn tcp_delta_first_sync_matches_rsync() {
     require_rsync!();
-    let tmp = TempDir::new().unwrap();
+    let tmp = scratch();
     let (src, rdst, tdst) = (
         tmp.path().join("src"),
         tmp.path().join("rsync-dst"),
@@ -292,15 +485,15 @@ fn tcp_delta_first_sync_matches_rsync() {
     assert_trees_equal(&src, &tdst, all(), "over TCP: source (A) vs mover (B)");
 }
 
-/// The comparison helper itself must notice differences (otherwise the tests above prove nothing).
+/// The tree builder must be deterministic and the comparison helper must notice differences
+/// (otherwise the tests above prove nothing).
 #[test]
 fn compare_trees_detects_differences() {
-    require_rsync!();
-    let tmp = TempDir::new().unwrap();
+    let tmp = scratch();
     let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
     build_tricky_tree(&src);
-    rsync(&src, &dst, &[]);
-    assert_trees_equal(&src, &dst, all(), "rsync copy");
+    build_tricky_tree(&dst);
+    assert_trees_equal(&src, &dst, all(), "two builds of the tricky tree");
 
     let d = |rel: &str| dst.join(rel);
     let f = fs::OpenOptions::new()
@@ -319,8 +512,20 @@ fn compare_trees_detects_differences() {
     let sparse = d("sparse.img");
     fs::write(&sparse, fs::read(&sparse).unwrap()).unwrap();
     write_file(&d("new-file"), b"", 0o644);
+    fs::remove_file(d("links/dangling")).unwrap();
+    ln_s("does/not/exist2", &d("links/dangling"));
+    set_mtime(&d("links/dangling"), 3, 3);
+    set_mtime(&d("deep/d00"), 4, 4);
+    if is_root() {
+        lchown(&d("owned/l-1234-5678"), 1234, 1);
+    }
 
     let diffs = compare_trees(&src, &dst).join("\n");
+    let owner = if is_root() {
+        "\"owned/l-1234-5678\": owner 1234:5678 in A, 1234:1 in B"
+    } else {
+        ""
+    };
     for expected in [
         "\"big.bin\": contents differ",
         "\"big.bin\": mtime",
@@ -330,6 +535,9 @@ fn compare_trees_detects_differences() {
         "\"special/fifo\": type fifo in A, regular file in B",
         "\"sparse.img\": sparse in A, not sparse in B",
         "\"new-file\": only in B",
+        "\"links/dangling\": symlink target \"does/not/exist\" in A, \"does/not/exist2\" in B",
+        "\"deep/d00\": mtime",
+        owner,
     ] {
         assert!(
             diffs.contains(expected),

@@ -5,18 +5,17 @@ mod common;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
-use tempfile::TempDir;
 
 const BIG: usize = 8 * MIB;
 
 /// A small tree with one large random file; returns (tempdir, src, dst) with dst created empty.
-fn setup() -> (TempDir, PathBuf, PathBuf) {
-    let tmp = TempDir::new().unwrap();
+fn setup() -> (Scratch, PathBuf, PathBuf) {
+    let tmp = scratch();
     let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
     mkdirs(&src.join("sub/deeper"));
     mkdirs(&dst);
@@ -63,7 +62,11 @@ fn delta_resync_sends_only_changes() {
         "delta re-sync matched nothing: {}",
         s.summary()
     );
-    assert!(literal < (BIG / 8) as u64, "delta re-sync sent {literal} literal bytes for a few small edits of an {BIG}-byte file: {}", s.summary());
+    let summary = s.summary();
+    assert!(
+        literal < (BIG / 8) as u64,
+        "delta re-sync sent {literal} literal bytes for 3 small edits of {BIG} bytes: {summary}"
+    );
     assert!(
         s.stat("bytes_on_wire") < (BIG / 4) as u64,
         "delta re-sync put too much on the wire: {}",
@@ -79,28 +82,40 @@ fn delta_resync_sends_only_changes() {
 
 #[test]
 fn compress_shrinks_wire_bytes() {
-    let tmp = TempDir::new().unwrap();
-    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
-    mkdirs(&src);
-    mkdirs(&dst);
+    let tmp = scratch();
+    let (src, plain, packed) = (
+        tmp.path().join("src"),
+        tmp.path().join("plain"),
+        tmp.path().join("packed"),
+    );
+    for d in [&src, &plain, &packed] {
+        mkdirs(d);
+    }
     let text: String = (0..100_000)
         .map(|i| format!("line {i}: the quick brown fox jumps over the lazy dog\n"))
         .collect();
     write_file(&src.join("text.txt"), text.as_bytes(), 0o644);
-    write_file(&src.join("zeros.bin"), &vec![0u8; 2 * MIB], 0o644);
 
-    let (s, _) = tcp_transfer_ok(&src, &dst, &["--compress"]);
-    assert_same(&src, &dst, "after a compressed transfer");
+    let (s, _) = tcp_transfer_ok(&src, &packed, &["--compress"]);
+    assert_same(&src, &packed, "after a compressed transfer");
     let (total, wire) = (s.stat("bytes_total"), s.stat("bytes_on_wire"));
     assert!(
-        total >= (text.len() + 2 * MIB) as u64,
+        total >= text.len() as u64,
         "bytes_total too small: {}",
         s.summary()
     );
     assert!(
         wire < total / 2,
-        "--compress: {wire} bytes on the wire for {total} bytes of text/zeros: {}",
+        "--compress: {wire} bytes on the wire for {total} bytes of text: {}",
         s.summary()
+    );
+    // Control: the same transfer without --compress puts (much) more on the wire.
+    let (p, _) = tcp_transfer_ok(&src, &plain, &[]);
+    assert_same(&src, &plain, "after an uncompressed transfer");
+    let plain_wire = p.stat("bytes_on_wire");
+    assert!(
+        plain_wire > 3 * wire,
+        "{plain_wire} bytes on the wire without --compress vs {wire} with it"
     );
 }
 
@@ -182,7 +197,7 @@ fn receiver_exits_after_one_session() {
 
 #[test]
 fn receiver_rejects_garbage() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = scratch();
     let root = tmp.path().join("root");
     mkdirs(&root);
     let receiver = spawn_receiver(&root, &[]);
@@ -225,7 +240,7 @@ fn receiver_rejects_garbage() {
 
 #[test]
 fn sender_connection_refused_exits_10() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = scratch();
     let src = tmp.path().join("src");
     mkdirs(&src);
     write_file(&src.join("f"), b"f", 0o644);
@@ -249,7 +264,7 @@ fn sender_connection_refused_exits_10() {
 
 #[test]
 fn progress_json_lines() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = scratch();
     let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
     mkdirs(&src);
     mkdirs(&dst);
@@ -292,4 +307,183 @@ fn progress_json_lines() {
     );
     assert_eq!(s.stat("files_transferred"), 12, "{}", s.summary());
     r.json_lines(); // the receiver's stdout must be JSON lines too
+}
+
+#[test]
+fn checksum_catches_same_size_same_mtime_change() {
+    let (_tmp, src, dst) = setup();
+    tcp_transfer_ok(&src, &dst, &[]);
+    // Same size, same mtime, different contents: invisible to the size+mtime quick check.
+    let path = src.join("sub/deeper/b.txt");
+    let md = fs::symlink_metadata(&path).unwrap();
+    fs::write(&path, b"ccc\n").unwrap();
+    set_mtime(&path, md.mtime(), md.mtime_nsec());
+
+    let (s, _) = tcp_transfer_ok(&src, &dst, &[]);
+    assert_eq!(
+        s.stat("files_transferred"),
+        0,
+        "quick check should skip: {}",
+        s.summary()
+    );
+    assert_eq!(
+        fs::read(dst.join("sub/deeper/b.txt")).unwrap(),
+        b"bbb\n",
+        "without -c the file must be left alone"
+    );
+    let (s, _) = tcp_transfer_ok(&src, &dst, &["--checksum"]);
+    assert_eq!(
+        s.stat("files_transferred"),
+        1,
+        "--checksum must find the change: {}",
+        s.summary()
+    );
+    assert_same(&src, &dst, "after --checksum");
+}
+
+#[test]
+fn bwlimit_plain_number_is_kib_per_second() {
+    let tmp = scratch();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    mkdirs(&src);
+    mkdirs(&dst);
+    write_file(&src.join("f.bin"), &random_bytes("bw", 3 * MIB), 0o644);
+    let start = Instant::now();
+    tcp_transfer_ok(&src, &dst, &["--bwlimit", "1024"]); // 1024 KiB/s: about 3 s for 3 MiB
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(1500),
+        "3 MiB at --bwlimit 1024 (KiB/s) took only {elapsed:?}"
+    );
+    assert!(
+        elapsed <= Duration::from_secs(60),
+        "3 MiB at --bwlimit 1024 (KiB/s) took {elapsed:?}"
+    );
+    assert_same(&src, &dst, "after a rate-limited transfer");
+}
+
+#[test]
+fn keep_serving_handles_two_sessions() {
+    let (_tmp, src, dst) = setup();
+    let mut receiver = spawn_receiver(&dst, &["--keep-serving"]);
+    run_sender(receiver.addr, &src, &[]).assert_ok();
+    assert_same(&src, &dst, "after the first session");
+    write_file(&src.join("second.txt"), b"second session\n", 0o644);
+    let s = run_sender(receiver.addr, &src, &[]);
+    s.assert_ok();
+    assert_eq!(
+        s.stat("files_transferred"),
+        1,
+        "second session: {}",
+        s.summary()
+    );
+    assert!(
+        !receiver.proc.exited(),
+        "--keep-serving receiver exited after two sessions"
+    );
+    receiver.proc.kill();
+    assert_same(&src, &dst, "after the second session");
+}
+
+#[test]
+fn sender_rejects_a_non_mover_peer() {
+    let tmp = scratch();
+    let src = tmp.path().join("src");
+    mkdirs(&src);
+    write_file(&src.join("f"), b"f", 0o644);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let server = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok((mut conn, _)) = listener.accept() {
+                let _ = conn.set_nonblocking(false);
+                let _ = conn.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
+                let _ = conn.write_all(&random_bytes("peer junk", 2000));
+                std::thread::sleep(Duration::from_millis(500));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let s = spawn_sender(addr, &src, &[]).wait(Duration::from_secs(30));
+    server.join().unwrap();
+    assert!(
+        matches!(s.code, Some(2 | 10 | 12)),
+        "expected exit code 2, 10 or 12 against a non-mover peer: {}",
+        s.describe()
+    );
+    assert!(
+        !s.stderr.trim().is_empty(),
+        "no error message on stderr: {}",
+        s.describe()
+    );
+}
+
+#[test]
+fn receiver_killed_mid_transfer() {
+    let tmp = scratch();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    mkdirs(&src);
+    mkdirs(&dst);
+    write_file(&src.join("a.bin"), &random_bytes("killed", 4 * MIB), 0o644);
+    write_file(&src.join("b.txt"), b"b\n", 0o644);
+    set_tree_mtimes(&src);
+
+    let mut receiver = spawn_receiver(&dst, &[]);
+    let mut sender = spawn_sender(receiver.addr, &src, &["--bwlimit", "1M"]); // about 4 s
+    std::thread::sleep(Duration::from_millis(1000));
+    receiver.proc.kill();
+    let s = sender.wait(Duration::from_secs(60));
+    assert_eq!(
+        s.code,
+        Some(10),
+        "sender whose receiver died mid-transfer: {}",
+        s.describe()
+    );
+
+    // A later session completes the job; --delete also removes any leftovers of the first one.
+    tcp_transfer_ok(&src, &dst, &["--delete"]);
+    assert_same(&src, &dst, "after re-running the interrupted transfer");
+}
+
+#[test]
+fn usage_and_missing_source_exit_codes() {
+    let tmp = scratch();
+    let (missing, dst) = (tmp.path().join("missing"), tmp.path().join("dst"));
+    for args in [
+        &["sync"][..],
+        &["sync", "--no-such-flag", "a", "b"],
+        &["frobnicate"],
+    ] {
+        let out = run_mover(args);
+        assert_eq!(out.code, Some(1), "usage error: {}", out.describe());
+    }
+    let out = run_mover([
+        std::ffi::OsStr::new("sync"),
+        missing.as_os_str(),
+        dst.as_os_str(),
+    ]);
+    assert_eq!(
+        out.code,
+        Some(11),
+        "sync from a missing source: {}",
+        out.describe()
+    );
+    assert!(
+        !dst.exists(),
+        "sync from a missing source created its destination"
+    );
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = run_sender(port, &missing, &[]);
+    assert_eq!(
+        out.code,
+        Some(11),
+        "send from a missing source: {}",
+        out.describe()
+    );
 }

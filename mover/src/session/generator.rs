@@ -429,7 +429,7 @@ impl Generator {
                 continue;
             }
             let r = if is_dir {
-                fs::remove_dir_all(de.path())
+                remove_tree(de.path())
             } else {
                 fs::remove_file(de.path())
             };
@@ -455,10 +455,40 @@ pub fn is_fatal(err: &io::Error) -> bool {
     )
 }
 
+/// Removes a directory and everything in it. Without root, a read-only
+/// directory cannot be emptied: such directories are opened up first, as
+/// rsync does.
+fn remove_tree(path: impl AsRef<Path>) -> io::Result<()> {
+    let path = path.as_ref();
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            open_up(path)?;
+            fs::remove_dir_all(path)
+        }
+        other => other,
+    }
+}
+
+/// Gives the owner full access to every directory under `dir`.
+fn open_up(dir: &Path) -> io::Result<()> {
+    let md = fs::symlink_metadata(dir)?;
+    if !md.is_dir() {
+        return Ok(());
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(md.mode() | 0o700))?;
+    for de in fs::read_dir(dir)? {
+        let de = de?;
+        if de.file_type()?.is_dir() {
+            open_up(&de.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// A directory where a non-directory must go is removed with its contents.
 fn clear_dir(dest: &Path, have: Option<&Metadata>) -> io::Result<()> {
     match have {
-        Some(md) if md.is_dir() => fs::remove_dir_all(dest),
+        Some(md) if md.is_dir() => remove_tree(dest),
         _ => Ok(()),
     }
 }

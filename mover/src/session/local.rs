@@ -22,6 +22,9 @@ pub async fn sync(
 ) -> Result<Summary, SessionError> {
     // Usage errors are reported as such, not as the broken pipe they would cause.
     Filter::new(&options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
+    // A bad source must not leave an empty destination behind.
+    std::fs::read_dir(&src)
+        .map_err(|e| SessionError::local(format!("source {}", src.display()), e))?;
     let (a, b) = tokio::io::duplex(PIPE);
     let mut rcfg = ReceiverConfig::new(dst);
     rcfg.progress = progress;

@@ -287,6 +287,12 @@ fn walk(walker: Walker, mut out: Outbox, credits: &Credits) -> Result<(), Sessio
                 stats.failed += 1;
                 continue;
             }
+            WalkItem::Reserved(p) => {
+                warn(format_args!(
+                    "{p}: not transferred: the name is reserved for volmig's own state at the root"
+                ));
+                continue;
+            }
             WalkItem::Vanished(p) => {
                 warn(format_args!("{p}: vanished while the tree was walked"));
                 stats.vanished += 1;
@@ -357,8 +363,9 @@ fn send_file(
         }
     };
     let index = req.basis.map(|shape| Index::new(shape, sigs));
-    let dopts = DeltaOptions {
+    let mut dopts = DeltaOptions {
         inplace: opts.inplace,
+        len_hint: None,
     };
     for _ in 0..MAX_TRIES {
         let before = match stat_file(&file) {
@@ -370,6 +377,7 @@ fn send_file(
             id: req.id,
             meta: before,
         })?;
+        dopts.len_hint = Some(before.size);
         let mut batch = OpBatch {
             id: req.id,
             ops: Vec::new(),

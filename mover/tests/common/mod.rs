@@ -26,7 +26,10 @@ pub fn is_root() -> bool {
 /// Deterministic pseudo-random bytes (BLAKE3 XOF keyed by `seed`).
 pub fn random_bytes(seed: &str, len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len];
-    blake3::Hasher::new().update(seed.as_bytes()).finalize_xof().fill(&mut out);
+    blake3::Hasher::new()
+        .update(seed.as_bytes())
+        .finalize_xof()
+        .fill(&mut out);
     out
 }
 
@@ -46,19 +49,31 @@ pub fn mkdirs(path: &Path) {
 
 /// chmod (follows symlinks: never call it on a symlink).
 pub fn set_mode(path: &Path, mode: u32) {
-    check(fs::set_permissions(path, fs::Permissions::from_mode(mode)), "chmod", path);
+    check(
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)),
+        "chmod",
+        path,
+    );
 }
 
 /// Sets atime and mtime of `path` without following a final symlink.
 pub fn set_mtime(path: &Path, sec: i64, nsec: i64) {
-    let ts = Timespec { tv_sec: sec, tv_nsec: nsec as _ };
-    let times = Timestamps { last_access: ts, last_modification: ts };
-    check(Ok(rustix::fs::utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW)?), "utimensat", path);
+    let ts = Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec as _,
+    };
+    let times = Timestamps {
+        last_access: ts,
+        last_modification: ts,
+    };
+    let r = rustix::fs::utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW);
+    check(r.map_err(Into::into), "utimensat", path);
 }
 
 pub fn lchown(path: &Path, uid: u32, gid: u32) {
     let (u, g) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
-    check(Ok(rustix::fs::chownat(CWD, path, u, g, AtFlags::SYMLINK_NOFOLLOW)?), "lchown", path);
+    let r = rustix::fs::chownat(CWD, path, u, g, AtFlags::SYMLINK_NOFOLLOW);
+    check(r.map_err(Into::into), "lchown", path);
 }
 
 pub fn ln_s(target: impl AsRef<OsStr>, link: &Path) {
@@ -73,13 +88,59 @@ fn mknod(path: &Path, ft: FileType, mode: u32, dev: u64) -> rustix::io::Result<(
     rustix::fs::mknodat(CWD, path, ft, Mode::from_raw_mode(mode), dev)
 }
 
+pub fn mkfifo(path: &Path, mode: u32) {
+    check(
+        mknod(path, FileType::Fifo, mode, 0).map_err(Into::into),
+        "mkfifo",
+        path,
+    );
+}
+
+/// A temporary directory that, when dropped, first makes its read-only directories writable so
+/// that the cleanup also works when not running as root.
+pub struct Scratch(Option<TempDir>);
+
+pub fn scratch() -> Scratch {
+    Scratch(Some(TempDir::new().unwrap()))
+}
+
+impl Scratch {
+    pub fn path(&self) -> &Path {
+        self.0.as_ref().unwrap().path()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !is_root() && fs::symlink_metadata(self.path()).is_ok() {
+            for (_, abs, md) in walk(self.path()) {
+                if md.is_dir() {
+                    let _ = fs::set_permissions(&abs, fs::Permissions::from_mode(0o700));
+                }
+            }
+        }
+        drop(self.0.take());
+    }
+}
+
 /// Builds a tree exercising every kind of entry and metadata the mover must preserve.
 /// `root` is created if missing. All mtimes (files, dirs, symlinks, root) are set explicitly
 /// with non-zero nanoseconds, so two builds produce identical metadata (except inode numbers).
 pub fn build_tricky_tree(root: &Path) {
     let p = |rel: &str| root.join(rel);
-    let dirs = ["links", "hard/a", "hard/b", "special", "owned", "dirs/empty"];
-    let dirs2 = ["dirs/nested-empty/a/b/c", "dirs/private", "dirs/readonly-dir/sub"];
+    let dirs = [
+        "links",
+        "hard/a",
+        "hard/b",
+        "special",
+        "owned",
+        "dirs/empty",
+    ];
+    let dirs2 = [
+        "dirs/nested-empty/a/b/c",
+        "dirs/private",
+        "dirs/readonly-dir/sub",
+    ];
     let dirs3 = ["dirs/setgid", "dirs/sticky", "dirs/to-be-file", "names"];
     for d in dirs.iter().chain(&dirs2).chain(&dirs3) {
         mkdirs(&p(d));
@@ -109,38 +170,68 @@ pub fn build_tricky_tree(root: &Path) {
     // Sparse file: 8 MiB apparent size, data only in two 4 KiB regions.
     let sparse = check(fs::File::create(p("sparse.img")), "create", root);
     sparse.set_len(8 * MIB as u64).unwrap();
-    sparse.write_all_at(&random_bytes("s1", 4 * KIB), MIB as u64).unwrap();
-    sparse.write_all_at(&random_bytes("s2", 4 * KIB), 6 * MIB as u64).unwrap();
+    sparse
+        .write_all_at(&random_bytes("s1", 4 * KIB), MIB as u64)
+        .unwrap();
+    sparse
+        .write_all_at(&random_bytes("s2", 4 * KIB), 6 * MIB as u64)
+        .unwrap();
     set_mode(&p("sparse.img"), 0o640);
+    // Dense runs of zeros, which `-S` turns into holes on the destination.
+    let mut mixed = random_bytes("m1", 100 * KIB);
+    mixed.extend(vec![0u8; 2 * MIB]);
+    mixed.extend(random_bytes("m2", 100 * KIB));
+    write_file(&p("zeros-dense.img"), &vec![0u8; 2 * MIB], 0o644);
+    write_file(&p("zeros-mixed.img"), &mixed, 0o644);
     // Symlinks: relative, absolute to outside the tree, dangling, to a directory, non-UTF-8.
     ln_s("../medium.bin", &p("links/rel"));
     ln_s("/etc/passwd", &p("links/abs-outside"));
     ln_s("does/not/exist", &p("links/dangling"));
     ln_s("../dirs/private", &p("links/to-dir"));
-    ln_s(OsStr::from_bytes(b"../names/caf\xe9"), &p("links/non-utf8-target"));
+    ln_s(
+        OsStr::from_bytes(b"../names/caf\xe9"),
+        &p("links/non-utf8-target"),
+    );
     // Hard links: a group of three names across two directories, and a pair.
     hard_link(&p("hard/a/one"), &p("hard/a/two"));
     hard_link(&p("hard/a/one"), &p("hard/b/three"));
     hard_link(&p("hard/pair-1"), &p("hard/pair-2"));
     // Special files: a FIFO, and (root only, where permitted) a char device like /dev/null.
-    mknod(&p("special/fifo"), FileType::Fifo, 0o640, 0).expect("mkfifo");
+    mkfifo(&p("special/fifo"), 0o640);
     if is_root() {
         let dev = rustix::fs::makedev(1, 3);
-        if let Err(e) = mknod(&p("special/null-dev"), FileType::CharacterDevice, 0o600, dev) {
+        if let Err(e) = mknod(
+            &p("special/null-dev"),
+            FileType::CharacterDevice,
+            0o600,
+            dev,
+        ) {
             eprintln!("note: cannot create a device node ({e}); leaving it out");
         }
     }
     // Awkward names: non-UTF-8 (file and directory), space, newline, unicode, glob characters.
     let names = p("names");
-    write_file(&names.join(OsStr::from_bytes(b"caf\xe9")), b"latin-1\n", 0o644);
+    write_file(
+        &names.join(OsStr::from_bytes(b"caf\xe9")),
+        b"latin-1\n",
+        0o644,
+    );
     let bad_dir = names.join(OsStr::from_bytes(b"dir\xff\xfe"));
     mkdirs(&bad_dir);
     write_file(&bad_dir.join("x"), b"inside a non-UTF-8 dir\n", 0o644);
-    for n in ["with space.txt", "new\nline", "ünïcødé-日本語.txt", "-dash", "back\\slash*?[x]"] {
+    for n in [
+        "with space.txt",
+        "new\nline",
+        "ünïcødé-日本語.txt",
+        "-dash",
+        "back\\slash*?[x]",
+    ] {
         write_file(&names.join(n), n.as_bytes(), 0o644);
     }
     // Deep path: 40 nested directories.
-    let deep: PathBuf = std::iter::once("deep".to_string()).chain((0..40).map(|i| format!("d{i:02}"))).collect();
+    let deep: PathBuf = std::iter::once("deep".to_string())
+        .chain((0..40).map(|i| format!("d{i:02}")))
+        .collect();
     mkdirs(&root.join(&deep));
     write_file(&root.join(&deep).join("leaf.txt"), b"deep leaf\n", 0o644);
     // Odd numeric owners (root only), before the chmods below since chown may clear set[ug]id.
@@ -168,6 +259,15 @@ pub fn build_tricky_tree(root: &Path) {
         set_mode(&p(rel), mode);
     }
     set_tree_mtimes(root);
+    // Edge-case timestamps: before 1970, after 2038, and 1 ns after the epoch (a directory).
+    mkdirs(&p("times/epoch-dir"));
+    write_file(&p("times/pre-1970"), b"old\n", 0o644);
+    write_file(&p("times/y2100"), b"future\n", 0o644);
+    set_mtime(&p("times/pre-1970"), -1_000_000, 500_000_000);
+    set_mtime(&p("times/y2100"), 4_102_444_800, 7);
+    set_mtime(&p("times/epoch-dir"), 0, 1);
+    set_mtime(&p("times"), 1_234_567_890, 123_456_789);
+    set_mtime(root, 1_600_000_000, 999_999_999);
 }
 
 /// Sets a deterministic mtime (derived from the relative path, non-zero nanoseconds) on every
@@ -175,8 +275,16 @@ pub fn build_tricky_tree(root: &Path) {
 pub fn set_tree_mtimes(root: &Path) {
     for (rel, abs, _) in walk(root).into_iter().rev() {
         let h = blake3::hash(&rel);
-        let n = |i: usize| i64::from(u32::from_le_bytes(h.as_bytes()[i..i + 4].try_into().unwrap()));
-        set_mtime(&abs, 1_500_000_000 + n(0) % 200_000_000, 1 + n(4) % 999_999_998);
+        let n = |i: usize| {
+            i64::from(u32::from_le_bytes(
+                h.as_bytes()[i..i + 4].try_into().unwrap(),
+            ))
+        };
+        set_mtime(
+            &abs,
+            1_500_000_000 + n(0) % 200_000_000,
+            1 + n(4) % 999_999_998,
+        );
     }
 }
 
@@ -193,14 +301,23 @@ pub fn walk(root: &Path) -> Vec<(Vec<u8>, PathBuf, fs::Metadata)> {
             children.sort_by(|a, b| b.cmp(a)); // reversed: popped in ascending order
             stack.extend(children);
         }
-        let rel = abs.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec();
+        let rel = abs
+            .strip_prefix(root)
+            .unwrap()
+            .as_os_str()
+            .as_bytes()
+            .to_vec();
         out.push((rel, abs, md));
     }
     out
 }
 
+/// Fewer than half of the apparent size is allocated (st_blocks * 512 < st_size / 2).
 pub fn is_sparse(path: &Path) -> bool {
-    let md = check(fs::symlink_metadata(path), "lstat", path);
+    sparse_md(&check(fs::symlink_metadata(path), "lstat", path))
+}
+
+fn sparse_md(md: &fs::Metadata) -> bool {
     md.blocks() * 512 < md.size() / 2
 }
 
@@ -223,7 +340,10 @@ pub struct CompareOpts {
 
 impl Default for CompareOpts {
     fn default() -> Self {
-        CompareOpts { skip_root_mtime: false, check_owner: is_root() }
+        CompareOpts {
+            skip_root_mtime: false,
+            check_owner: is_root(),
+        }
     }
 }
 
@@ -255,8 +375,18 @@ fn scan(root: &Path) -> BTreeMap<Vec<u8>, Entry> {
             let f = check(fs::File::open(&abs), "open", &abs);
             blake3::Hasher::new().update_reader(f).unwrap().finalize()
         });
-        let target = md.is_symlink().then(|| check(fs::read_link(&abs), "readlink", &abs));
-        map.insert(rel, Entry { kind, md, hash, target });
+        let target = md
+            .is_symlink()
+            .then(|| check(fs::read_link(&abs), "readlink", &abs));
+        map.insert(
+            rel,
+            Entry {
+                kind,
+                md,
+                hash,
+                target,
+            },
+        );
     }
     map
 }
@@ -288,30 +418,54 @@ pub fn compare_trees_opts(a: &Path, b: &Path, opts: CompareOpts) -> Vec<String> 
             continue;
         }
         if m.mode() & 0o7777 != n.mode() & 0o7777 {
-            d(format!("mode {:04o} in A, {:04o} in B", m.mode() & 0o7777, n.mode() & 0o7777));
+            d(format!(
+                "mode {:04o} in A, {:04o} in B",
+                m.mode() & 0o7777,
+                n.mode() & 0o7777
+            ));
         }
         if opts.check_owner && (m.uid(), m.gid()) != (n.uid(), n.gid()) {
-            d(format!("owner {}:{} in A, {}:{} in B", m.uid(), m.gid(), n.uid(), n.gid()));
+            d(format!(
+                "owner {}:{} in A, {}:{} in B",
+                m.uid(),
+                m.gid(),
+                n.uid(),
+                n.gid()
+            ));
         }
         let (ta, tb) = ((m.mtime(), m.mtime_nsec()), (n.mtime(), n.mtime_nsec()));
         if ta != tb && !(rel.is_empty() && opts.skip_root_mtime) {
-            d(format!("mtime {}.{:09} in A, {}.{:09} in B", ta.0, ta.1, tb.0, tb.1));
+            d(format!(
+                "mtime {}.{:09} in A, {}.{:09} in B",
+                ta.0, ta.1, tb.0, tb.1
+            ));
         }
         if x.kind == "regular file" && m.size() != n.size() {
             d(format!("size {} in A, {} in B", m.size(), n.size()));
         } else if x.hash != y.hash {
             d("contents differ (BLAKE3)".to_string());
         }
-        let sparse = |md: &fs::Metadata| md.blocks() * 512 < md.size() / 2;
-        if x.kind == "regular file" && m.size() >= MIB as u64 && sparse(m) && !sparse(n) {
+        if x.kind == "regular file" && m.size() >= MIB as u64 && sparse_md(m) && !sparse_md(n) {
             d("sparse in A, not sparse in B".to_string());
         }
         if x.target != y.target {
-            let t = |e: &Entry| show(e.target.as_deref().unwrap_or(Path::new("")).as_os_str().as_bytes());
+            let t = |e: &Entry| {
+                show(
+                    e.target
+                        .as_deref()
+                        .unwrap_or(Path::new(""))
+                        .as_os_str()
+                        .as_bytes(),
+                )
+            };
             d(format!("symlink target {} in A, {} in B", t(x), t(y)));
         }
         if x.kind.ends_with("device") && m.rdev() != n.rdev() {
-            d(format!("device number {:#x} in A, {:#x} in B", m.rdev(), n.rdev()));
+            d(format!(
+                "device number {:#x} in A, {:#x} in B",
+                m.rdev(),
+                n.rdev()
+            ));
         }
     }
     diffs.extend(compare_hard_links(&ta, &tb));
@@ -322,7 +476,10 @@ pub fn compare_trees_opts(a: &Path, b: &Path, opts: CompareOpts) -> Vec<String> 
 /// must be the same in both trees.
 fn compare_hard_links(ta: &BTreeMap<Vec<u8>, Entry>, tb: &BTreeMap<Vec<u8>, Entry>) -> Vec<String> {
     let is_dir = |e: Option<&Entry>| e.is_none_or(|e| e.kind == "directory");
-    let common: Vec<&Vec<u8>> = ta.keys().filter(|k| !is_dir(ta.get(*k)) && !is_dir(tb.get(*k))).collect();
+    let common: Vec<&Vec<u8>> = ta
+        .keys()
+        .filter(|k| !is_dir(ta.get(*k)) && !is_dir(tb.get(*k)))
+        .collect();
     let inode = |e: &Entry| (e.md.dev(), e.md.ino());
     let groups = |t: &BTreeMap<Vec<u8>, Entry>| {
         let mut g: HashMap<(u64, u64), BTreeSet<Vec<u8>>> = HashMap::new();
@@ -337,9 +494,13 @@ fn compare_hard_links(ta: &BTreeMap<Vec<u8>, Entry>, tb: &BTreeMap<Vec<u8>, Entr
     for k in &common {
         let (sa, sb) = (&ga[&inode(&ta[*k])], &gb[&inode(&tb[*k])]);
         if sa != sb && seen.insert((sa, sb)) {
-            let list = |s: &BTreeSet<Vec<u8>>| s.iter().map(|p| show(p)).collect::<Vec<_>>().join(", ");
+            let list =
+                |s: &BTreeSet<Vec<u8>>| s.iter().map(|p| show(p)).collect::<Vec<_>>().join(", ");
             let (la, lb) = (list(sa), list(sb));
-            diffs.push(format!("{}: hard links differ: inode shared by [{la}] in A, by [{lb}] in B", show(k)));
+            diffs.push(format!(
+                "{}: hard links differ: inode shared by [{la}] in A, by [{lb}] in B",
+                show(k)
+            ));
         }
     }
     diffs
@@ -349,7 +510,10 @@ fn compare_hard_links(ta: &BTreeMap<Vec<u8>, Entry>, tb: &BTreeMap<Vec<u8>, Entr
 pub fn assert_trees_equal(a: &Path, b: &Path, opts: CompareOpts, context: &str) {
     let diffs = compare_trees_opts(a, b, opts);
     let (n, a, b, all) = (diffs.len(), a.display(), b.display(), diffs.join("\n  "));
-    assert!(diffs.is_empty(), "{context}: {n} difference(s) between A={a} and B={b}:\n  {all}");
+    assert!(
+        diffs.is_empty(),
+        "{context}: {n} difference(s) between A={a} and B={b}:\n  {all}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -371,9 +535,14 @@ pub struct Output {
 
 impl Output {
     pub fn describe(&self) -> String {
-        let killed = if self.timed_out { " (TIMED OUT, killed)" } else { "" };
+        let killed = if self.timed_out {
+            " (TIMED OUT, killed)"
+        } else {
+            ""
+        };
         let (what, code, out, err) = (&self.what, self.code, &self.stdout, &self.stderr);
-        format!("{what}\n  exit code: {code:?}{killed}\n  --- stdout ---\n{out}\n  --- stderr ---\n{err}")
+        let head = format!("{what}\n  exit code: {code:?}{killed}");
+        format!("{head}\n  --- stdout ---\n{out}\n  --- stderr ---\n{err}")
     }
 
     pub fn assert_ok(&self) -> &Self {
@@ -385,9 +554,15 @@ impl Output {
     pub fn json_lines(&self) -> Vec<Value> {
         let parse = |l: &str| {
             let r = serde_json::from_str(l);
-            r.unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l:?}\n{}", self.describe()))
+            r.unwrap_or_else(|e| {
+                panic!("stdout line is not JSON ({e}): {l:?}\n{}", self.describe())
+            })
         };
-        self.stdout.lines().filter(|l| !l.trim().is_empty()).map(parse).collect()
+        self.stdout
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(parse)
+            .collect()
     }
 
     /// The last `{"event":"summary",...}` line of stdout.
@@ -430,6 +605,13 @@ impl Proc {
         self.child.try_wait().unwrap().is_some()
     }
 
+    /// SIGKILLs the process (if still running).
+    pub fn kill(&mut self) {
+        if !self.exited() {
+            let _ = self.child.kill();
+        }
+    }
+
     /// Waits for exit; on timeout kills the process and reports `timed_out`.
     pub fn wait(&mut self, timeout: Duration) -> Output {
         let deadline = Instant::now() + timeout;
@@ -444,10 +626,22 @@ impl Proc {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-        let read = |f: &str| String::from_utf8_lossy(&fs::read(self.logs.path().join(f)).unwrap()).into_owned();
+        let read = |f: &str| {
+            String::from_utf8_lossy(&fs::read(self.logs.path().join(f)).unwrap()).into_owned()
+        };
         let (stdout, stderr) = (read("out"), read("err"));
-        let (what, code, timed_out) = (self.what.clone(), status.and_then(|s| s.code()), status.is_none());
-        Output { what, code, stdout, stderr, timed_out }
+        let (what, code, timed_out) = (
+            self.what.clone(),
+            status.and_then(|s| s.code()),
+            status.is_none(),
+        );
+        Output {
+            what,
+            code,
+            stdout,
+            stderr,
+            timed_out,
+        }
     }
 }
 
@@ -469,31 +663,41 @@ pub fn run_mover<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Output {
 pub struct Receiver {
     pub addr: SocketAddr,
     pub proc: Proc,
+    _dir: TempDir,
 }
 
 /// Spawns `mover receive --listen 127.0.0.1:0 --addr-file F --root ROOT EXTRA...` and waits
 /// (at most 10 s) for the address file.
 pub fn spawn_receiver(root: &Path, extra: &[&str]) -> Receiver {
-    let mut args: Vec<OsString> = ["receive", "--listen", "127.0.0.1:0", "--root"].map(OsString::from).into();
+    let mut args: Vec<OsString> = ["receive", "--listen", "127.0.0.1:0", "--root"]
+        .map(OsString::from)
+        .into();
     args.push(root.into());
     args.extend(extra.iter().map(OsString::from));
-    args.push("--addr-file".into());
-    let mut proc = Proc::spawn(args.iter().chain([&OsString::new()]).take(args.len()));
-    drop(proc);
-    let addr_file = root.with_extension("addr");
-    proc = Proc::spawn(args.iter().cloned().chain([addr_file.clone().into_os_string()]));
+    let dir = TempDir::new().unwrap();
+    let addr_file = dir.path().join("addr");
+    args.extend([OsString::from("--addr-file"), addr_file.clone().into()]);
+    let mut proc = Proc::spawn(&args);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(text) = fs::read_to_string(&addr_file) {
             if !text.trim().is_empty() {
                 let parsed = text.trim().parse();
-                let addr = parsed.unwrap_or_else(|e| panic!("bad address {text:?} in addr file: {e}"));
-                return Receiver { addr, proc };
+                let addr =
+                    parsed.unwrap_or_else(|e| panic!("bad address {text:?} in addr file: {e}"));
+                return Receiver {
+                    addr,
+                    proc,
+                    _dir: dir,
+                };
             }
         }
         if proc.exited() || Instant::now() > deadline {
             let out = proc.wait(Duration::ZERO);
-            panic!("receiver wrote no address file (within 10 s): {}", out.describe());
+            panic!(
+                "receiver wrote no address file (within 10 s): {}",
+                out.describe()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -506,17 +710,27 @@ impl Receiver {
     }
 }
 
-/// `mover send --to ADDR --root SRC EXTRA...`
-pub fn run_sender(addr: SocketAddr, src: &Path, extra: &[&str]) -> Output {
+/// Starts `mover send --to ADDR --root SRC EXTRA...`.
+pub fn spawn_sender(addr: SocketAddr, src: &Path, extra: &[&str]) -> Proc {
     let mut args: Vec<OsString> = vec!["send".into(), "--to".into(), addr.to_string().into()];
     args.extend([OsString::from("--root"), src.into()]);
     args.extend(extra.iter().map(OsString::from));
-    run_mover(&args)
+    Proc::spawn(&args)
+}
+
+/// Runs `mover send --to ADDR --root SRC EXTRA...` (bounded by [`RUN_TIMEOUT`]).
+pub fn run_sender(addr: SocketAddr, src: &Path, extra: &[&str]) -> Output {
+    spawn_sender(addr, src, extra).wait(RUN_TIMEOUT)
 }
 
 /// One TCP session: a fresh receiver into `dst`, a sender from `src`; returns (sender, receiver).
 /// Does not check exit codes.
-pub fn tcp_transfer(src: &Path, dst: &Path, send_args: &[&str], recv_args: &[&str]) -> (Output, Output) {
+pub fn tcp_transfer(
+    src: &Path,
+    dst: &Path,
+    send_args: &[&str],
+    recv_args: &[&str],
+) -> (Output, Output) {
     let receiver = spawn_receiver(dst, recv_args);
     let sender = run_sender(receiver.addr, src, send_args);
     let secs = if sender.code == Some(0) { 30 } else { 10 };
@@ -527,7 +741,12 @@ pub fn tcp_transfer(src: &Path, dst: &Path, send_args: &[&str], recv_args: &[&st
 pub fn tcp_transfer_ok(src: &Path, dst: &Path, send_args: &[&str]) -> (Output, Output) {
     let (s, r) = tcp_transfer(src, dst, send_args, &[]);
     let ok = s.code == Some(0) && r.code == Some(0);
-    assert!(ok, "TCP transfer failed\n=== sender: {}\n=== receiver: {}", s.describe(), r.describe());
+    assert!(
+        ok,
+        "TCP transfer failed\n=== sender: {}\n=== receiver: {}",
+        s.describe(),
+        r.describe()
+    );
     (s, r)
 }
 
