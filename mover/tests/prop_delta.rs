@@ -79,7 +79,7 @@ fn round_trip(
 
 /// Exact hints for some lengths, none for others: results must not depend on it.
 fn small_hint(len: usize) -> Option<u64> {
-    (len % 2 == 0).then_some(len as u64)
+    len.is_multiple_of(2).then_some(len as u64)
 }
 
 /// A basis and an edited copy of it.
