@@ -53,6 +53,16 @@ impl Summary {
         }
     }
 
+    /// Adds what an applier counted (files rebuilt and their data).
+    pub fn add_applied(&mut self, a: &Summary) {
+        self.files_transferred += a.files_transferred;
+        self.bytes_literal += a.bytes_literal;
+        self.bytes_matched += a.bytes_matched;
+        self.files_vanished += a.files_vanished;
+        self.files_changed += a.files_changed;
+        self.files_failed += a.files_failed;
+    }
+
     /// One line for people, on stderr.
     pub fn human(&self) -> String {
         let secs = self.elapsed_ms as f64 / 1000.0;

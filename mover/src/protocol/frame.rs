@@ -49,6 +49,16 @@ pub enum Frame {
 }
 
 impl Frame {
+    /// The file a data frame belongs to.
+    pub fn file_id(&self) -> Option<u64> {
+        match self {
+            Frame::FileBegin { id, .. } | Frame::Ops { id, .. } | Frame::FileEnd { id, .. } => {
+                Some(*id)
+            }
+            _ => None,
+        }
+    }
+
     /// A short name for messages.
     pub fn name(&self) -> &'static str {
         match self {

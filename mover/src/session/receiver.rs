@@ -27,6 +27,13 @@ use crate::protocol::{
 };
 use crate::stats::{Counters, Summary};
 
+/// Appliers rebuilding files in parallel: one per core, two to four.
+fn applier_count() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 4)
+}
+
 /// Files requested and not yet finished, at most.
 const MAX_INFLIGHT: usize = 1024;
 /// Most frames handed on at once by the reader.
@@ -138,19 +145,25 @@ where
         counters.clone(),
     );
     let generator = sup.spawn(move || generator.run(gen_rx));
-    let (app_tx, app_rx) = mpsc::channel(32);
-    let applier = Applier::new(
-        cfg.root.clone(),
-        opts.inplace,
-        cfg.preserve_owner,
-        inflight.clone(),
-        counters.clone(),
-    );
-    let applier = sup.spawn(move || {
-        applier
-            .map_err(|e| SessionError::local("starting zstd", e))?
-            .run(app_rx)
-    });
+    // Files are rebuilt by several appliers at once (file creation is mostly
+    // kernel work, and small files are many); each file goes to one of them.
+    let (mut app_txs, mut appliers) = (Vec::new(), Vec::new());
+    for _ in 0..applier_count() {
+        let (tx, rx) = mpsc::channel(32);
+        let applier = Applier::new(
+            cfg.root.clone(),
+            opts.inplace,
+            cfg.preserve_owner,
+            inflight.clone(),
+            counters.clone(),
+        );
+        appliers.push(sup.spawn(move || {
+            applier
+                .map_err(|e| SessionError::local("starting zstd", e))?
+                .run(rx)
+        }));
+        app_txs.push(tx);
+    }
     let ticker = tokio::spawn(report_progress(
         counters.clone(),
         start,
@@ -158,7 +171,7 @@ where
         cfg.progress.clone(),
     ));
 
-    let read = sup.watch(read_frames(&mut frames, gen_tx, app_tx)).await;
+    let read = sup.watch(read_frames(&mut frames, gen_tx, app_txs)).await;
     if let Err(e) = read {
         // Stop everything, tell the sender why, and let the workers clean up.
         ticker.abort();
@@ -169,11 +182,19 @@ where
             warn("could not deliver the error to the sender");
         }
         drain(generator).await;
-        drain(applier).await;
+        for applier in appliers {
+            drain(applier).await;
+        }
         return Err(e);
     }
-    let joined =
-        async { Ok::<_, SessionError>((sup.join(generator).await?, sup.join(applier).await?)) };
+    let joined = async {
+        let gen = sup.join(generator).await?;
+        let mut applied = Summary::default();
+        for applier in appliers {
+            applied.add_applied(&sup.join(applier).await?);
+        }
+        Ok::<_, SessionError>((gen, applied))
+    };
     let (gen, applied) = match joined.await {
         Ok(r) => r,
         Err(e) => {
@@ -254,7 +275,7 @@ fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Filter, Sessio
 async fn read_frames<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
     gen_tx: mpsc::Sender<Vec<Frame>>,
-    app_tx: mpsc::Sender<Vec<Frame>>,
+    app_txs: Vec<mpsc::Sender<Vec<Frame>>>,
 ) -> Result<(), SessionError> {
     let mut state = State::Listing;
     // Frames already decoded are handed on together: one wake-up per batch.
@@ -263,7 +284,8 @@ async fn read_frames<R: AsyncRead + Unpin>(
         let Some(batch) = batches.next().await else {
             return Err(ProtocolError::Closed("before the transfer finished").into());
         };
-        let (mut to_gen, mut to_app) = (Vec::new(), Vec::new());
+        let mut to_gen = Vec::new();
+        let mut to_app: Vec<Vec<Frame>> = app_txs.iter().map(|_| Vec::new()).collect();
         for frame in batch {
             let frame = frame?;
             if let Frame::Abort(reason) = frame {
@@ -273,7 +295,10 @@ async fn read_frames<R: AsyncRead + Unpin>(
             state = next;
             match route {
                 Route::Generator => to_gen.push(frame),
-                Route::Applier => to_app.push(frame),
+                Route::Applier => match frame.file_id() {
+                    Some(id) => to_app[(id % app_txs.len() as u64) as usize].push(frame),
+                    None => to_app.iter_mut().for_each(|q| q.push(Frame::DataEnd)),
+                },
             }
         }
         if !to_gen.is_empty() {
@@ -285,11 +310,10 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 mpsc::error::TrySendError::Closed(_) => SessionError::Cancelled,
             })?;
         }
-        if !to_app.is_empty() {
-            app_tx
-                .send(to_app)
-                .await
-                .map_err(|_| super::generator::cancelled())?;
+        for (tx, frames) in app_txs.iter().zip(to_app) {
+            if !frames.is_empty() {
+                tx.send(frames).await.map_err(|_| SessionError::Cancelled)?;
+            }
         }
     }
     Ok(())
@@ -323,12 +347,7 @@ fn finish(
     applied: Summary,
 ) -> Result<Summary, SessionError> {
     let mut s = gen.summary;
-    s.files_transferred += applied.files_transferred;
-    s.bytes_literal += applied.bytes_literal;
-    s.bytes_matched += applied.bytes_matched;
-    s.files_vanished += applied.files_vanished;
-    s.files_changed += applied.files_changed;
-    s.files_failed += applied.files_failed;
+    s.add_applied(&applied);
     for (path, target) in &gen.links {
         if let Err(e) = hard_link(root, path, target) {
             if is_fatal(&e) {

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::flow::Credits;
@@ -19,6 +19,7 @@ use super::{warn, writer, ProgressFn, SessionError};
 use crate::delta::{delta, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
 use crate::meta::Meta;
+use crate::path::RelPath;
 use crate::protocol::{
     violation, FileOutcome, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request,
     SessionOptions, WireCounter, WireOp, INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
@@ -29,8 +30,13 @@ use crate::walk::{SourceRoot, WalkItem, Walker};
 
 /// Reads of a file that keeps changing before it is reported as changed.
 const MAX_TRIES: usize = 3;
-/// Complete requests (with their signatures) queued for the delta thread.
-const REQUEST_QUEUE: usize = 4;
+/// Complete requests queued for the delta thread (so their files can be
+/// prefetched while earlier ones are sent).
+const REQUEST_QUEUE: usize = 1024;
+/// Signature blocks queued for the delta thread at most (about 20 MiB).
+const SIG_BUDGET: usize = 1 << 20;
+/// Leading bytes of each queued file that are read ahead.
+const PREFETCH_BYTES: u64 = 1 << 20;
 /// Most frames handed on at once by the reader.
 const READ_BATCH: usize = 256;
 /// Ops per frame at most.
@@ -167,17 +173,31 @@ where
             )
         })
     };
+    let source = Arc::new(
+        SourceRoot::open(&cfg.root)
+            .map_err(|e| SessionError::local(format!("opening {}", cfg.root.display()), e))?,
+    );
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
+    let (ahead_tx, ahead_rx) = std::sync::mpsc::sync_channel(REQUEST_QUEUE);
+    {
+        let source = source.clone();
+        std::thread::spawn(move || prefetch(&source, ahead_rx));
+    }
+    let queue = Queue {
+        tx: req_tx,
+        ahead: ahead_tx,
+        budget: Arc::new(Semaphore::new(SIG_BUDGET)),
+    };
     let server = {
-        let (root, out, opts) = (cfg.root.clone(), out_tx.clone(), options.clone());
-        sup.spawn(move || serve(&root, filter, opts, req_rx, Outbox::new(out)))
+        let (out, opts) = (out_tx.clone(), options.clone());
+        sup.spawn(move || serve(&source, filter, opts, req_rx, Outbox::new(out)))
     };
 
     let read = sup
         .watch(read_frames(
             &mut frames,
             &credits,
-            req_tx,
+            queue,
             cfg.progress.as_ref(),
         ))
         .await;
@@ -236,11 +256,11 @@ async fn handshake<R: AsyncRead + Unpin>(
 async fn read_frames<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
     credits: &Credits,
-    req_tx: mpsc::Sender<(Request, Vec<BlockSig>)>,
+    queue: Queue,
     progress: Option<&ProgressFn>,
 ) -> Result<Summary, SessionError> {
     let mut state = State::Serving(None);
-    let mut req_tx = Some(req_tx);
+    let mut queue = Some(queue);
     let mut batches = frames.ready_chunks(READ_BATCH);
     loop {
         let Some(batch) = batches.next().await else {
@@ -256,10 +276,13 @@ async fn read_frames<R: AsyncRead + Unpin>(
             match action {
                 Action::Credit(n) => credits.add(n as u64),
                 Action::Serve(req, sigs) => {
-                    let tx = req_tx.as_ref().ok_or_else(cancelled)?;
-                    tx.send((req, sigs)).await.map_err(|_| cancelled())?;
+                    queue
+                        .as_ref()
+                        .ok_or_else(cancelled)?
+                        .push(req, sigs)
+                        .await?
                 }
-                Action::RequestsEnd => req_tx = None,
+                Action::RequestsEnd => queue = None,
                 Action::Progress(p) => {
                     if let Some(sink) = progress {
                         sink(&p);
@@ -268,6 +291,56 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 Action::Done(summary) => return Ok(summary),
                 Action::Nothing => {}
             }
+        }
+    }
+}
+
+/// A request ready to serve, holding its share of the signature budget.
+struct Queued {
+    req: Request,
+    sigs: Vec<BlockSig>,
+    _budget: OwnedSemaphorePermit,
+}
+
+/// The way from the reader to the delta thread, and to the prefetcher.
+struct Queue {
+    tx: mpsc::Sender<Queued>,
+    ahead: std::sync::mpsc::SyncSender<RelPath>,
+    budget: Arc<Semaphore>,
+}
+
+impl Queue {
+    async fn push(&self, req: Request, sigs: Vec<BlockSig>) -> Result<(), SessionError> {
+        let blocks = sigs.len().clamp(1, SIG_BUDGET) as u32;
+        let permit = self
+            .budget
+            .clone()
+            .acquire_many_owned(blocks)
+            .await
+            .map_err(|_| cancelled())?;
+        // Best effort: a full prefetch queue only means no read-ahead.
+        let _ = self.ahead.try_send(req.path.clone());
+        let queued = Queued {
+            req,
+            sigs,
+            _budget: permit,
+        };
+        self.tx.send(queued).await.map_err(|_| cancelled())
+    }
+}
+
+/// The prefetch thread: starts reading queued files into the page cache so
+/// the delta thread finds them there (many small files read one by one would
+/// otherwise wait on the disk one at a time).
+fn prefetch(root: &SourceRoot, rx: std::sync::mpsc::Receiver<RelPath>) {
+    for path in rx {
+        if let Ok(f) = root.open_file(&path) {
+            let _ = rustix::fs::fadvise(
+                &f,
+                0,
+                std::num::NonZeroU64::new(PREFETCH_BYTES),
+                rustix::fs::Advice::WillNeed,
+            );
         }
     }
 }
@@ -314,25 +387,23 @@ fn walk(walker: Walker, mut out: Outbox, credits: &Credits) -> Result<(), Sessio
 
 /// The delta thread: answers requests in order until the receiver has no more.
 fn serve(
-    root: &std::path::Path,
+    root: &SourceRoot,
     filter: Filter,
     opts: SessionOptions,
-    mut rx: mpsc::Receiver<(Request, Vec<BlockSig>)>,
+    mut rx: mpsc::Receiver<Queued>,
     mut out: Outbox,
 ) -> Result<(), SessionError> {
-    let root = SourceRoot::open(root)
-        .map_err(|e| SessionError::local(format!("opening {}", root.display()), e))?;
     let mut zstd = match opts.compress {
         Some(level) => {
             Some(zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?)
         }
         None => None,
     };
-    while let Some((req, sigs)) = recv_or_flush(&mut rx, &mut out)? {
+    while let Some(Queued { req, sigs, .. }) = recv_or_flush(&mut rx, &mut out)? {
         if filter.excludes(&req.path, false) {
             return Err(violation(format!("receiver asked for excluded {}", req.path)).into());
         }
-        let outcome = send_file(&root, &opts, &req, sigs, &mut out, zstd.as_mut())?;
+        let outcome = send_file(root, &opts, &req, sigs, &mut out, zstd.as_mut())?;
         out.push(Frame::FileEnd {
             id: req.id,
             outcome,
