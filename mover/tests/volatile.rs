@@ -27,7 +27,7 @@ fn files_that_vanish_before_they_are_read_are_reported() {
     }
     // The list goes out at once, the data at 8 MiB/s: when the last ten files
     // are deleted, the sender has read at most its queues' worth (~10 MiB).
-    let mut receiver = spawn_receiver(&dst, &[]);
+    let receiver = spawn_receiver(&dst, &[]);
     let mut sender = spawn_sender(receiver.addr, &src, &["--bwlimit", "8M"]);
     std::thread::sleep(Duration::from_millis(300));
     for i in 30..40 {
