@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use super::commit::{create_temp, CommitGroup, Committed, Finished};
 use super::flow::Inflight;
 use super::generator::{cancelled, is_fatal, PendingFile};
+use super::receiver::DataBatch;
 use super::{warn, SessionError};
 use crate::delta::{Op, LITERAL_CHUNK};
 use crate::meta::{apply_to_fd, Meta};
@@ -73,9 +74,11 @@ impl Applier {
     }
 
     /// Applies data frames until `DataEnd`, then commits what is left.
-    pub fn run(mut self, mut rx: mpsc::Receiver<Vec<Frame>>) -> Result<Summary, SessionError> {
+    pub fn run(mut self, mut rx: mpsc::Receiver<DataBatch>) -> Result<Summary, SessionError> {
         'data: loop {
-            for frame in rx.blocking_recv().ok_or_else(cancelled)? {
+            // The batch's share of the data budget is returned once it is applied.
+            let batch = rx.blocking_recv().ok_or_else(cancelled)?;
+            for frame in batch.frames {
                 match frame {
                     Frame::FileBegin { id, meta } => self.begin(id, meta)?,
                     Frame::Ops { id, ops } => self.ops(id, ops)?,

@@ -10,7 +10,7 @@ use crate::protocol::SessionOptions;
 use crate::stats::Summary;
 
 /// Bytes buffered in each direction of the in-memory pipe.
-const PIPE: usize = 4 * 1024 * 1024;
+const PIPE: usize = 1024 * 1024;
 
 /// Copies or re-syncs `src` into `dst` with the same engine as the network path.
 pub async fn sync(

@@ -18,6 +18,7 @@ pub mod local;
 mod outbox;
 pub mod receiver;
 pub mod sender;
+mod serve;
 mod supervise;
 mod writer;
 

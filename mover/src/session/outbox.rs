@@ -55,8 +55,8 @@ impl Outbox {
     }
 }
 
-/// Rough payload size of a frame, for batching.
-fn weight(frame: &Frame) -> usize {
+/// Rough payload size of a frame, for batching and memory budgets.
+pub fn weight(frame: &Frame) -> usize {
     match frame {
         Frame::Ops { ops, .. } => ops
             .iter()
@@ -70,10 +70,27 @@ fn weight(frame: &Frame) -> usize {
     }
 }
 
+/// Where a worker puts the frames it produces.
+pub trait FrameOut {
+    fn push(&mut self, frame: Frame) -> Result<(), SessionError>;
+    /// Hands over what is buffered; called before the worker may wait.
+    fn flush(&mut self) -> Result<(), SessionError>;
+}
+
+impl FrameOut for Outbox {
+    fn push(&mut self, frame: Frame) -> Result<(), SessionError> {
+        Outbox::push(self, frame)
+    }
+
+    fn flush(&mut self) -> Result<(), SessionError> {
+        Outbox::flush(self)
+    }
+}
+
 /// Receives the next batch, flushing `outbox` first if the worker would have to wait.
 pub fn recv_or_flush<T>(
     rx: &mut mpsc::Receiver<T>,
-    outbox: &mut Outbox,
+    outbox: &mut impl FrameOut,
 ) -> Result<Option<T>, SessionError> {
     match rx.try_recv() {
         Ok(item) => Ok(Some(item)),

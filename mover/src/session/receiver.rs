@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::applier::Applier;
 use super::flow::Inflight;
 use super::generator::{is_fatal, GenOutput, Generator, PendingFile};
-use super::outbox::Out;
+use super::outbox::{weight, Out};
 use super::supervise::{drain, Supervisor, CLEANUP};
 use super::{warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
@@ -26,6 +26,35 @@ use crate::protocol::{
     INITIAL_CREDIT, MAX_EXCLUDES,
 };
 use crate::stats::{Counters, Summary};
+
+/// Batches queued for each applier.
+const APPLIER_QUEUE: usize = 32;
+/// Bytes of file data read from the connection but not yet applied, at most:
+/// a slow disk holds the reader back instead of filling memory.
+const DATA_BUDGET: usize = 8 << 20;
+
+/// File data on its way to an applier, holding its share of [`DATA_BUDGET`]
+/// until the applier is done with it.
+pub struct DataBatch {
+    pub frames: Vec<Frame>,
+    _budget: OwnedSemaphorePermit,
+}
+
+impl DataBatch {
+    async fn new(frames: Vec<Frame>, budget: &Arc<Semaphore>) -> Result<DataBatch, SessionError> {
+        let bytes: usize = frames.iter().map(weight).sum();
+        let permits = bytes.clamp(1, DATA_BUDGET) as u32;
+        let permit = budget
+            .clone()
+            .acquire_many_owned(permits)
+            .await
+            .map_err(|_| SessionError::Cancelled)?;
+        Ok(DataBatch {
+            frames,
+            _budget: permit,
+        })
+    }
+}
 
 /// Appliers rebuilding files in parallel: one per core, two to four.
 fn applier_count() -> usize {
@@ -149,7 +178,7 @@ where
     // kernel work, and small files are many); each file goes to one of them.
     let (mut app_txs, mut appliers) = (Vec::new(), Vec::new());
     for _ in 0..applier_count() {
-        let (tx, rx) = mpsc::channel(32);
+        let (tx, rx) = mpsc::channel(APPLIER_QUEUE);
         let applier = Applier::new(
             cfg.root.clone(),
             opts.inplace,
@@ -275,9 +304,10 @@ fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Filter, Sessio
 async fn read_frames<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
     gen_tx: mpsc::Sender<Vec<Frame>>,
-    app_txs: Vec<mpsc::Sender<Vec<Frame>>>,
+    app_txs: Vec<mpsc::Sender<DataBatch>>,
 ) -> Result<(), SessionError> {
     let mut state = State::Listing;
+    let budget = Arc::new(Semaphore::new(DATA_BUDGET));
     // Frames already decoded are handed on together: one wake-up per batch.
     let mut batches = frames.ready_chunks(READ_BATCH);
     while state != State::DataDone {
@@ -312,7 +342,8 @@ async fn read_frames<R: AsyncRead + Unpin>(
         }
         for (tx, frames) in app_txs.iter().zip(to_app) {
             if !frames.is_empty() {
-                tx.send(frames).await.map_err(|_| SessionError::Cancelled)?;
+                let batch = DataBatch::new(frames, &budget).await?;
+                tx.send(batch).await.map_err(|_| SessionError::Cancelled)?;
             }
         }
     }

@@ -1,46 +1,32 @@
 //! The sending side of a session: walks the source and answers requests with deltas.
 
-use std::fs::File;
-use std::io::{self, Read, Seek};
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::flow::Credits;
 use super::generator::cancelled;
-use super::outbox::{recv_or_flush, Outbox};
+use super::outbox::Outbox;
+use super::serve::{prefetch, serve, Queue, REQUEST_QUEUE};
 use super::supervise::{drain, Supervisor, CLEANUP};
 use super::{warn, writer, ProgressFn, SessionError};
-use crate::delta::{delta, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
-use crate::meta::Meta;
-use crate::path::RelPath;
 use crate::protocol::{
-    violation, FileOutcome, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request,
-    SessionOptions, WireCounter, WireOp, INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
+    violation, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
+    WireCounter, INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
 };
-use crate::signature::{BlockSig, Index};
+use crate::signature::BlockSig;
 use crate::stats::Summary;
 use crate::walk::{SourceRoot, WalkItem, Walker};
 
-/// Reads of a file that keeps changing before it is reported as changed.
-const MAX_TRIES: usize = 3;
-/// Complete requests queued for the delta thread (so their files can be
-/// prefetched while earlier ones are sent).
-const REQUEST_QUEUE: usize = 1024;
-/// Signature blocks queued for the delta thread at most (about 20 MiB).
-const SIG_BUDGET: usize = 1 << 20;
-/// Leading bytes of each queued file that are read ahead.
-const PREFETCH_BYTES: u64 = 1 << 20;
 /// Most frames handed on at once by the reader.
 const READ_BATCH: usize = 256;
-/// Ops per frame at most.
-const OPS_PER_FRAME: usize = 4096;
 
 /// How the sender runs.
 #[derive(Clone)]
@@ -183,11 +169,7 @@ where
         let source = source.clone();
         std::thread::spawn(move || prefetch(&source, ahead_rx));
     }
-    let queue = Queue {
-        tx: req_tx,
-        ahead: ahead_tx,
-        budget: Arc::new(Semaphore::new(SIG_BUDGET)),
-    };
+    let queue = Queue::new(req_tx, ahead_tx);
     let server = {
         let (out, opts) = (out_tx.clone(), options.clone());
         sup.spawn(move || serve(&source, filter, opts, req_rx, Outbox::new(out)))
@@ -295,56 +277,6 @@ async fn read_frames<R: AsyncRead + Unpin>(
     }
 }
 
-/// A request ready to serve, holding its share of the signature budget.
-struct Queued {
-    req: Request,
-    sigs: Vec<BlockSig>,
-    _budget: OwnedSemaphorePermit,
-}
-
-/// The way from the reader to the delta thread, and to the prefetcher.
-struct Queue {
-    tx: mpsc::Sender<Queued>,
-    ahead: std::sync::mpsc::SyncSender<RelPath>,
-    budget: Arc<Semaphore>,
-}
-
-impl Queue {
-    async fn push(&self, req: Request, sigs: Vec<BlockSig>) -> Result<(), SessionError> {
-        let blocks = sigs.len().clamp(1, SIG_BUDGET) as u32;
-        let permit = self
-            .budget
-            .clone()
-            .acquire_many_owned(blocks)
-            .await
-            .map_err(|_| cancelled())?;
-        // Best effort: a full prefetch queue only means no read-ahead.
-        let _ = self.ahead.try_send(req.path.clone());
-        let queued = Queued {
-            req,
-            sigs,
-            _budget: permit,
-        };
-        self.tx.send(queued).await.map_err(|_| cancelled())
-    }
-}
-
-/// The prefetch thread: starts reading queued files into the page cache so
-/// the delta thread finds them there (many small files read one by one would
-/// otherwise wait on the disk one at a time).
-fn prefetch(root: &SourceRoot, rx: std::sync::mpsc::Receiver<RelPath>) {
-    for path in rx {
-        if let Ok(f) = root.open_file(&path) {
-            let _ = rustix::fs::fadvise(
-                &f,
-                0,
-                std::num::NonZeroU64::new(PREFETCH_BYTES),
-                rustix::fs::Advice::WillNeed,
-            );
-        }
-    }
-}
-
 /// The walker thread: lists the tree within the receiver's credit.
 fn walk(walker: Walker, mut out: Outbox, credits: &Credits) -> Result<(), SessionError> {
     let mut stats = ListStats::default();
@@ -383,171 +315,4 @@ fn walk(walker: Walker, mut out: Outbox, credits: &Credits) -> Result<(), Sessio
     }
     out.push(Frame::ListEnd(stats))?;
     out.flush()
-}
-
-/// The delta thread: answers requests in order until the receiver has no more.
-fn serve(
-    root: &SourceRoot,
-    filter: Filter,
-    opts: SessionOptions,
-    mut rx: mpsc::Receiver<Queued>,
-    mut out: Outbox,
-) -> Result<(), SessionError> {
-    let mut zstd = match opts.compress {
-        Some(level) => {
-            Some(zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?)
-        }
-        None => None,
-    };
-    while let Some(Queued { req, sigs, .. }) = recv_or_flush(&mut rx, &mut out)? {
-        if filter.excludes(&req.path, false) {
-            return Err(violation(format!("receiver asked for excluded {}", req.path)).into());
-        }
-        let outcome = send_file(root, &opts, &req, sigs, &mut out, zstd.as_mut())?;
-        out.push(Frame::FileEnd {
-            id: req.id,
-            outcome,
-        })?;
-    }
-    out.push(Frame::DataEnd)?;
-    out.flush()
-}
-
-fn send_file(
-    root: &SourceRoot,
-    opts: &SessionOptions,
-    req: &Request,
-    sigs: Vec<BlockSig>,
-    out: &mut Outbox,
-    mut zstd: Option<&mut zstd::bulk::Compressor<'static>>,
-) -> Result<FileOutcome, SessionError> {
-    let mut file = match root.open_file(&req.path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(FileOutcome::Vanished),
-        // Replaced by a symlink since it was listed.
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
-            return Ok(FileOutcome::Changed)
-        }
-        Err(e) => {
-            warn(format_args!("{}: {e}", req.path));
-            return Ok(FileOutcome::Unreadable);
-        }
-    };
-    let index = req.basis.map(|shape| Index::new(shape, sigs));
-    let mut dopts = DeltaOptions {
-        inplace: opts.inplace,
-        len_hint: None,
-    };
-    for _ in 0..MAX_TRIES {
-        let before = match stat_file(&file) {
-            Ok(Some(m)) => m,
-            Ok(None) => return Ok(FileOutcome::Changed),
-            Err(e) => return Ok(unreadable(req, e)),
-        };
-        out.push(Frame::FileBegin {
-            id: req.id,
-            meta: before,
-        })?;
-        dopts.len_hint = Some(before.size);
-        let mut batch = OpBatch {
-            id: req.id,
-            ops: Vec::new(),
-            bytes: 0,
-            out: &mut *out,
-            zstd: zstd.as_deref_mut(),
-        };
-        let result = delta::<_, SendError>(
-            Read::by_ref(&mut file).take(before.size),
-            index.as_ref(),
-            dopts,
-            &mut |op| batch.push(op),
-        );
-        let sent = match result {
-            Ok(s) => s,
-            Err(SendError::Session(e)) => return Err(e),
-            Err(SendError::Read(e)) => return Ok(unreadable(req, e)),
-        };
-        batch.flush().map_err(|e| match e {
-            SendError::Session(e) => e,
-            SendError::Read(e) => SessionError::local("compressing", e),
-        })?;
-        let after = stat_file(&file).ok().flatten();
-        if sent.len == before.size && after == Some(before) {
-            return Ok(FileOutcome::Sent(sent.hash));
-        }
-        if let Err(e) = file.rewind() {
-            return Ok(unreadable(req, e));
-        }
-    }
-    Ok(FileOutcome::Changed)
-}
-
-fn unreadable(req: &Request, e: io::Error) -> FileOutcome {
-    warn(format_args!("{}: {e}", req.path));
-    FileOutcome::Unreadable
-}
-
-/// Metadata of an open file, `None` if it is no longer a regular file.
-fn stat_file(file: &File) -> io::Result<Option<Meta>> {
-    let md = file.metadata()?;
-    Ok(md.is_file().then(|| Meta::from_fs(&md)))
-}
-
-enum SendError {
-    Read(io::Error),
-    Session(SessionError),
-}
-
-impl From<io::Error> for SendError {
-    fn from(e: io::Error) -> SendError {
-        SendError::Read(e)
-    }
-}
-
-/// Collects ops into frames of bounded size, compressing literals when asked.
-struct OpBatch<'a> {
-    id: u64,
-    ops: Vec<WireOp>,
-    bytes: usize,
-    out: &'a mut Outbox,
-    zstd: Option<&'a mut zstd::bulk::Compressor<'static>>,
-}
-
-impl OpBatch<'_> {
-    fn push(&mut self, op: Op) -> Result<(), SendError> {
-        let op = match (op, self.zstd.as_deref_mut()) {
-            (Op::Literal(data), Some(z)) => {
-                let packed = z.compress(&data).map_err(SendError::Read)?;
-                if packed.len() < data.len() {
-                    WireOp::Zstd {
-                        raw_len: data.len() as u32,
-                        data: packed,
-                    }
-                } else {
-                    WireOp::Plain(Op::Literal(data))
-                }
-            }
-            (op, _) => WireOp::Plain(op),
-        };
-        self.bytes += match &op {
-            WireOp::Plain(Op::Literal(d)) | WireOp::Zstd { data: d, .. } => d.len(),
-            _ => 8,
-        };
-        self.ops.push(op);
-        if self.bytes >= LITERAL_CHUNK || self.ops.len() >= OPS_PER_FRAME {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), SendError> {
-        if self.ops.is_empty() {
-            return Ok(());
-        }
-        let ops = std::mem::take(&mut self.ops);
-        self.bytes = 0;
-        self.out
-            .push(Frame::Ops { id: self.id, ops })
-            .map_err(SendError::Session)
-    }
 }

@@ -1,0 +1,329 @@
+//! The sender's file service: requests queued from the reader, read ahead by
+//! a prefetch thread, answered in order by the delta thread, and (with
+//! compression) packed by a second thread so reading and compressing overlap.
+
+use std::fs::File;
+use std::io::{self, Read, Seek};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+use super::generator::cancelled;
+use super::outbox::{recv_or_flush, FrameOut, Outbox};
+use super::{warn, SessionError};
+use crate::delta::{delta, DeltaOptions, Op, LITERAL_CHUNK};
+use crate::filter::Filter;
+use crate::meta::Meta;
+use crate::path::RelPath;
+use crate::protocol::{violation, FileOutcome, Frame, Request, SessionOptions, WireOp};
+use crate::signature::{BlockSig, Index};
+use crate::walk::SourceRoot;
+
+/// Complete requests queued for the delta thread (so their files can be
+/// prefetched while earlier ones are sent).
+pub const REQUEST_QUEUE: usize = 1024;
+/// Signature blocks queued for the delta thread at most (about 20 MiB).
+const SIG_BUDGET: usize = 1 << 20;
+/// Leading bytes of each queued file that are read ahead.
+const PREFETCH_BYTES: u64 = 1 << 20;
+/// Reads of a file that keeps changing before it is reported as changed.
+const MAX_TRIES: usize = 3;
+/// Ops per frame at most.
+const OPS_PER_FRAME: usize = 4096;
+/// Frames between the delta thread and the packer.
+const PACK_QUEUE: usize = 16;
+
+/// A request ready to serve, holding its share of the signature budget.
+pub struct Queued {
+    req: Request,
+    sigs: Vec<BlockSig>,
+    _budget: OwnedSemaphorePermit,
+}
+
+/// The way from the reader to the delta thread, and to the prefetcher.
+pub struct Queue {
+    tx: mpsc::Sender<Queued>,
+    ahead: std::sync::mpsc::SyncSender<RelPath>,
+    budget: Arc<Semaphore>,
+}
+
+impl Queue {
+    pub fn new(tx: mpsc::Sender<Queued>, ahead: std::sync::mpsc::SyncSender<RelPath>) -> Queue {
+        Queue {
+            tx,
+            ahead,
+            budget: Arc::new(Semaphore::new(SIG_BUDGET)),
+        }
+    }
+
+    pub async fn push(&self, req: Request, sigs: Vec<BlockSig>) -> Result<(), SessionError> {
+        let blocks = sigs.len().clamp(1, SIG_BUDGET) as u32;
+        let permit = self
+            .budget
+            .clone()
+            .acquire_many_owned(blocks)
+            .await
+            .map_err(|_| cancelled())?;
+        // Best effort: a full prefetch queue only means no read-ahead.
+        let _ = self.ahead.try_send(req.path.clone());
+        let queued = Queued {
+            req,
+            sigs,
+            _budget: permit,
+        };
+        self.tx.send(queued).await.map_err(|_| cancelled())
+    }
+}
+
+/// The prefetch thread: starts reading queued files into the page cache so
+/// the delta thread finds them there (many small files read one by one would
+/// otherwise wait on the disk one at a time).
+pub fn prefetch(root: &SourceRoot, rx: std::sync::mpsc::Receiver<RelPath>) {
+    for path in rx {
+        if let Ok(f) = root.open_file(&path) {
+            let _ = rustix::fs::fadvise(
+                &f,
+                0,
+                std::num::NonZeroU64::new(PREFETCH_BYTES),
+                rustix::fs::Advice::WillNeed,
+            );
+        }
+    }
+}
+
+/// The delta thread: answers requests in order until the receiver has no more.
+pub fn serve(
+    root: &SourceRoot,
+    filter: Filter,
+    opts: SessionOptions,
+    rx: mpsc::Receiver<Queued>,
+    out: Outbox,
+) -> Result<(), SessionError> {
+    let Some(level) = opts.compress else {
+        return answer(root, &filter, &opts, rx, out);
+    };
+    let zstd = zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?;
+    let (tx, packer_rx) = std::sync::mpsc::sync_channel(PACK_QUEUE);
+    std::thread::scope(|scope| {
+        let packer = scope.spawn(move || pack(zstd, packer_rx, out));
+        let answered = answer(root, &filter, &opts, rx, PackerIn(tx));
+        let packed = packer
+            .join()
+            .map_err(|_| SessionError::Internal("packer panicked".into()))?;
+        // The delta thread's error is the cause when both stopped.
+        answered.and(packed)
+    })
+}
+
+/// Answers each request with the file's data, in order.
+fn answer(
+    root: &SourceRoot,
+    filter: &Filter,
+    opts: &SessionOptions,
+    mut rx: mpsc::Receiver<Queued>,
+    mut out: impl FrameOut,
+) -> Result<(), SessionError> {
+    while let Some(Queued { req, sigs, .. }) = recv_or_flush(&mut rx, &mut out)? {
+        if filter.excludes(&req.path, false) {
+            return Err(violation(format!("receiver asked for excluded {}", req.path)).into());
+        }
+        let outcome = send_file(root, opts, &req, sigs, &mut out)?;
+        out.push(Frame::FileEnd {
+            id: req.id,
+            outcome,
+        })?;
+    }
+    out.push(Frame::DataEnd)?;
+    out.flush()
+}
+
+/// The delta thread's side of the packer.
+struct PackerIn(std::sync::mpsc::SyncSender<Frame>);
+
+impl FrameOut for PackerIn {
+    fn push(&mut self, frame: Frame) -> Result<(), SessionError> {
+        self.0.send(frame).map_err(|_| cancelled())
+    }
+
+    fn flush(&mut self) -> Result<(), SessionError> {
+        Ok(())
+    }
+}
+
+/// The packer thread: compresses literals (keeping a literal as it is when
+/// compression does not make it smaller) while the delta thread reads on.
+fn pack(
+    mut zstd: zstd::bulk::Compressor<'static>,
+    rx: std::sync::mpsc::Receiver<Frame>,
+    mut out: Outbox,
+) -> Result<(), SessionError> {
+    loop {
+        let frame = match rx.try_recv() {
+            Ok(f) => f,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                out.flush()?;
+                match rx.recv() {
+                    Ok(f) => f,
+                    Err(_) => return out.flush(),
+                }
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => return out.flush(),
+        };
+        let frame = match frame {
+            Frame::Ops { id, ops } => {
+                let ops = ops
+                    .into_iter()
+                    .map(|op| compress(&mut zstd, op))
+                    .collect::<Result<_, _>>()?;
+                Frame::Ops { id, ops }
+            }
+            other => other,
+        };
+        out.push(frame)?;
+    }
+}
+
+fn compress(
+    zstd: &mut zstd::bulk::Compressor<'static>,
+    op: WireOp,
+) -> Result<WireOp, SessionError> {
+    Ok(match op {
+        WireOp::Plain(Op::Literal(data)) => {
+            let packed = zstd
+                .compress(&data)
+                .map_err(|e| SessionError::local("compressing", e))?;
+            if packed.len() < data.len() {
+                WireOp::Zstd {
+                    raw_len: data.len() as u32,
+                    data: packed,
+                }
+            } else {
+                WireOp::Plain(Op::Literal(data))
+            }
+        }
+        other => other,
+    })
+}
+
+fn send_file(
+    root: &SourceRoot,
+    opts: &SessionOptions,
+    req: &Request,
+    sigs: Vec<BlockSig>,
+    out: &mut dyn FrameOut,
+) -> Result<FileOutcome, SessionError> {
+    let mut file = match root.open_file(&req.path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(FileOutcome::Vanished),
+        // Replaced by a symlink since it was listed.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Ok(FileOutcome::Changed)
+        }
+        Err(e) => {
+            warn(format_args!("{}: {e}", req.path));
+            return Ok(FileOutcome::Unreadable);
+        }
+    };
+    let index = req.basis.map(|shape| Index::new(shape, sigs));
+    let mut dopts = DeltaOptions {
+        inplace: opts.inplace,
+        len_hint: None,
+    };
+    for _ in 0..MAX_TRIES {
+        let before = match stat_file(&file) {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(FileOutcome::Changed),
+            Err(e) => return Ok(unreadable(req, e)),
+        };
+        out.push(Frame::FileBegin {
+            id: req.id,
+            meta: before,
+        })?;
+        dopts.len_hint = Some(before.size);
+        let mut batch = OpBatch {
+            id: req.id,
+            ops: Vec::new(),
+            bytes: 0,
+            out: &mut *out,
+        };
+        let result = delta::<_, SendError>(
+            Read::by_ref(&mut file).take(before.size),
+            index.as_ref(),
+            dopts,
+            &mut |op| batch.push(op),
+        );
+        let sent = match result {
+            Ok(s) => s,
+            Err(SendError::Session(e)) => return Err(e),
+            Err(SendError::Read(e)) => return Ok(unreadable(req, e)),
+        };
+        batch.flush().map_err(|e| match e {
+            SendError::Session(e) => e,
+            SendError::Read(e) => SessionError::local("compressing", e),
+        })?;
+        let after = stat_file(&file).ok().flatten();
+        if sent.len == before.size && after == Some(before) {
+            return Ok(FileOutcome::Sent(sent.hash));
+        }
+        if let Err(e) = file.rewind() {
+            return Ok(unreadable(req, e));
+        }
+    }
+    Ok(FileOutcome::Changed)
+}
+
+fn unreadable(req: &Request, e: io::Error) -> FileOutcome {
+    warn(format_args!("{}: {e}", req.path));
+    FileOutcome::Unreadable
+}
+
+/// Metadata of an open file, `None` if it is no longer a regular file.
+fn stat_file(file: &File) -> io::Result<Option<Meta>> {
+    let md = file.metadata()?;
+    Ok(md.is_file().then(|| Meta::from_fs(&md)))
+}
+
+enum SendError {
+    Read(io::Error),
+    Session(SessionError),
+}
+
+impl From<io::Error> for SendError {
+    fn from(e: io::Error) -> SendError {
+        SendError::Read(e)
+    }
+}
+
+/// Collects ops into frames of bounded size.
+struct OpBatch<'a> {
+    id: u64,
+    ops: Vec<WireOp>,
+    bytes: usize,
+    out: &'a mut dyn FrameOut,
+}
+
+impl OpBatch<'_> {
+    fn push(&mut self, op: Op) -> Result<(), SendError> {
+        self.bytes += match &op {
+            Op::Literal(d) => d.len(),
+            _ => 8,
+        };
+        let op = WireOp::Plain(op);
+        self.ops.push(op);
+        if self.bytes >= LITERAL_CHUNK || self.ops.len() >= OPS_PER_FRAME {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), SendError> {
+        if self.ops.is_empty() {
+            return Ok(());
+        }
+        let ops = std::mem::take(&mut self.ops);
+        self.bytes = 0;
+        self.out
+            .push(Frame::Ops { id: self.id, ops })
+            .map_err(SendError::Session)
+    }
+}
