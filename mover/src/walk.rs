@@ -258,7 +258,9 @@ impl SourceRoot {
         let name = std::ffi::OsStr::from_bytes(name);
         let resolve =
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        let base = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY;
+        // NONBLOCK: a file swapped for a FIFO since the listing must not hang the open.
+        let base =
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK;
         let open = |flags| rustix::fs::openat2(&self.dir, name, flags, Mode::empty(), resolve);
         let fd = match open(base | OFlags::NOATIME) {
             Err(Errno::PERM) => open(base),

@@ -11,7 +11,7 @@
 //! ```text
 //! sender                                  receiver
 //!   Hello(options)                 ──▶
-//!                                  ◀──    Accept | Refuse
+//!                                  ◀──    Hello, then Accept | Abort
 //!   Entry, DirDone ... ListEnd     ──▶    (credit-limited)
 //!                                  ◀──    Credit, Request + Sigs ... RequestsEnd, Progress
 //!   FileBegin, Ops..., FileEnd ... DataEnd ──▶

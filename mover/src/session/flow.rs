@@ -52,6 +52,24 @@ impl Credits {
     }
 }
 
+/// List frames received but not yet consumed by the generator: the receiver's
+/// check that the sender keeps within its credit.
+#[derive(Debug, Default)]
+pub struct ListWindow(std::sync::atomic::AtomicU64);
+
+impl ListWindow {
+    /// Counts `n` frames in; false if that exceeds what was credited.
+    pub fn admit(&self, n: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        // ListEnd is sent without credit.
+        self.0.fetch_add(n, Relaxed) + n <= crate::protocol::INITIAL_CREDIT as u64 + 1
+    }
+
+    pub fn consumed(&self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Files requested but not yet finished, bounded in number, plus the files
 /// that must be requested again (their rebuild failed verification).
 #[derive(Debug)]

@@ -15,7 +15,7 @@ use rustix::fs::{FileType, Mode, CWD};
 use tokio::sync::mpsc;
 
 use super::commit::{create_and_replace, is_own_temp};
-use super::flow::{Inflight, Wake};
+use super::flow::{Inflight, ListWindow, Wake};
 use super::outbox::{recv_or_flush, Out, Outbox};
 use super::{warn, SessionError};
 use crate::filter::Filter;
@@ -51,14 +51,24 @@ pub struct GenOutput {
     pub links: Vec<(RelPath, RelPath)>,
 }
 
-pub struct Generator {
+/// What the generator works on.
+pub struct GenConfig {
     pub root: PathBuf,
     pub opts: SessionOptions,
     pub filter: Filter,
+    /// Preserve owner and group.
     pub owner: bool,
+}
+
+pub struct Generator {
+    root: PathBuf,
+    opts: SessionOptions,
+    filter: Filter,
+    owner: bool,
     out: Outbox,
-    pub inflight: Arc<Inflight<PendingFile>>,
-    pub counters: Arc<Counters>,
+    inflight: Arc<Inflight<PendingFile>>,
+    counters: Arc<Counters>,
+    window: Arc<ListWindow>,
     /// Threads used to sign large basis files.
     threads: usize,
     next_id: u64,
@@ -70,14 +80,18 @@ pub struct Generator {
 
 impl Generator {
     pub fn new(
-        root: PathBuf,
-        opts: SessionOptions,
-        filter: Filter,
-        owner: bool,
+        cfg: GenConfig,
         out: Out,
         inflight: Arc<Inflight<PendingFile>>,
         counters: Arc<Counters>,
+        window: Arc<ListWindow>,
     ) -> Generator {
+        let GenConfig {
+            root,
+            opts,
+            filter,
+            owner,
+        } = cfg;
         Generator {
             root,
             opts,
@@ -86,6 +100,7 @@ impl Generator {
             out: Outbox::new(out),
             inflight,
             counters,
+            window,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             next_id: 0,
             consumed: 0,
@@ -113,6 +128,7 @@ impl Generator {
                         )))
                     }
                 }
+                self.window.consumed();
                 self.consumed += 1;
                 if self.consumed >= CREDIT_BATCH {
                     self.send(Frame::Credit(self.consumed))?;
@@ -300,7 +316,10 @@ impl Generator {
                         return Ok(());
                     }
                     Ok(false) => {}
-                    Err(err) => return self.failed(&e.path, err),
+                    Err(err) => {
+                        self.counters.file_done(e.meta.size);
+                        return self.failed(&e.path, err);
+                    }
                 }
                 if !self.opts.whole_file && md.len() > 0 {
                     basis = Some(SigShape::for_len(md.len()));
@@ -315,6 +334,7 @@ impl Generator {
                     Ok(())
                 };
                 if let Err(err) = cleared {
+                    self.counters.file_done(e.meta.size);
                     return self.failed(&e.path, err);
                 }
             }

@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::applier::Applier;
-use super::flow::Inflight;
-use super::generator::{is_fatal, GenOutput, Generator, PendingFile};
+use super::flow::{Inflight, ListWindow};
+use super::generator::{is_fatal, GenConfig, GenOutput, Generator, PendingFile};
 use super::outbox::{weight, Out};
 use super::supervise::{drain, Supervisor, CLEANUP};
 use super::{warn, writer, ProgressFn, SessionError};
@@ -163,15 +163,20 @@ where
     let counters = Arc::new(Counters::default());
     let mut sup = Supervisor::new();
 
-    let (gen_tx, gen_rx) = mpsc::channel(2 * INITIAL_CREDIT as usize);
-    let generator = Generator::new(
-        cfg.root.clone(),
-        opts.clone(),
+    let (gen_tx, gen_rx) = mpsc::channel(INITIAL_CREDIT as usize + 1);
+    let window = Arc::new(ListWindow::default());
+    let gen_cfg = GenConfig {
+        root: cfg.root.clone(),
+        opts: opts.clone(),
         filter,
-        cfg.preserve_owner,
+        owner: cfg.preserve_owner,
+    };
+    let generator = Generator::new(
+        gen_cfg,
         out_tx.clone(),
         inflight.clone(),
         counters.clone(),
+        window.clone(),
     );
     let generator = sup.spawn(move || generator.run(gen_rx));
     // Files are rebuilt by several appliers at once (file creation is mostly
@@ -200,51 +205,34 @@ where
         cfg.progress.clone(),
     ));
 
-    let read = sup.watch(read_frames(&mut frames, gen_tx, app_txs)).await;
+    let read = sup
+        .watch(read_frames(&mut frames, gen_tx, &window, app_txs))
+        .await;
+    ticker.abort();
     if let Err(e) = read {
         // Stop everything, tell the sender why, and let the workers clean up.
-        ticker.abort();
         inflight.close();
-        let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
-        drop(out_tx);
-        if tokio::time::timeout(CLEANUP, writer).await.is_err() {
-            warn("could not deliver the error to the sender");
-        }
+        let e = abort(e, out_tx, writer).await;
         drain(generator).await;
         for applier in appliers {
             drain(applier).await;
         }
         return Err(e);
     }
-    let joined = async {
+    let completed = async {
         let gen = sup.join(generator).await?;
         let mut applied = Summary::default();
         for applier in appliers {
             applied.add_applied(&sup.join(applier).await?);
         }
-        Ok::<_, SessionError>((gen, applied))
+        let (root, owner) = (cfg.root.clone(), cfg.preserve_owner);
+        let finished =
+            tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied)).await;
+        finished.map_err(|e| SessionError::Internal(e.to_string()))?
     };
-    let (gen, applied) = match joined.await {
-        Ok(r) => r,
-        Err(e) => {
-            ticker.abort();
-            let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
-            return Err(e);
-        }
-    };
-    ticker.abort();
-    let root = cfg.root.clone();
-    let owner = cfg.preserve_owner;
-    let finished = tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied)).await;
-    let mut summary = match finished
-        .map_err(|e| SessionError::Internal(e.to_string()))
-        .and_then(|r| r)
-    {
+    let mut summary = match completed.await {
         Ok(s) => s,
-        Err(e) => {
-            let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
-            return Err(e);
-        }
+        Err(e) => return Err(abort(e, out_tx, writer).await),
     };
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     if let Some(p) = &cfg.progress {
@@ -279,6 +267,20 @@ async fn handshake<R: AsyncRead + Unpin>(
     Ok(hello.options)
 }
 
+/// Tells the sender why the session ends and waits (boundedly) for that to be written.
+async fn abort(
+    e: SessionError,
+    out: Out,
+    writer: tokio::task::JoinHandle<Result<(), ProtocolError>>,
+) -> SessionError {
+    let _ = out.try_send(vec![Frame::Abort(e.to_abort())]);
+    drop(out);
+    if tokio::time::timeout(CLEANUP, writer).await.is_err() {
+        warn("could not deliver the error to the sender");
+    }
+    e
+}
+
 /// Validates the sender's options and makes the destination root.
 fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Filter, SessionError> {
     if opts.excludes.len() > MAX_EXCLUDES {
@@ -304,6 +306,7 @@ fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Filter, Sessio
 async fn read_frames<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
     gen_tx: mpsc::Sender<Vec<Frame>>,
+    window: &ListWindow,
     app_txs: Vec<mpsc::Sender<DataBatch>>,
 ) -> Result<(), SessionError> {
     let mut state = State::Listing;
@@ -333,6 +336,9 @@ async fn read_frames<R: AsyncRead + Unpin>(
         }
         if !to_gen.is_empty() {
             // The sender may not exceed its credit, so this queue never blocks.
+            if !window.admit(to_gen.len() as u64) {
+                return Err(violation("sender exceeded its list credit").into());
+            }
             gen_tx.try_send(to_gen).map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => {
                     violation("sender exceeded its list credit").into()

@@ -17,7 +17,7 @@ use crate::meta::Meta;
 use crate::path::RelPath;
 use crate::protocol::{violation, FileOutcome, Frame, Request, SessionOptions, WireOp};
 use crate::signature::{BlockSig, Index};
-use crate::walk::SourceRoot;
+use crate::walk::{SourceRoot, STATE_DIR};
 
 /// Complete requests queued for the delta thread (so their files can be
 /// prefetched while earlier ones are sent).
@@ -124,8 +124,12 @@ fn answer(
     mut out: impl FrameOut,
 ) -> Result<(), SessionError> {
     while let Some(Queued { req, sigs, .. }) = recv_or_flush(&mut rx, &mut out)? {
-        if filter.excludes(&req.path, false) {
-            return Err(violation(format!("receiver asked for excluded {}", req.path)).into());
+        if !listable(filter, &req.path) {
+            return Err(violation(format!(
+                "receiver asked for {}, which is not in the transfer",
+                req.path
+            ))
+            .into());
         }
         let outcome = send_file(root, opts, &req, sigs, &mut out)?;
         out.push(Frame::FileEnd {
@@ -135,6 +139,23 @@ fn answer(
     }
     out.push(Frame::DataEnd)?;
     out.flush()
+}
+
+/// Whether the walk could have listed `path` as a file: not excluded, not
+/// under an excluded directory, not under the reserved state directory.
+fn listable(filter: &Filter, path: &RelPath) -> bool {
+    let bytes = path.as_bytes();
+    if bytes.starts_with(STATE_DIR) && bytes.get(STATE_DIR.len()).is_none_or(|&b| b == b'/') {
+        return false;
+    }
+    let mut ancestor = path.parent();
+    while !ancestor.is_root() {
+        if filter.excludes(&ancestor, true) {
+            return false;
+        }
+        ancestor = ancestor.parent();
+    }
+    !path.is_root() && !filter.excludes(path, false)
 }
 
 /// The delta thread's side of the packer.
@@ -325,5 +346,23 @@ impl OpBatch<'_> {
         self.out
             .push(Frame::Ops { id: self.id, ops })
             .map_err(SendError::Session)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_paths_the_walk_could_list_are_served() {
+        let filter = Filter::new(&["cache/".into(), "*.log".into()]).unwrap();
+        let p = |s: &str| RelPath::new(s.as_bytes().to_vec()).unwrap();
+        assert!(listable(&filter, &p("a/b")));
+        assert!(listable(&filter, &p(".volmig-x")));
+        assert!(!listable(&filter, &p("a/x.log")));
+        assert!(!listable(&filter, &p("a/cache/b")));
+        assert!(!listable(&filter, &p(".volmig/state")));
+        assert!(!listable(&filter, &p(".volmig")));
+        assert!(!listable(&filter, &RelPath::root()));
     }
 }
