@@ -13,7 +13,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use super::flow::Credits;
 use super::generator::cancelled;
 use super::outbox::Outbox;
-use super::serve::{prefetch, serve, Queue, REQUEST_QUEUE};
+use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
 use super::supervise::{drain, Supervisor, CLEANUP};
 use super::{warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
@@ -164,12 +164,7 @@ where
             .map_err(|e| SessionError::local(format!("opening {}", cfg.root.display()), e))?,
     );
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
-    let (ahead_tx, ahead_rx) = std::sync::mpsc::sync_channel(REQUEST_QUEUE);
-    {
-        let source = source.clone();
-        std::thread::spawn(move || prefetch(&source, ahead_rx));
-    }
-    let queue = Queue::new(req_tx, ahead_tx);
+    let queue = Queue::new(req_tx, Prefetcher::start(&source));
     let server = {
         let (out, opts) = (out_tx.clone(), options.clone());
         sup.spawn(move || serve(&source, filter, opts, req_rx, Outbox::new(out)))

@@ -26,6 +26,8 @@ pub const REQUEST_QUEUE: usize = 1024;
 const SIG_BUDGET: usize = 1 << 20;
 /// Leading bytes of each queued file that are read ahead.
 const PREFETCH_BYTES: u64 = 1 << 20;
+/// Threads reading ahead (each waits on the disk for one inode at a time).
+const PREFETCH_THREADS: usize = 4;
 /// Reads of a file that keeps changing before it is reported as changed.
 const MAX_TRIES: usize = 3;
 /// Ops per frame at most.
@@ -43,15 +45,15 @@ pub struct Queued {
 /// The way from the reader to the delta thread, and to the prefetcher.
 pub struct Queue {
     tx: mpsc::Sender<Queued>,
-    ahead: std::sync::mpsc::SyncSender<RelPath>,
+    prefetch: Prefetcher,
     budget: Arc<Semaphore>,
 }
 
 impl Queue {
-    pub fn new(tx: mpsc::Sender<Queued>, ahead: std::sync::mpsc::SyncSender<RelPath>) -> Queue {
+    pub fn new(tx: mpsc::Sender<Queued>, prefetch: Prefetcher) -> Queue {
         Queue {
             tx,
-            ahead,
+            prefetch,
             budget: Arc::new(Semaphore::new(SIG_BUDGET)),
         }
     }
@@ -64,8 +66,7 @@ impl Queue {
             .acquire_many_owned(blocks)
             .await
             .map_err(|_| cancelled())?;
-        // Best effort: a full prefetch queue only means no read-ahead.
-        let _ = self.ahead.try_send(req.path.clone());
+        self.prefetch.ahead(&req.path);
         let queued = Queued {
             req,
             sigs,
@@ -75,19 +76,42 @@ impl Queue {
     }
 }
 
-/// The prefetch thread: starts reading queued files into the page cache so
-/// the delta thread finds them there (many small files read one by one would
-/// otherwise wait on the disk one at a time).
-pub fn prefetch(root: &SourceRoot, rx: std::sync::mpsc::Receiver<RelPath>) {
-    for path in rx {
-        if let Ok(f) = root.open_file(&path) {
-            let _ = rustix::fs::fadvise(
-                &f,
-                0,
-                std::num::NonZeroU64::new(PREFETCH_BYTES),
-                rustix::fs::Advice::WillNeed,
-            );
+/// Threads that start reading queued files into the page cache, so the delta
+/// thread finds them there: small files read one by one would otherwise wait
+/// on the disk one at a time (opening a file reads its inode, which blocks).
+pub struct Prefetcher {
+    lanes: Vec<std::sync::mpsc::SyncSender<RelPath>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Prefetcher {
+    pub fn start(root: &Arc<SourceRoot>) -> Prefetcher {
+        let lanes = (0..PREFETCH_THREADS)
+            .map(|_| {
+                let (tx, rx) =
+                    std::sync::mpsc::sync_channel::<RelPath>(REQUEST_QUEUE / PREFETCH_THREADS);
+                let root = root.clone();
+                std::thread::spawn(move || {
+                    for path in rx {
+                        if let Ok(f) = root.open_file(&path) {
+                            let len = std::num::NonZeroU64::new(PREFETCH_BYTES);
+                            let _ = rustix::fs::fadvise(&f, 0, len, rustix::fs::Advice::WillNeed);
+                        }
+                    }
+                });
+                tx
+            })
+            .collect();
+        Prefetcher {
+            lanes,
+            next: Default::default(),
         }
+    }
+
+    /// Best effort: a full lane only means no read-ahead for this file.
+    fn ahead(&self, path: &RelPath) {
+        let lane = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.lanes.len();
+        let _ = self.lanes[lane].try_send(path.clone());
     }
 }
 
