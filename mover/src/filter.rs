@@ -31,7 +31,8 @@ impl FilterError {
 
 #[derive(Debug, Clone)]
 struct Rule {
-    matcher: GlobMatcher,
+    /// The pattern as anchored at the root, and (unanchored patterns) at any depth.
+    matchers: Vec<GlobMatcher>,
     dir_only: bool,
 }
 
@@ -67,7 +68,7 @@ impl Filter {
         let text = path.as_bytes();
         self.rules
             .iter()
-            .any(|r| (!r.dir_only || is_dir) && r.matcher.is_match(os_str(text)))
+            .any(|r| (!r.dir_only || is_dir) && r.matchers.iter().any(|m| m.is_match(os_str(text))))
     }
 }
 
@@ -82,24 +83,32 @@ fn compile(pattern: &str) -> Result<Rule, globset::Error> {
     if dir_only {
         p = &p[..p.len() - 1];
     }
+    // Braces and commas are literal in rsync patterns, not alternations.
+    let mut p = p
+        .replace('{', "\\{")
+        .replace('}', "\\}")
+        .replace(',', "\\,");
     // rsync's `**` matches any run of characters, `/` included, but the slashes
     // around it stay literal: `a/**/z` needs at least one directory between
     // `a` and `z`, where a glob's `**` component may match none. (A leading
     // `**/` matches at the top level too, in rsync as in globs.)
-    let p = p.replace("/**/", "/*/**/");
-    let p = p.as_str();
-    let glob = if let Some(anchored) = p.strip_prefix('/') {
-        anchored.to_string()
-    } else {
+    p = p.replace("/**/", "/*/**/");
+    let globs = match p.strip_prefix('/') {
+        Some(anchored) => vec![anchored.to_string()],
         // Unanchored: matches the final name, or (with inner slashes) the path's tail.
-        format!("{{{p},**/{p}}}")
+        None => vec![format!("**/{p}"), p],
     };
-    let matcher = GlobBuilder::new(&glob)
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()?
-        .compile_matcher();
-    Ok(Rule { matcher, dir_only })
+    let matchers = globs
+        .iter()
+        .map(|g| {
+            Ok(GlobBuilder::new(g)
+                .literal_separator(true)
+                .backslash_escape(true)
+                .build()?
+                .compile_matcher())
+        })
+        .collect::<Result<_, globset::Error>>()?;
+    Ok(Rule { matchers, dir_only })
 }
 
 #[cfg(test)]
@@ -145,6 +154,15 @@ mod tests {
         let f = Filter::new(&["**/z".into()]).unwrap();
         assert!(f.excludes(&p("a/z"), false));
         assert!(f.excludes(&p("z"), false));
+    }
+
+    #[test]
+    fn braces_and_commas_are_literal() {
+        let f = Filter::new(&["foo,bar".into(), "x{y".into()]).unwrap();
+        assert!(f.excludes(&p("foo,bar"), false));
+        assert!(!f.excludes(&p("foo"), false));
+        assert!(!f.excludes(&p("bar"), false));
+        assert!(f.excludes(&p("d/x{y"), false));
     }
 
     #[test]

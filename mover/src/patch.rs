@@ -188,7 +188,12 @@ impl Patcher {
             Op::Zeros(n) => *n,
             Op::Copy { block, count } => self.copy_len(*block, *count)?,
         };
-        if self.out.offset() + len > self.limit {
+        if self
+            .out
+            .offset()
+            .checked_add(len)
+            .is_none_or(|end| end > self.limit)
+        {
             return Err(PatchError::TooLong { limit: self.limit });
         }
         match op {

@@ -78,11 +78,12 @@ impl Walker {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(WalkItem::Vanished(path)),
             Err(e) => return Some(WalkItem::Failed(path, e)),
         };
+        let inode = (md.dev(), md.ino());
+        let mut first_name = false;
         if kind == Kind::File && md.nlink() > 1 {
-            if let Some(first) = self.links.get(&(md.dev(), md.ino())) {
-                kind = Kind::HardLink(first.clone());
-            } else {
-                self.links.insert((md.dev(), md.ino()), path.clone());
+            match self.links.get(&inode) {
+                Some(first) => kind = Kind::HardLink(first.clone()),
+                None => first_name = true,
             }
         }
         let checksum = if self.checksum && kind == Kind::File {
@@ -98,6 +99,10 @@ impl Walker {
         };
         if kind == Kind::Dir {
             self.stack.push(path.clone());
+        }
+        // Only a name that is actually listed may stand for the inode's later names.
+        if first_name {
+            self.links.insert(inode, path.clone());
         }
         Some(WalkItem::Entry(Entry {
             path,
@@ -277,6 +282,33 @@ impl SourceRoot {
             )?)),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// Checks that `rel` resolves inside `root` without following any symlink
+/// (the last component included), so a link or file made through it stays in
+/// the tree. Kernels without openat2 (before 5.6) are trusted.
+pub fn check_beneath(root: &std::path::Path, rel: &RelPath) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    if rel.is_root() {
+        return Ok(());
+    }
+    let dir = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat2(
+        &dir,
+        std::ffi::OsStr::from_bytes(rel.as_bytes()),
+        flags,
+        Mode::empty(),
+        resolve,
+    ) {
+        Ok(_) | Err(rustix::io::Errno::NOSYS) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -545,3 +545,43 @@ fn compare_trees_detects_differences() {
         );
     }
 }
+
+#[test]
+fn delete_keeps_excluded_names_inside_deleted_directories() {
+    require_rsync!();
+    let tmp = scratch();
+    let (src, rdst, mdst) = (
+        tmp.path().join("src"),
+        tmp.path().join("rsync-dst"),
+        tmp.path().join("mover-dst"),
+    );
+    mkdirs(&src);
+    write_file(&src.join("kept"), b"k", 0o644);
+    for dst in [&rdst, &mdst] {
+        mkdirs(&dst.join("old/deeper"));
+        write_file(&dst.join("old/data.keep"), b"protected", 0o644);
+        write_file(&dst.join("old/junk"), b"j", 0o644);
+        write_file(&dst.join("old/deeper/junk"), b"j", 0o644);
+        mkdirs(&dst.join("gone/sub"));
+        write_file(&dst.join("gone/sub/junk"), b"j", 0o644);
+    }
+    set_tree_mtimes(&src);
+    let args = ["--delete", "--exclude", "*.keep"];
+    rsync(&src, &rdst, &args);
+    mover_sync(&src, &mdst, &args);
+    // "old" is not in the source: its mtime is whenever each tool deleted in it.
+    for dst in [&rdst, &mdst] {
+        set_mtime(&dst.join("old"), 1_000_000, 0);
+    }
+    assert_trees_equal(
+        &rdst,
+        &mdst,
+        CompareOpts {
+            skip_root_mtime: true,
+            ..all()
+        },
+        "--delete with excluded names in deleted dirs",
+    );
+    assert!(mdst.join("old/data.keep").exists());
+    assert!(!mdst.join("gone").exists());
+}

@@ -343,7 +343,19 @@ async fn run(cli: Cli) -> u8 {
     }
 }
 
+/// Appliers, prefetch lanes and commit groups keep files open at once: use the
+/// hard limit on open files, since the soft one is often a low 1024.
+fn raise_open_files_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+}
+
 fn main() -> ExitCode {
+    raise_open_files_limit();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

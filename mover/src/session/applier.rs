@@ -3,6 +3,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -109,6 +110,9 @@ impl Applier {
         if self.current.as_ref().is_some_and(|c| c.id != id) {
             return Err(violation("a file began before the previous one ended").into());
         }
+        if meta.mtime.nsec >= 1_000_000_000 {
+            return Err(violation(format!("file {id} has an invalid modification time")).into());
+        }
         self.current = None;
         let pending = self
             .inflight
@@ -154,7 +158,10 @@ impl Applier {
             Some(shape) if !pending.redo => Some((File::open(dest)?, shape)),
             _ => None,
         };
-        let (temp, file) = if self.inplace && dest.is_file() {
+        // In place only into a file with one name: another hard link to it
+        // must not change along.
+        let single = fs::symlink_metadata(dest).is_ok_and(|md| md.is_file() && md.nlink() == 1);
+        let (temp, file) = if self.inplace && single {
             (None, OpenOptions::new().write(true).open(dest)?)
         } else {
             let (t, f) = create_temp(dest)?;

@@ -85,7 +85,11 @@ pub fn create_and_replace(dest: &Path, make: impl Fn(&Path) -> io::Result<()>) -
         match make(&temp) {
             Ok(()) => break temp,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
+            Err(e) => {
+                // Created but not finished (its metadata failed): not left behind.
+                let _ = fs::remove_file(&temp);
+                return Err(e);
+            }
         }
     };
     fs::rename(&temp, dest).inspect_err(|_| {
@@ -112,17 +116,38 @@ pub struct Committed {
 }
 
 /// Finished files not yet committed.
+///
+/// Only the group's first file stays open (the handle `syncfs` or
+/// `fdatasync` needs); the others are closed as they arrive, so a group costs
+/// one descriptor however many files it holds.
 #[derive(Debug, Default)]
 pub struct CommitGroup {
-    items: Vec<Finished>,
+    items: Vec<Waiting>,
+    anchor: Option<File>,
     bytes: u64,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    path: RelPath,
+    temp: Option<PathBuf>,
+    dest: PathBuf,
+    size: u64,
 }
 
 impl CommitGroup {
     /// Adds a file; commits the group when it is full.
     pub fn push(&mut self, item: Finished) -> io::Result<Committed> {
         self.bytes += item.size;
-        self.items.push(item);
+        if self.anchor.is_none() {
+            self.anchor = Some(item.file);
+        }
+        self.items.push(Waiting {
+            path: item.path,
+            temp: item.temp,
+            dest: item.dest,
+            size: item.size,
+        });
         if self.items.len() >= GROUP_FILES || self.bytes >= GROUP_BYTES {
             self.commit()
         } else {
@@ -130,15 +155,21 @@ impl CommitGroup {
         }
     }
 
-    /// Makes every file durable, then renames each into place.
+    /// Makes every file durable, then renames each into place. (The renames
+    /// themselves become durable with the next group's sync, or the final one
+    /// at the end of the session.)
     ///
     /// An error here means the data may not be on disk: it is fatal for the session.
     pub fn commit(&mut self) -> io::Result<Committed> {
         let mut out = Committed::default();
-        match self.items.as_slice() {
-            [] => return Ok(out),
-            [one] => one.file.sync_data()?,
-            [first, ..] => rustix::fs::syncfs(&first.file)?,
+        let Some(anchor) = self.anchor.take() else {
+            return Ok(out);
+        };
+        if self.items.len() == 1 {
+            anchor.sync_data()?;
+        } else {
+            // One journal flush for the whole group (the destination is one file system).
+            rustix::fs::syncfs(&anchor)?;
         }
         self.bytes = 0;
         for item in self.items.drain(..) {

@@ -83,6 +83,8 @@ pub struct Inflight<T> {
 struct InflightState<T> {
     items: HashMap<u64, T>,
     redo: Vec<u64>,
+    /// No request will follow (RequestsEnd is on its way).
+    requests_ended: bool,
     closed: bool,
 }
 
@@ -103,6 +105,7 @@ impl<T: Clone> Inflight<T> {
             state: Mutex::new(InflightState {
                 items: HashMap::new(),
                 redo: Vec::new(),
+                requests_ended: false,
                 closed: false,
             }),
             cv: Condvar::new(),
@@ -176,6 +179,19 @@ impl<T: Clone> Inflight<T> {
         ids.into_iter()
             .filter_map(|id| s.items.get(&id).map(|t| (id, t.clone())))
             .collect()
+    }
+
+    /// Records that every request has been made and answered.
+    pub fn end_requests(&self) {
+        lock(&self.state).requests_ended = true;
+    }
+
+    pub fn requests_ended(&self) -> bool {
+        lock(&self.state).requests_ended
+    }
+
+    pub fn is_closed(&self) -> bool {
+        lock(&self.state).closed
     }
 
     pub fn close(&self) {

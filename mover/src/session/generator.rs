@@ -22,7 +22,8 @@ use crate::filter::Filter;
 use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
 use crate::path::RelPath;
 use crate::protocol::{
-    Entry, Frame, ListStats, Request, SessionOptions, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
+    violation, Entry, Frame, ListStats, Request, SessionOptions, MAX_BLOCKS_PER_FILE,
+    SIGS_PER_FRAME,
 };
 use crate::signature::{self, SigShape};
 use crate::stats::{Counters, Summary};
@@ -75,6 +76,9 @@ pub struct Generator {
     consumed: u32,
     /// Names listed so far in the directory being listed.
     children: Option<(RelPath, HashSet<Vec<u8>>)>,
+    /// Directories listed whose children may still come.
+    open_dirs: HashSet<RelPath>,
+    root_seen: bool,
     result: GenOutput,
 }
 
@@ -105,6 +109,8 @@ impl Generator {
             next_id: 0,
             consumed: 0,
             children: None,
+            open_dirs: HashSet::new(),
+            root_seen: false,
             result: GenOutput::default(),
         }
     }
@@ -113,6 +119,10 @@ impl Generator {
     pub fn run(mut self, mut rx: mpsc::Receiver<Vec<Frame>>) -> Result<GenOutput, SessionError> {
         'list: loop {
             let batch = recv_or_flush(&mut rx, &mut self.out)?.ok_or_else(cancelled)?;
+            // After a failure elsewhere, frames already queued are not acted on.
+            if self.inflight.is_closed() {
+                return Err(cancelled());
+            }
             for frame in batch {
                 match frame {
                     Frame::Entry(e) => self.entry(e)?,
@@ -145,6 +155,7 @@ impl Generator {
                 Wake::Closed => return Err(cancelled()),
             }
         }
+        self.inflight.end_requests();
         self.send(Frame::RequestsEnd)?;
         self.out.flush()?;
         Ok(self.result)
@@ -176,6 +187,7 @@ impl Generator {
     }
 
     fn entry(&mut self, e: Entry) -> Result<(), SessionError> {
+        self.check_place(&e)?;
         if !e.path.is_root() {
             self.result.summary.entries_total += 1;
             let parent = e.path.parent();
@@ -209,6 +221,33 @@ impl Generator {
             Ok(()) => Ok(()),
             Err(err) => self.failed(&e.path, err),
         }
+    }
+
+    /// An entry may only go into a directory this session listed and has not
+    /// closed: a sender cannot reach through a symlink it listed (or one that
+    /// was at the destination, since listed directories replace those) to
+    /// write or delete outside the root. The walk lists every directory before
+    /// its children, so the open set stays as small as the walk's own stack.
+    fn check_place(&mut self, e: &Entry) -> Result<(), SessionError> {
+        if e.path.is_root() {
+            if e.kind != Kind::Dir || self.root_seen {
+                return Err(violation("the root must be listed once, as a directory").into());
+            }
+            self.root_seen = true;
+        } else if !self.open_dirs.contains(&e.path.parent()) {
+            return Err(violation(format!(
+                "{} is not inside a directory listed before it",
+                e.path
+            ))
+            .into());
+        }
+        if e.meta.mtime.nsec >= 1_000_000_000 {
+            return Err(violation(format!("{} has an invalid modification time", e.path)).into());
+        }
+        if e.kind == Kind::Dir {
+            self.open_dirs.insert(e.path.clone());
+        }
+        Ok(())
     }
 
     /// Counts and reports a per-entry failure; fatal ones end the session.
@@ -407,6 +446,9 @@ impl Generator {
     }
 
     fn dir_done(&mut self, dir: RelPath) -> Result<(), SessionError> {
+        if !self.open_dirs.remove(&dir) {
+            return Err(violation(format!("{dir} was not listed as a directory")).into());
+        }
         let names = match self.children.take() {
             Some((d, names)) if d == dir => names,
             other => {
@@ -448,21 +490,53 @@ impl Generator {
             if self.filter.excludes(&path, is_dir) {
                 continue;
             }
-            let r = if is_dir {
-                remove_tree(de.path())
-            } else {
-                fs::remove_file(de.path())
-            };
-            match r {
-                Ok(()) => self.result.summary.deleted += 1,
-                Err(err) if is_fatal(&err) => return Err(err),
-                Err(err) => {
-                    warn(format_args!("deleting {path}: {err}"));
-                    self.result.summary.files_failed += 1;
-                }
+            self.delete(&path, is_dir)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes an extraneous entry; in a directory, excluded names are kept
+    /// (and so is the directory holding them), as rsync does. Only fatal
+    /// errors are returned; others are reported and counted.
+    fn delete(&mut self, path: &RelPath, is_dir: bool) -> io::Result<()> {
+        let full = path.under(&self.root);
+        let r = if is_dir {
+            self.delete_dir(path, &full)
+        } else {
+            fs::remove_file(&full)
+        };
+        match r {
+            Ok(()) => self.result.summary.deleted += 1,
+            Err(err) if is_fatal(&err) => return Err(err),
+            // Kept because it holds excluded names.
+            Err(err) if err.kind() == io::ErrorKind::DirectoryNotEmpty => {}
+            Err(err) => {
+                warn(format_args!("deleting {path}: {err}"));
+                self.result.summary.files_failed += 1;
             }
         }
         Ok(())
+    }
+
+    fn delete_dir(&mut self, path: &RelPath, full: &Path) -> io::Result<()> {
+        // Without root, a read-only directory cannot be emptied: open it up.
+        let mode = fs::symlink_metadata(full)?.mode();
+        if mode & 0o700 != 0o700 {
+            fs::set_permissions(full, fs::Permissions::from_mode(mode | 0o700))?;
+        }
+        for de in fs::read_dir(full)? {
+            let de = de?;
+            let Ok(child) = path.join(de.file_name().as_bytes()) else {
+                continue;
+            };
+            let child_is_dir = de.file_type()?.is_dir();
+            if !self.filter.excludes(&child, child_is_dir) {
+                self.delete(&child, child_is_dir)?;
+            }
+        }
+        fs::remove_dir(full).inspect_err(|_| {
+            let _ = fs::set_permissions(full, fs::Permissions::from_mode(mode));
+        })
     }
 }
 
@@ -478,7 +552,7 @@ pub fn is_fatal(err: &io::Error) -> bool {
 /// Removes a directory and everything in it. Without root, a read-only
 /// directory cannot be emptied: such directories are opened up first, as
 /// rsync does.
-fn remove_tree(path: impl AsRef<Path>) -> io::Result<()> {
+pub(super) fn remove_tree(path: impl AsRef<Path>) -> io::Result<()> {
     let path = path.as_ref();
     match fs::remove_dir_all(path) {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {

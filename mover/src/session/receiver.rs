@@ -14,7 +14,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::applier::Applier;
 use super::flow::{Inflight, ListWindow};
-use super::generator::{is_fatal, GenConfig, GenOutput, Generator, PendingFile};
+use super::generator::{is_fatal, remove_tree, GenConfig, GenOutput, Generator, PendingFile};
 use super::outbox::{weight, Out};
 use super::supervise::{drain, Supervisor, CLEANUP};
 use super::{warn, writer, ProgressFn, SessionError};
@@ -26,6 +26,7 @@ use crate::protocol::{
     INITIAL_CREDIT, MAX_EXCLUDES,
 };
 use crate::stats::{Counters, Summary};
+use crate::walk::check_beneath;
 
 /// Batches queued for each applier.
 const APPLIER_QUEUE: usize = 32;
@@ -145,10 +146,10 @@ where
         .await?;
     let accepted = async {
         let opts = handshake(&mut frames).await?;
-        let filter = prepare(&cfg, &opts)?;
-        Ok::<_, SessionError>((opts, filter))
+        let (filter, root) = prepare(&cfg, &opts)?;
+        Ok::<_, SessionError>((opts, filter, root))
     };
-    let (opts, filter) = match accepted.await {
+    let (opts, filter, root) = match accepted.await {
         Ok(r) => r,
         Err(e) => {
             let _ = sink.send(Frame::Abort(e.to_abort())).await;
@@ -156,6 +157,9 @@ where
         }
     };
     sink.send(Frame::Accept(opts.clone())).await?;
+    // Every path below is under the resolved root: a root that is a symlink
+    // to a directory is followed once, here, as rsync's DST/ is.
+    let cfg = ReceiverConfig { root, ..cfg };
 
     let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
     let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
@@ -206,7 +210,13 @@ where
     ));
 
     let read = sup
-        .watch(read_frames(&mut frames, gen_tx, &window, app_txs))
+        .watch(read_frames(
+            &mut frames,
+            gen_tx,
+            &window,
+            &inflight,
+            app_txs,
+        ))
         .await;
     ticker.abort();
     if let Err(e) = read {
@@ -235,9 +245,12 @@ where
         Err(e) => return Err(abort(e, out_tx, writer).await),
     };
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
+    // The final progress event, here and at the sender, says everything is done.
+    let last = counters.snapshot(summary.elapsed_ms);
     if let Some(p) = &cfg.progress {
-        p(&counters.snapshot(summary.elapsed_ms));
+        p(&last);
     }
+    let _ = out_tx.send(vec![Frame::Progress(last)]).await;
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
     out_tx
         .send(vec![Frame::Done(summary.clone())])
@@ -282,7 +295,7 @@ async fn abort(
 }
 
 /// Validates the sender's options and makes the destination root.
-fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Filter, SessionError> {
+fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(Filter, PathBuf), SessionError> {
     if opts.excludes.len() > MAX_EXCLUDES {
         return Err(violation(format!(
             "{} exclude patterns (at most {MAX_EXCLUDES})",
@@ -300,13 +313,16 @@ fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Filter, Sessio
     }
     fs::create_dir_all(&cfg.root)
         .map_err(|e| SessionError::local(format!("creating {}", cfg.root.display()), e))?;
-    Ok(filter)
+    let root = fs::canonicalize(&cfg.root)
+        .map_err(|e| SessionError::local(format!("resolving {}", cfg.root.display()), e))?;
+    Ok((filter, root))
 }
 
 async fn read_frames<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
     gen_tx: mpsc::Sender<Vec<Frame>>,
     window: &ListWindow,
+    inflight: &Inflight<PendingFile>,
     app_txs: Vec<mpsc::Sender<DataBatch>>,
 ) -> Result<(), SessionError> {
     let mut state = State::Listing;
@@ -330,7 +346,15 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 Route::Generator => to_gen.push(frame),
                 Route::Applier => match frame.file_id() {
                     Some(id) => to_app[(id % app_txs.len() as u64) as usize].push(frame),
-                    None => to_app.iter_mut().for_each(|q| q.push(Frame::DataEnd)),
+                    None => {
+                        // The sender answers every request before it ends its data.
+                        if !inflight.requests_ended() {
+                            return Err(
+                                violation("data ended before every request was answered").into()
+                            );
+                        }
+                        to_app.iter_mut().for_each(|q| q.push(Frame::DataEnd));
+                    }
                 },
             }
         }
@@ -408,6 +432,9 @@ fn finish(
 }
 
 fn hard_link(root: &std::path::Path, path: &RelPath, target: &RelPath) -> io::Result<()> {
+    // Both names must be in the tree, reached without symlinks.
+    check_beneath(root, target)?;
+    check_beneath(root, &path.parent())?;
     let (dest, src) = (path.under(root), target.under(root));
     let want = fs::symlink_metadata(&src)?;
     if !want.is_file() {
@@ -415,7 +442,7 @@ fn hard_link(root: &std::path::Path, path: &RelPath, target: &RelPath) -> io::Re
     }
     match fs::symlink_metadata(&dest) {
         Ok(md) if md.dev() == want.dev() && md.ino() == want.ino() => return Ok(()),
-        Ok(md) if md.is_dir() => fs::remove_dir_all(&dest)?,
+        Ok(md) if md.is_dir() => remove_tree(&dest)?,
         Ok(_) => {
             return super::commit::create_and_replace(&dest, |tmp| fs::hard_link(&src, tmp));
         }

@@ -1,6 +1,5 @@
 //! The sending side of a session: walks the source and answers requests with deltas.
 
-use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,7 +20,7 @@ use crate::protocol::{
     violation, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
     WireCounter, INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
 };
-use crate::signature::BlockSig;
+use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
 use crate::walk::{SourceRoot, WalkItem, Walker};
 
@@ -66,6 +65,13 @@ impl State {
             (s, Frame::Credit(n)) => Ok((s, Action::Credit(n))),
             (s, Frame::Progress(p)) => Ok((s, Action::Progress(p))),
             (State::Serving(None), Frame::Request(req)) => match req.basis {
+                // Only the shape this build would choose: no zero or outsized blocks.
+                Some(shape) if shape != SigShape::for_len(shape.file_len) => {
+                    Err(violation(format!(
+                        "request with a basis cut in blocks of {} bytes",
+                        shape.block_len
+                    )))
+                }
                 Some(shape) if shape.block_count() > MAX_BLOCKS_PER_FILE => Err(violation(
                     format!("request with {} signature blocks", shape.block_count()),
                 )),
@@ -124,12 +130,11 @@ where
     let start = Instant::now();
     let filter =
         Filter::new(&cfg.options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
-    if !cfg.root.is_dir() {
-        return Err(SessionError::local(
-            format!("source {}", cfg.root.display()),
-            io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
-        ));
-    }
+    // The source is checked (and held open) before anything else starts.
+    let source = Arc::new(
+        SourceRoot::open(&cfg.root)
+            .map_err(|e| SessionError::local(format!("source {}", cfg.root.display()), e))?,
+    );
     let (rd, wr) = tokio::io::split(stream);
     let (rx_count, tx_count) = (WireCounter::default(), WireCounter::default());
     let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
@@ -159,10 +164,6 @@ where
             )
         })
     };
-    let source = Arc::new(
-        SourceRoot::open(&cfg.root)
-            .map_err(|e| SessionError::local(format!("opening {}", cfg.root.display()), e))?,
-    );
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
     let queue = Queue::new(req_tx, Prefetcher::start(&source));
     let server = {

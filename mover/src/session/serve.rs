@@ -134,8 +134,12 @@ pub fn serve(
         let packed = packer
             .join()
             .map_err(|_| SessionError::Internal("packer panicked".into()))?;
-        // The delta thread's error is the cause when both stopped.
-        answered.and(packed)
+        // When both stopped, the one that failed for a reason of its own is the
+        // cause; the other only saw its channel close.
+        match (answered, packed) {
+            (Ok(()), r) | (r, Ok(())) => r,
+            (Err(a), Err(p)) => Err(if p.weight() > a.weight() { p } else { a }),
+        }
     })
 }
 

@@ -1,0 +1,223 @@
+//! Peers that break the protocol on purpose, spoken to frame by frame through
+//! the library's own codec: each attempt ends the session with a protocol
+//! error, without hanging, panicking or touching anything outside the root.
+
+use std::path::Path;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use mover::delta::Op;
+use mover::meta::{Kind, Meta};
+use mover::path::RelPath;
+use mover::protocol::{
+    Entry, FileOutcome, Frame, FrameCodec, Hello, ListStats, Request, SessionOptions, WireCounter,
+    WireOp,
+};
+use mover::session::receiver::{receive, ReceiverConfig};
+use mover::session::sender::{send, SenderConfig};
+use mover::session::SessionError;
+use mover::signature::SigShape;
+use tokio::io::DuplexStream;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+fn p(s: &str) -> RelPath {
+    RelPath::new(s.as_bytes().to_vec()).unwrap()
+}
+
+fn entry(path: &str, kind: Kind, size: u64) -> Frame {
+    Frame::Entry(Entry {
+        path: p(path),
+        kind,
+        meta: Meta {
+            perm: 0o755,
+            size,
+            ..Meta::default()
+        },
+        checksum: None,
+    })
+}
+
+type Peer = (
+    FramedRead<tokio::io::ReadHalf<DuplexStream>, FrameCodec>,
+    FramedWrite<tokio::io::WriteHalf<DuplexStream>, FrameCodec>,
+);
+
+fn peer(stream: DuplexStream) -> Peer {
+    let (rd, wr) = tokio::io::split(stream);
+    (
+        FramedRead::new(rd, FrameCodec::new(WireCounter::default())),
+        FramedWrite::new(wr, FrameCodec::new(WireCounter::default())),
+    )
+}
+
+/// Plays a sender that sends `script` after the handshake; returns the receiver's result.
+async fn against_receiver(
+    root: &Path,
+    script: Vec<Frame>,
+) -> Result<mover::stats::Summary, SessionError> {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let receiver = tokio::spawn(receive(b, ReceiverConfig::new(root.to_path_buf())));
+    let (mut rx, mut tx) = peer(a);
+    tx.send(Frame::Hello(Hello::new(SessionOptions {
+        delete: true,
+        ..SessionOptions::default()
+    })))
+    .await
+    .unwrap();
+    // Drain whatever the receiver says so it never blocks on us.
+    let drain = tokio::spawn(async move { while let Some(Ok(_)) = rx.next().await {} });
+    for frame in script {
+        if tx.send(frame).await.is_err() {
+            break;
+        }
+    }
+    let result = tokio::time::timeout(Duration::from_secs(20), receiver)
+        .await
+        .expect("receiver hung")
+        .unwrap();
+    drain.abort();
+    result
+}
+
+fn assert_violation(r: Result<mover::stats::Summary, SessionError>, what: &str) {
+    match r {
+        Err(e) => assert_eq!(
+            e.exit_code(),
+            12,
+            "{what}: expected a protocol error, got {e}"
+        ),
+        Ok(s) => panic!("{what}: session succeeded: {s:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_file_through_a_listed_symlink_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let (root, outside) = (t.path().join("root"), t.path().join("outside"));
+    std::fs::create_dir(&outside).unwrap();
+    let script = vec![
+        entry("", Kind::Dir, 0),
+        entry(
+            "a",
+            Kind::Symlink(outside.as_os_str().as_encoded_bytes().to_vec()),
+            0,
+        ),
+        entry("a/pwn", Kind::File, 1),
+        Frame::DirDone(RelPath::root()),
+        Frame::DirDone(p("a")),
+        Frame::ListEnd(ListStats::default()),
+    ];
+    assert_violation(
+        against_receiver(&root, script).await,
+        "file through a symlink",
+    );
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing may appear outside the root"
+    );
+}
+
+#[tokio::test]
+async fn entries_must_follow_their_directory_and_the_root_comes_first() {
+    let t = tempfile::tempdir().unwrap();
+    let cases = [
+        vec![entry("x", Kind::File, 0)],
+        vec![entry("", Kind::Dir, 0), entry("d/x", Kind::File, 0)],
+        vec![entry("", Kind::Dir, 0), Frame::DirDone(p("never-listed"))],
+        vec![entry("", Kind::File, 0)],
+    ];
+    for (i, script) in cases.into_iter().enumerate() {
+        let root = t.path().join(format!("r{i}"));
+        assert_violation(against_receiver(&root, script).await, &format!("case {i}"));
+    }
+}
+
+#[tokio::test]
+async fn data_cannot_end_before_the_requests_are_answered() {
+    let t = tempfile::tempdir().unwrap();
+    let script = vec![
+        entry("", Kind::Dir, 0),
+        entry("f", Kind::File, 10),
+        Frame::DirDone(RelPath::root()),
+        Frame::ListEnd(ListStats::default()),
+        Frame::DataEnd,
+    ];
+    assert_violation(
+        against_receiver(&t.path().join("root"), script).await,
+        "early DataEnd",
+    );
+}
+
+#[tokio::test]
+async fn zero_runs_cannot_overflow_the_announced_size() {
+    let t = tempfile::tempdir().unwrap();
+    let meta = Meta {
+        perm: 0o644,
+        size: 100,
+        ..Meta::default()
+    };
+    let script = vec![
+        entry("", Kind::Dir, 0),
+        entry("f", Kind::File, 100),
+        Frame::DirDone(RelPath::root()),
+        Frame::ListEnd(ListStats::default()),
+        Frame::FileBegin { id: 0, meta },
+        Frame::Ops {
+            id: 0,
+            ops: vec![
+                WireOp::Plain(Op::Literal(b"x".to_vec())),
+                WireOp::Plain(Op::Zeros(u64::MAX)),
+            ],
+        },
+        Frame::FileEnd {
+            id: 0,
+            outcome: FileOutcome::Sent([0; 32]),
+        },
+    ];
+    let root = t.path().join("root");
+    assert_violation(against_receiver(&root, script).await, "Zeros(u64::MAX)");
+    assert!(!root.join("f").exists());
+}
+
+#[tokio::test]
+async fn a_request_with_a_zero_block_length_is_refused_by_the_sender() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("f"), b"data").unwrap();
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let cfg = SenderConfig {
+        root: t.path().to_path_buf(),
+        options: SessionOptions::default(),
+        bwlimit: None,
+        progress: None,
+    };
+    let sender = tokio::spawn(send(a, cfg));
+    let (mut rx, mut tx) = peer(b);
+    tx.send(Frame::Hello(Hello::new(SessionOptions::default())))
+        .await
+        .unwrap();
+    tx.send(Frame::Accept(SessionOptions::default()))
+        .await
+        .unwrap();
+    let shape = SigShape {
+        block_len: 0,
+        file_len: 4,
+    };
+    tx.send(Frame::Request(Request {
+        id: 0,
+        path: p("f"),
+        basis: Some(shape),
+    }))
+    .await
+    .unwrap();
+    let drain = tokio::spawn(async move { while let Some(Ok(_)) = rx.next().await {} });
+    let r = tokio::time::timeout(Duration::from_secs(20), sender)
+        .await
+        .expect("sender hung")
+        .unwrap();
+    drain.abort();
+    match r {
+        Err(e) => assert_eq!(e.exit_code(), 12, "{e}"),
+        Ok(s) => panic!("sender accepted a zero block length: {s:?}"),
+    }
+}
