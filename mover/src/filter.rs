@@ -84,10 +84,7 @@ fn compile(pattern: &str) -> Result<Rule, globset::Error> {
         p = &p[..p.len() - 1];
     }
     // Braces and commas are literal in rsync patterns, not alternations.
-    let mut p = p
-        .replace('{', "\\{")
-        .replace('}', "\\}")
-        .replace(',', "\\,");
+    let mut p = literal_braces(p);
     // rsync's `**` matches any run of characters, `/` included, but the slashes
     // around it stay literal: `a/**/z` needs at least one directory between
     // `a` and `z`, where a glob's `**` component may match none. (A leading
@@ -109,6 +106,27 @@ fn compile(pattern: &str) -> Result<Rule, globset::Error> {
         })
         .collect::<Result<_, globset::Error>>()?;
     Ok(Rule { matchers, dir_only })
+}
+
+/// Escapes `{`, `}` and `,`, which are literal in rsync patterns but
+/// alternation syntax in globs; what the user escaped stays as it is.
+fn literal_braces(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 4);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                out.push(c);
+                out.extend(chars.next());
+            }
+            '{' | '}' | ',' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -158,7 +176,8 @@ mod tests {
 
     #[test]
     fn braces_and_commas_are_literal() {
-        let f = Filter::new(&["foo,bar".into(), "x{y".into()]).unwrap();
+        let f = Filter::new(&["foo,bar".into(), "x{y".into(), r"a\{b".into()]).unwrap();
+        assert!(f.excludes(&p("a{b"), false));
         assert!(f.excludes(&p("foo,bar"), false));
         assert!(!f.excludes(&p("foo"), false));
         assert!(!f.excludes(&p("bar"), false));

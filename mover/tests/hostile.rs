@@ -126,6 +126,20 @@ async fn entries_must_follow_their_directory_and_the_root_comes_first() {
         vec![entry("", Kind::Dir, 0), entry("d/x", Kind::File, 0)],
         vec![entry("", Kind::Dir, 0), Frame::DirDone(p("never-listed"))],
         vec![entry("", Kind::File, 0)],
+        // Listed as a directory, then again (as a symlink) once its run moved on.
+        vec![
+            entry("", Kind::Dir, 0),
+            entry("a", Kind::Dir, 0),
+            entry("b", Kind::File, 0),
+            entry("a", Kind::Symlink(b"/".to_vec()), 0),
+        ],
+        // Back into a directory whose run of children is over.
+        vec![
+            entry("", Kind::Dir, 0),
+            entry("a", Kind::Dir, 0),
+            entry("a/x", Kind::File, 0),
+            entry("b", Kind::File, 0),
+        ],
     ];
     for (i, script) in cases.into_iter().enumerate() {
         let root = t.path().join(format!("r{i}"));

@@ -15,7 +15,7 @@
 //!   Entry, DirDone ... ListEnd     ──▶    (credit-limited)
 //!                                  ◀──    Credit, Request + Sigs ... RequestsEnd, Progress
 //!   FileBegin, Ops..., FileEnd ... DataEnd ──▶
-//!                                  ◀──    Done(summary)
+//!                                  ◀──    Progress, Done(summary)
 //! ```
 
 mod codec;

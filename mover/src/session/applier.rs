@@ -252,7 +252,7 @@ impl Applier {
                 warn(format_args!(
                     "{}: changed while it was read; {}",
                     pending.path,
-                    if self.inplace {
+                    if cur.as_ref().is_some_and(|c| c.temp.is_none()) {
                         "updated in place, so the destination may hold part of the new version"
                     } else {
                         "the destination keeps its previous version"

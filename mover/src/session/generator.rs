@@ -78,6 +78,8 @@ pub struct Generator {
     children: Option<(RelPath, HashSet<Vec<u8>>)>,
     /// Directories listed whose children may still come.
     open_dirs: HashSet<RelPath>,
+    /// Listed directories that could not be made at the destination.
+    broken_dirs: HashSet<RelPath>,
     root_seen: bool,
     result: GenOutput,
 }
@@ -110,6 +112,7 @@ impl Generator {
             consumed: 0,
             children: None,
             open_dirs: HashSet::new(),
+            broken_dirs: HashSet::new(),
             root_seen: false,
             result: GenOutput::default(),
         }
@@ -190,13 +193,15 @@ impl Generator {
         self.check_place(&e)?;
         if !e.path.is_root() {
             self.result.summary.entries_total += 1;
-            let parent = e.path.parent();
-            match &mut self.children {
-                Some((dir, names)) if *dir == parent => {
-                    names.insert(e.path.file_name().to_vec());
-                }
-                slot => *slot = Some((parent, HashSet::from([e.path.file_name().to_vec()]))),
+        }
+        // Nothing goes into a directory that could not be made (its failure was
+        // reported): what stands there instead must not be written through.
+        if !e.path.is_root() && self.broken_dirs.contains(&e.path.parent()) {
+            if e.kind == Kind::Dir {
+                self.broken_dirs.insert(e.path.clone());
             }
+            self.result.summary.files_failed += 1;
+            return Ok(());
         }
         let dest = e.path.under(&self.root);
         let have = match fs::symlink_metadata(&dest) {
@@ -205,7 +210,9 @@ impl Generator {
             Err(err) => return self.failed(&e.path, err),
         };
         let r = match &e.kind {
-            Kind::Dir => self.dir(&e, &dest, have),
+            Kind::Dir => self.dir(&e, &dest, have).inspect_err(|_| {
+                self.broken_dirs.insert(e.path.clone());
+            }),
             Kind::File => return self.file(e, &dest, have),
             Kind::Symlink(target) => self.symlink(&e, target, &dest, have),
             Kind::HardLink(target) => {
@@ -229,20 +236,38 @@ impl Generator {
     /// write or delete outside the root. The walk lists every directory before
     /// its children, so the open set stays as small as the walk's own stack.
     fn check_place(&mut self, e: &Entry) -> Result<(), SessionError> {
+        if e.meta.mtime.nsec >= 1_000_000_000 {
+            return Err(violation(format!("{} has an invalid modification time", e.path)).into());
+        }
         if e.path.is_root() {
             if e.kind != Kind::Dir || self.root_seen {
                 return Err(violation("the root must be listed once, as a directory").into());
             }
             self.root_seen = true;
-        } else if !self.open_dirs.contains(&e.path.parent()) {
-            return Err(violation(format!(
-                "{} is not inside a directory listed before it",
-                e.path
-            ))
-            .into());
-        }
-        if e.meta.mtime.nsec >= 1_000_000_000 {
-            return Err(violation(format!("{} has an invalid modification time", e.path)).into());
+        } else {
+            let (parent, name) = (e.path.parent(), e.path.file_name().to_vec());
+            match &mut self.children {
+                Some((dir, names)) if *dir == parent => {
+                    if !names.insert(name) {
+                        return Err(violation(format!("{} was listed twice", e.path)).into());
+                    }
+                }
+                slot => {
+                    // A directory's children come in one run: once the run
+                    // moves on, that directory takes no more entries.
+                    if let Some((previous, _)) = slot.take() {
+                        self.open_dirs.remove(&previous);
+                    }
+                    if !self.open_dirs.contains(&parent) {
+                        return Err(violation(format!(
+                            "{} is not inside a directory listed before it",
+                            e.path
+                        ))
+                        .into());
+                    }
+                    *slot = Some((parent, HashSet::from([name])));
+                }
+            }
         }
         if e.kind == Kind::Dir {
             self.open_dirs.insert(e.path.clone());
@@ -456,7 +481,7 @@ impl Generator {
                 HashSet::new()
             }
         };
-        if self.opts.delete {
+        if self.opts.delete && !self.broken_dirs.contains(&dir) {
             if let Err(err) = self.delete_extraneous(&dir, &names) {
                 return self.failed(&dir, err);
             }
@@ -519,11 +544,21 @@ impl Generator {
     }
 
     fn delete_dir(&mut self, path: &RelPath, full: &Path) -> io::Result<()> {
-        // Without root, a read-only directory cannot be emptied: open it up.
+        // Without root, a read-only directory cannot be emptied: open it up
+        // (and close it again if it has to stay).
         let mode = fs::symlink_metadata(full)?.mode();
         if mode & 0o700 != 0o700 {
             fs::set_permissions(full, fs::Permissions::from_mode(mode | 0o700))?;
         }
+        let emptied = self.delete_children(path, full);
+        emptied
+            .and_then(|()| fs::remove_dir(full))
+            .inspect_err(|_| {
+                let _ = fs::set_permissions(full, fs::Permissions::from_mode(mode));
+            })
+    }
+
+    fn delete_children(&mut self, path: &RelPath, full: &Path) -> io::Result<()> {
         for de in fs::read_dir(full)? {
             let de = de?;
             let Ok(child) = path.join(de.file_name().as_bytes()) else {
@@ -534,9 +569,7 @@ impl Generator {
                 self.delete(&child, child_is_dir)?;
             }
         }
-        fs::remove_dir(full).inspect_err(|_| {
-            let _ = fs::set_permissions(full, fs::Permissions::from_mode(mode));
-        })
+        Ok(())
     }
 }
 

@@ -1,5 +1,5 @@
 //! The sender's file service: requests queued from the reader, read ahead by
-//! a prefetch thread, answered in order by the delta thread, and (with
+//! prefetch lanes, answered in order by the delta thread, and (with
 //! compression) packed by a second thread so reading and compressing overlap.
 
 use std::fs::File;
