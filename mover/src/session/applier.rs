@@ -160,8 +160,8 @@ impl Applier {
         };
         // In place only into a file with one name: another hard link to it
         // must not change along.
-        let single = fs::symlink_metadata(dest).is_ok_and(|md| md.is_file() && md.nlink() == 1);
-        let (temp, file) = if self.inplace && single {
+        let single = || fs::symlink_metadata(dest).is_ok_and(|md| md.is_file() && md.nlink() == 1);
+        let (temp, file) = if self.inplace && single() {
             (None, OpenOptions::new().write(true).open(dest)?)
         } else {
             let (t, f) = create_temp(dest)?;
