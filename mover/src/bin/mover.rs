@@ -87,11 +87,11 @@ struct TransferArgs {
     /// Compress literal data with zstd.
     #[arg(short = 'z', long)]
     compress: bool,
-    /// zstd level for --compress (negative levels are faster).
+    /// zstd level for --compress: 1 is fast and compresses text well; higher levels suit slow links.
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 3,
+        default_value_t = 1,
         allow_negative_numbers = true
     )]
     compress_level: i32,
@@ -404,6 +404,6 @@ mod tests {
             panic!()
         };
         assert!(!transfer.options(true).whole_file);
-        assert_eq!(transfer.options(true).compress, Some(3));
+        assert_eq!(transfer.options(true).compress, Some(1));
     }
 }
