@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
@@ -57,6 +57,14 @@ fn mover_sync(src: &Path, dst: &Path, extra: &[&str]) -> Output {
     out
 }
 
+/// A scratch directory with paths for a source, rsync's copy and mover's copy.
+fn three_trees() -> (Scratch, PathBuf, PathBuf, PathBuf) {
+    let tmp = scratch();
+    let p = |name: &str| tmp.path().join(name);
+    let (src, rdst, mdst) = (p("src"), p("rsync-dst"), p("mover-dst"));
+    (tmp, src, rdst, mdst)
+}
+
 fn all() -> CompareOpts {
     CompareOpts::default()
 }
@@ -64,12 +72,7 @@ fn all() -> CompareOpts {
 #[test]
 fn first_sync_matches_rsync() {
     require_rsync!();
-    let tmp = scratch();
-    let (src, rdst, mdst) = (
-        tmp.path().join("src"),
-        tmp.path().join("rsync-dst"),
-        tmp.path().join("mover-dst"),
-    );
+    let (_tmp, src, rdst, mdst) = three_trees();
     build_tricky_tree(&src);
 
     rsync(&src, &rdst, &[]);
@@ -161,12 +164,7 @@ fn modify_source(src: &Path) {
 /// Initial sync, `modify_source`, then a re-sync with `--delete`; the mover runs locally
 /// (`sync`) or over TCP (`send`/`receive` with `--no-whole-file`). `opts` go to rsync and mover.
 fn resync_scenario(over_tcp: bool, opts: &[&str]) {
-    let tmp = scratch();
-    let (src, rdst, mdst) = (
-        tmp.path().join("src"),
-        tmp.path().join("rsync-dst"),
-        tmp.path().join("mover-dst"),
-    );
+    let (_tmp, src, rdst, mdst) = three_trees();
     let with =
         |extra: &[&'static str]| -> Vec<&str> { opts.iter().chain(extra).copied().collect() };
     let mover = |extra: &[&'static str]| {
@@ -285,12 +283,7 @@ fn check_excluded(dst: &Path, what: &str) {
 #[test]
 fn exclude_and_delete_match_rsync() {
     require_rsync!();
-    let tmp = scratch();
-    let (src, rdst, mdst) = (
-        tmp.path().join("src"),
-        tmp.path().join("rsync-dst"),
-        tmp.path().join("mover-dst"),
-    );
+    let (_tmp, src, rdst, mdst) = three_trees();
     build_tricky_tree(&src);
     let s = |rel: &str| src.join(rel);
     mkdirs(&s("logs/deep"));
@@ -394,12 +387,7 @@ fn exclude_pattern_shapes_match_rsync() {
 #[test]
 fn names_resembling_mover_internals_are_ordinary_data() {
     require_rsync!();
-    let tmp = scratch();
-    let (src, rdst, mdst) = (
-        tmp.path().join("src"),
-        tmp.path().join("rsync-dst"),
-        tmp.path().join("mover-dst"),
-    );
+    let (_tmp, src, rdst, mdst) = three_trees();
     let files = [
         ".volmig-user.tmp",
         "d/.volmig-x-1.tmp",
@@ -549,12 +537,7 @@ fn compare_trees_detects_differences() {
 #[test]
 fn delete_keeps_excluded_names_inside_deleted_directories() {
     require_rsync!();
-    let tmp = scratch();
-    let (src, rdst, mdst) = (
-        tmp.path().join("src"),
-        tmp.path().join("rsync-dst"),
-        tmp.path().join("mover-dst"),
-    );
+    let (_tmp, src, rdst, mdst) = three_trees();
     mkdirs(&src);
     write_file(&src.join("kept"), b"k", 0o644);
     for dst in [&rdst, &mdst] {
