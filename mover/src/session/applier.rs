@@ -11,9 +11,9 @@ use tokio::sync::mpsc;
 
 use super::commit::{create_temp, CommitGroup, Committed, Finished};
 use super::flow::Inflight;
-use super::generator::{cancelled, is_fatal, PendingFile};
+use super::generator::PendingFile;
 use super::receiver::DataBatch;
-use super::{warn, SessionError};
+use super::{cancelled, is_fatal, warn, SessionError};
 use crate::delta::{Op, LITERAL_CHUNK};
 use crate::meta::{apply_to_fd, Meta};
 use crate::patch::{OutFile, PatchError, Patcher};

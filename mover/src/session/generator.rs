@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::commit::{create_and_replace, is_own_temp};
 use super::flow::{Inflight, ListWindow, Wake};
 use super::outbox::{recv_or_flush, Out, Outbox};
-use super::{warn, SessionError};
+use super::{cancelled, is_fatal, warn, SessionError};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
 use crate::path::RelPath;
@@ -573,15 +573,6 @@ impl Generator {
     }
 }
 
-/// Errors after which nothing else can be written either.
-pub fn is_fatal(err: &io::Error) -> bool {
-    use rustix::io::Errno;
-    matches!(
-        err.raw_os_error().map(Errno::from_raw_os_error),
-        Some(Errno::NOSPC | Errno::ROFS | Errno::DQUOT)
-    )
-}
-
 /// Removes a directory and everything in it. Without root, a read-only
 /// directory cannot be emptied: such directories are opened up first, as
 /// rsync does.
@@ -618,8 +609,4 @@ fn clear_dir(dest: &Path, have: Option<&Metadata>) -> io::Result<()> {
         Some(md) if md.is_dir() => remove_tree(dest),
         _ => Ok(()),
     }
-}
-
-pub fn cancelled() -> SessionError {
-    SessionError::Cancelled
 }

@@ -121,3 +121,17 @@ impl SessionError {
 fn warn(msg: impl std::fmt::Display) {
     eprintln!("mover: {msg}");
 }
+
+/// The error of a worker whose channel closed because another part failed first.
+pub(crate) fn cancelled() -> SessionError {
+    SessionError::Cancelled
+}
+
+/// Errors after which nothing else can be written either.
+pub fn is_fatal(err: &io::Error) -> bool {
+    use rustix::io::Errno;
+    matches!(
+        err.raw_os_error().map(Errno::from_raw_os_error),
+        Some(Errno::NOSPC | Errno::ROFS | Errno::DQUOT)
+    )
+}

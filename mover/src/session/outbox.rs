@@ -8,8 +8,7 @@
 
 use tokio::sync::mpsc;
 
-use super::generator::cancelled;
-use super::SessionError;
+use super::{cancelled, SessionError};
 use crate::delta::Op;
 use crate::protocol::{Frame, WireOp};
 

@@ -14,10 +14,10 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::applier::Applier;
 use super::flow::{Inflight, ListWindow};
-use super::generator::{is_fatal, remove_tree, GenConfig, GenOutput, Generator, PendingFile};
+use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
 use super::outbox::{weight, Out};
 use super::supervise::{drain, Supervisor, CLEANUP};
-use super::{warn, writer, ProgressFn, SessionError};
+use super::{is_fatal, warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;

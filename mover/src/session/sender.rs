@@ -10,11 +10,11 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::flow::Credits;
-use super::generator::cancelled;
+
 use super::outbox::Outbox;
 use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
 use super::supervise::{drain, Supervisor, CLEANUP};
-use super::{warn, writer, ProgressFn, SessionError};
+use super::{cancelled, warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::protocol::{
     violation, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,

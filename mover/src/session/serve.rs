@@ -8,9 +8,8 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use super::generator::cancelled;
 use super::outbox::{recv_or_flush, FrameOut, Outbox};
-use super::{warn, SessionError};
+use super::{cancelled, warn, SessionError};
 use crate::delta::{delta, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
 use crate::meta::Meta;
