@@ -160,6 +160,10 @@ where
     // Every path below is under the resolved root: a root that is a symlink
     // to a directory is followed once, here, as rsync's DST/ is.
     let cfg = ReceiverConfig { root, ..cfg };
+    if !cfg.preserve_owner {
+        // Said once per session, not per file (as rsync would without root).
+        warn("not running as root: owner and group are not preserved");
+    }
 
     let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
     let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
