@@ -119,14 +119,29 @@ fn ts(m: Mtime) -> Timestamps {
     }
 }
 
+/// A destination that will not give files away even to root (NFS with
+/// root_squash, an id not mapped in a user namespace) leaves them with the
+/// receiver's owner, as rsync does: said once, and the transfer goes on.
+fn tolerate_refusal(r: rustix::io::Result<()>) -> io::Result<()> {
+    use rustix::io::Errno;
+    static SAID: std::sync::Once = std::sync::Once::new();
+    match r {
+        Err(e @ (Errno::PERM | Errno::INVAL)) => {
+            SAID.call_once(|| eprintln!("mover: the destination refuses to set owners ({e}); files keep the receiver's owner"));
+            Ok(())
+        }
+        other => Ok(other?),
+    }
+}
+
 /// Applies owner, permissions and mtime to an open regular file (before it is renamed into place).
 pub fn apply_to_fd<Fd: AsFd>(fd: Fd, meta: &Meta, owner: bool) -> io::Result<()> {
     if owner {
-        rustix::fs::fchown(
+        tolerate_refusal(rustix::fs::fchown(
             &fd,
             Some(Uid::from_raw(meta.uid)),
             Some(Gid::from_raw(meta.gid)),
-        )?;
+        ))?;
     }
     // chown clears setuid/setgid, so permissions come after it.
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.perm as _))?;
@@ -138,13 +153,13 @@ pub fn apply_to_fd<Fd: AsFd>(fd: Fd, meta: &Meta, owner: bool) -> io::Result<()>
 pub fn apply_to_path(path: &Path, kind: &Kind, meta: &Meta, owner: bool) -> io::Result<()> {
     let is_link = matches!(kind, Kind::Symlink(_));
     if owner {
-        rustix::fs::chownat(
+        tolerate_refusal(rustix::fs::chownat(
             CWD,
             path,
             Some(Uid::from_raw(meta.uid)),
             Some(Gid::from_raw(meta.gid)),
             AtFlags::SYMLINK_NOFOLLOW,
-        )?;
+        ))?;
     }
     if !is_link {
         rustix::fs::chmodat(
