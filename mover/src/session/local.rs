@@ -25,6 +25,7 @@ pub async fn sync(
     // A bad source must not leave an empty destination behind.
     std::fs::read_dir(&src)
         .map_err(|e| SessionError::local(format!("source {}", src.display()), e))?;
+    refuse_nested(&src, &dst)?;
     let (a, b) = tokio::io::duplex(PIPE);
     let mut rcfg = ReceiverConfig::new(dst);
     rcfg.progress = progress;
@@ -50,5 +51,48 @@ pub async fn sync(
             (s, r) if s.weight() > r.weight() => s,
             (_, r) => r,
         }),
+    }
+}
+
+/// A destination inside the source would be walked while it is written, and
+/// copied into itself again and again.
+fn refuse_nested(src: &std::path::Path, dst: &std::path::Path) -> Result<(), SessionError> {
+    let src = std::fs::canonicalize(src)
+        .map_err(|e| SessionError::local(format!("source {}", src.display()), e))?;
+    // The destination may not exist yet: resolve its nearest existing ancestor.
+    let mut probe = dst.to_path_buf();
+    let resolved = loop {
+        match std::fs::canonicalize(&probe) {
+            Ok(p) => break p,
+            Err(_) if probe.pop() && !probe.as_os_str().is_empty() => continue,
+            Err(_) => break std::env::current_dir().unwrap_or_default(),
+        }
+    };
+    let rest = dst.strip_prefix(&probe).unwrap_or(dst);
+    let dst = resolved.join(rest);
+    if dst.starts_with(&src) {
+        return Err(SessionError::Usage(format!(
+            "the destination {} is inside the source {}: choose another destination",
+            dst.display(),
+            src.display()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_destination_inside_the_source_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        assert!(refuse_nested(&src, &src.join("backup")).is_err());
+        assert!(refuse_nested(&src, &src.join("a/b/c")).is_err());
+        assert!(refuse_nested(&src, &src).is_err());
+        assert!(refuse_nested(&src, &t.path().join("dst")).is_ok());
+        assert!(refuse_nested(&src, &t.path().join("src-copy")).is_ok());
     }
 }
