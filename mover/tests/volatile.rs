@@ -29,7 +29,13 @@ fn files_that_vanish_before_they_are_read_are_reported() {
     // are deleted, the sender has read at most its queues' worth (~10 MiB).
     let receiver = spawn_receiver(&dst, &[]);
     let mut sender = spawn_sender(receiver.addr, &src, &["--bwlimit", "8M"]);
-    std::thread::sleep(Duration::from_millis(300));
+    // Once data arrives the whole list has been sent (it goes out first, in one
+    // batch); the sender is then still far from the last files.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fs::read_dir(&dst).map_or(0, |d| d.count()) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no data arrived");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     for i in 30..40 {
         fs::remove_file(src.join(format!("f{i:02}"))).unwrap();
     }
