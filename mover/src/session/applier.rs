@@ -40,12 +40,11 @@ impl Drop for Current {
 }
 
 pub struct Applier {
-    pub root: PathBuf,
-    pub inplace: bool,
-    pub owner: bool,
-    pub sparse: bool,
-    pub inflight: Arc<Inflight<PendingFile>>,
-    pub counters: Arc<Counters>,
+    root: PathBuf,
+    inplace: bool,
+    owner: bool,
+    inflight: Arc<Inflight<PendingFile>>,
+    counters: Arc<Counters>,
     current: Option<Current>,
     group: CommitGroup,
     zstd: zstd::bulk::Decompressor<'static>,
@@ -64,7 +63,6 @@ impl Applier {
             root,
             inplace,
             owner,
-            sparse: true,
             inflight,
             counters,
             current: None,
@@ -167,7 +165,8 @@ impl Applier {
             let (t, f) = create_temp(dest)?;
             (Some(t), f)
         };
-        let out = OutFile::new(file, self.sparse, temp.is_none());
+        // Zero runs become holes (rsync -S); OutFile turns that off in place.
+        let out = OutFile::new(file, true, temp.is_none());
         Ok((temp, Patcher::new(basis, out, meta.size)))
     }
 
