@@ -547,6 +547,7 @@ fn delete_keeps_excluded_names_inside_deleted_directories() {
         write_file(&dst.join("old/deeper/junk"), b"j", 0o644);
         mkdirs(&dst.join("gone/sub"));
         write_file(&dst.join("gone/sub/junk"), b"j", 0o644);
+        set_tree_mtimes(dst);
     }
     set_tree_mtimes(&src);
     let args = ["--delete", "--exclude", "*.keep"];
