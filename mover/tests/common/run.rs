@@ -28,6 +28,20 @@ impl Output {
         format!("{head}\n  --- stdout ---\n{out}\n  --- stderr ---\n{err}")
     }
 
+    /// Asserts the process failed with one of `codes` and said why on stderr.
+    pub fn assert_failed(&self, codes: &[i32], what: &str) {
+        assert!(
+            self.code.is_some_and(|c| codes.contains(&c)),
+            "{what}: expected exit code {codes:?}: {}",
+            self.describe()
+        );
+        assert!(
+            !self.stderr.trim().is_empty(),
+            "{what}: no error message on stderr: {}",
+            self.describe()
+        );
+    }
+
     pub fn assert_ok(&self) -> &Self {
         assert_eq!(self.code, Some(0), "command failed: {}", self.describe());
         self
