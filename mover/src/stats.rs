@@ -72,9 +72,9 @@ impl Summary {
             0.0
         };
         let mut s = format!(
-            "{} entries, {} files, {} sent ({} up to date), {} total, {} literal, {} matched, {} on the wire, {:.2}s ({}/s)",
-            self.entries_total,
-            self.files_total,
+            "{}, {}, {} sent ({} up to date), {} total, {} literal, {} matched, {} on the wire, {:.2}s ({}/s)",
+            count(self.entries_total, "entry", "entries"),
+            count(self.files_total, "file", "files"),
             self.files_transferred,
             self.files_up_to_date,
             human_bytes(self.bytes_total as f64),
@@ -96,6 +96,11 @@ impl Summary {
         }
         s
     }
+}
+
+/// `1 file`, `2 files`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// `1.5 MiB`-style sizes.
