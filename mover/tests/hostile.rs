@@ -204,6 +204,7 @@ async fn a_request_with_a_zero_block_length_is_refused_by_the_sender() {
         options: SessionOptions::default(),
         bwlimit: None,
         progress: None,
+        cancel: Default::default(),
     };
     let sender = tokio::spawn(send(a, cfg));
     let (mut rx, mut tx) = peer(b);

@@ -197,6 +197,7 @@ fn sync_and_compare(
             opts.clone(),
             None,
             None,
+            Default::default(),
         ))
         .map_err(|e| TestCaseError::fail(format!("sync failed: {e}")))?;
     prop_assert_eq!(summary.files_failed, 0);
@@ -235,7 +236,7 @@ proptest! {
         apply(&paths, &edits);
         sync_and_compare(&rt, &src, &dst, &opts)?;
         // A third run with nothing changed transfers nothing.
-        let again = rt.block_on(local::sync(src.clone(), dst.clone(), opts, None, None)).unwrap();
+        let again = rt.block_on(local::sync(src.clone(), dst.clone(), opts, None, None, Default::default())).unwrap();
         prop_assert_eq!(again.files_transferred, 0);
     }
 }

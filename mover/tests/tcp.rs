@@ -467,3 +467,31 @@ fn usage_and_missing_source_exit_codes() {
         out.describe()
     );
 }
+
+#[test]
+fn sigterm_stops_a_receiver_cleanly() {
+    let tmp = scratch();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    mkdirs(&src);
+    write_file(&src.join("big"), &random_bytes("term", 8 * MIB), 0o644);
+    let receiver = spawn_receiver(&dst, &[]);
+    let mut sender = spawn_sender(receiver.addr, &src, &["--bwlimit", "2M"]); // about 4 s
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fs::read_dir(&dst).map_or(0, |d| d.count()) == 0 {
+        assert!(Instant::now() < deadline, "no data arrived");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    receiver.proc.terminate();
+    let r = receiver.wait(Duration::from_secs(30));
+    let s = sender.wait(Duration::from_secs(30));
+    assert_eq!(r.code, Some(20), "receiver: {}", r.describe());
+    assert!(r.stderr.contains("interrupted"), "{}", r.describe());
+    assert_eq!(s.code, Some(13), "sender is told: {}", s.describe());
+    assert!(s.stderr.contains("interrupted"), "{}", s.describe());
+    let left: Vec<_> = fs::read_dir(&dst)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "nothing half-written stays: {left:?}");
+}

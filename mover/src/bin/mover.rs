@@ -14,12 +14,15 @@ use mover::session::{local, ProgressFn, SessionError};
 use mover::stats::{Progress, Summary};
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
 
 /// Chunked, resumable rsync-style delta transfer of directory trees (volmig's data mover).
 ///
 /// Exit codes: 0 ok; 1 usage; 2 incompatible peer; 10 connection; 11 local file I/O;
-/// 12 protocol error; 13 the peer failed; 14 internal error; 23 partial transfer
-/// (some entries failed); 24 partial transfer (source files vanished or kept changing).
+/// 12 protocol error; 13 the peer failed; 14 internal error; 20 interrupted (SIGTERM,
+/// SIGINT); 23 partial transfer (some entries failed); 24 partial transfer (source files
+/// vanished or kept changing).
 #[derive(Parser, Debug)]
 #[command(name = "mover", version, about, long_about)]
 struct Cli {
@@ -247,7 +250,29 @@ fn write_addr_file(path: &Path, addr: SocketAddr) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// Cancels `token` on SIGTERM (a pod being deleted) or SIGINT: the session
+/// then stops cleanly, removes its temporary files, tells its peer, exits 20.
+fn cancel_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("mover: cannot watch for SIGTERM: {e}");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        eprintln!("mover: interrupted, stopping");
+        token.cancel();
+    });
+}
+
 async fn run(cli: Cli) -> u8 {
+    let cancel = CancellationToken::new();
+    cancel_on_signal(cancel.clone());
     match cli.command {
         Command::Sync {
             src,
@@ -261,6 +286,7 @@ async fn run(cli: Cli) -> u8 {
                 transfer.options(true),
                 transfer.bwlimit,
                 progress_sink(output.progress),
+                cancel,
             )
             .await;
             finish(result, &output)
@@ -292,6 +318,7 @@ async fn run(cli: Cli) -> u8 {
                 options: transfer.options(false),
                 bwlimit: transfer.bwlimit,
                 progress: progress_sink(output.progress),
+                cancel,
             };
             finish(send(stream, cfg).await, &output)
         }
@@ -324,8 +351,13 @@ async fn run(cli: Cli) -> u8 {
             let mut cfg = ReceiverConfig::new(root);
             cfg.bwlimit = bwlimit;
             cfg.progress = progress_sink(output.progress);
+            cfg.cancel = cancel.clone();
             loop {
-                let code = match listener.accept().await {
+                let accepted = tokio::select! {
+                    a = listener.accept() => a,
+                    () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
+                };
+                let code = match accepted {
                     Ok((stream, peer)) => {
                         let _ = stream.set_nodelay(true);
                         if !output.quiet {
@@ -335,7 +367,7 @@ async fn run(cli: Cli) -> u8 {
                     }
                     Err(e) => finish(Err(SessionError::Protocol(e.into())), &output),
                 };
-                if !keep_serving {
+                if !keep_serving || cancel.is_cancelled() {
                     return code;
                 }
             }

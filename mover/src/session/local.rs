@@ -8,6 +8,7 @@ use super::{ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::protocol::SessionOptions;
 use crate::stats::Summary;
+use tokio_util::sync::CancellationToken;
 
 /// Bytes buffered in each direction of the in-memory pipe.
 const PIPE: usize = 1024 * 1024;
@@ -19,6 +20,7 @@ pub async fn sync(
     options: SessionOptions,
     bwlimit: Option<u64>,
     progress: Option<ProgressFn>,
+    cancel: CancellationToken,
 ) -> Result<Summary, SessionError> {
     // Usage errors are reported as such, not as the broken pipe they would cause.
     Filter::new(&options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
@@ -29,11 +31,13 @@ pub async fn sync(
     let (a, b) = tokio::io::duplex(PIPE);
     let mut rcfg = ReceiverConfig::new(dst);
     rcfg.progress = progress;
+    rcfg.cancel = cancel.clone();
     let scfg = SenderConfig {
         root: src,
         options,
         bwlimit,
         progress: None,
+        cancel,
     };
     let receiver = tokio::spawn(receive(b, rcfg));
     let sent = send(a, scfg).await;

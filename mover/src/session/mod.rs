@@ -45,6 +45,9 @@ pub enum SessionError {
     /// A worker stopped because another part of the session failed first.
     #[error("the session ended early")]
     Cancelled,
+    /// Stopped on request (SIGTERM, SIGINT): nothing half-written is left behind.
+    #[error("interrupted")]
+    Interrupted,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -75,7 +78,7 @@ impl SessionError {
                         | Errno::NOTDIR
                 )
             ),
-            SessionError::Cancelled => true,
+            SessionError::Cancelled | SessionError::Interrupted => true,
             SessionError::Usage(_) | SessionError::Internal(_) => false,
         }
     }
@@ -92,6 +95,7 @@ impl SessionError {
             SessionError::Protocol(ProtocolError::Violation(_) | ProtocolError::Decode(_)) => 12,
             SessionError::PeerAbort(_) => 13,
             SessionError::Cancelled | SessionError::Internal(_) => 14,
+            SessionError::Interrupted => 20,
         }
     }
 

@@ -11,6 +11,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
 
 use super::applier::Applier;
 use super::flow::{Inflight, ListWindow};
@@ -81,6 +82,8 @@ pub struct ReceiverConfig {
     /// Outgoing bandwidth cap in bytes per second.
     pub bwlimit: Option<u64>,
     pub progress: Option<ProgressFn>,
+    /// Cancelled to stop the session cleanly (temporary files removed, the sender told).
+    pub cancel: CancellationToken,
 }
 
 impl ReceiverConfig {
@@ -90,6 +93,7 @@ impl ReceiverConfig {
             preserve_owner: can_preserve_owner(),
             bwlimit: None,
             progress: None,
+            cancel: CancellationToken::new(),
         }
     }
 }
@@ -169,7 +173,7 @@ where
     let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
     let inflight = Arc::new(Inflight::<PendingFile>::new(MAX_INFLIGHT));
     let counters = Arc::new(Counters::default());
-    let mut sup = Supervisor::new();
+    let mut sup = Supervisor::new(cfg.cancel.clone());
 
     let (gen_tx, gen_rx) = mpsc::channel(INITIAL_CREDIT as usize + 1);
     let window = Arc::new(ListWindow::default());

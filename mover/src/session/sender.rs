@@ -8,6 +8,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
 
 use super::flow::Credits;
 
@@ -35,6 +36,8 @@ pub struct SenderConfig {
     /// Outgoing bandwidth cap in bytes per second.
     pub bwlimit: Option<u64>,
     pub progress: Option<ProgressFn>,
+    /// Cancelled to stop the session cleanly (the receiver is told).
+    pub cancel: CancellationToken,
 }
 
 /// Where the session is; decides which frames from the receiver are legal.
@@ -147,7 +150,7 @@ where
     let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
     let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
     let credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
-    let mut sup = Supervisor::new();
+    let mut sup = Supervisor::new(cfg.cancel.clone());
     let walker = {
         let (root, out, credits, checksum) = (
             cfg.root.clone(),

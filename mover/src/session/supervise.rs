@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::SessionError;
 
@@ -22,12 +23,14 @@ pub const CLEANUP: Duration = Duration::from_secs(5);
 pub struct Supervisor {
     tx: mpsc::UnboundedSender<SessionError>,
     rx: mpsc::UnboundedReceiver<SessionError>,
+    /// Set from outside (a signal) to stop the session cleanly.
+    cancel: CancellationToken,
 }
 
 impl Supervisor {
-    pub fn new() -> Supervisor {
+    pub fn new(cancel: CancellationToken) -> Supervisor {
         let (tx, rx) = mpsc::unbounded_channel();
-        Supervisor { tx, rx }
+        Supervisor { tx, rx, cancel }
     }
 
     /// Runs `work` on a blocking thread; its error is also reported here.
@@ -56,6 +59,7 @@ impl Supervisor {
                 Err(e) => e,
             },
             Some(e) = self.rx.recv() => e,
+            () = self.cancel.cancelled() => SessionError::Interrupted,
         };
         Err(self.explain(first).await)
     }
@@ -110,7 +114,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_cause_wins_over_its_consequences() {
-        let mut sup = Supervisor::new();
+        let mut sup = Supervisor::new(CancellationToken::new());
         let w = sup.spawn(|| -> Result<(), _> { Err(SessionError::Usage("bad pattern".into())) });
         let closed = SessionError::Protocol(ProtocolError::Closed("early"));
         assert!(matches!(sup.explain(closed).await, SessionError::Usage(_)));
@@ -118,8 +122,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn cancellation_interrupts_the_watch() {
+        let token = CancellationToken::new();
+        let mut sup = Supervisor::new(token.clone());
+        token.cancel();
+        let r = sup
+            .watch(std::future::pending::<Result<(), SessionError>>())
+            .await;
+        assert!(matches!(r, Err(SessionError::Interrupted)));
+    }
+
+    #[tokio::test]
     async fn watch_stops_at_the_first_worker_failure() {
-        let mut sup = Supervisor::new();
+        let mut sup = Supervisor::new(CancellationToken::new());
         let _w = sup.spawn(|| -> Result<(), _> { Err(SessionError::Usage("x".into())) });
         let r = sup
             .watch(std::future::pending::<Result<(), SessionError>>())

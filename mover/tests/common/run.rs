@@ -103,6 +103,13 @@ impl Proc {
     }
 
     /// SIGKILLs the process (if still running).
+    /// Sends SIGTERM, as Kubernetes does when it deletes a pod.
+    pub fn terminate(&self) {
+        let pid =
+            rustix::process::Pid::from_raw(self.child.id() as i32).expect("a child has a pid");
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+
     pub fn kill(&mut self) {
         if !self.exited() {
             let _ = self.child.kill();
