@@ -204,6 +204,7 @@ async fn a_request_with_a_zero_block_length_is_refused_by_the_sender() {
         options: SessionOptions::default(),
         bwlimit: None,
         progress: None,
+        timeout: None,
         cancel: Default::default(),
     };
     let sender = tokio::spawn(send(a, cfg));
@@ -235,4 +236,42 @@ async fn a_request_with_a_zero_block_length_is_refused_by_the_sender() {
         Err(e) => assert_eq!(e.exit_code(), 12, "{e}"),
         Ok(s) => panic!("sender accepted a zero block length: {s:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_silent_peer_times_out_and_heartbeats_keep_a_quiet_one_alive() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let mut cfg = ReceiverConfig::new(t.path().join("root"));
+    cfg.timeout = Some(Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    let receiver = tokio::spawn(receive(b, cfg));
+    let (mut rx, mut tx) = peer(a);
+    let drain = tokio::spawn(async move { while let Some(Ok(_)) = rx.next().await {} });
+    tx.send(Frame::Hello(Hello::new(SessionOptions::default())))
+        .await
+        .unwrap();
+    // Quiet but alive for a second: heartbeats every 50 ms.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if tx.send(Frame::Heartbeat).await.is_err() {
+            break;
+        }
+    }
+    let quiet_phase = started.elapsed();
+    // Then silent, with the connection still open.
+    let r = tokio::time::timeout(Duration::from_secs(20), receiver)
+        .await
+        .expect("receiver hung")
+        .unwrap();
+    drain.abort();
+    let e = r.expect_err("a silent peer must end the session");
+    assert_eq!(e.exit_code(), 10, "{e}");
+    assert!(e.to_string().contains("nothing from the peer"), "{e}");
+    assert!(
+        started.elapsed() >= quiet_phase,
+        "the heartbeat phase was survived"
+    );
+    assert!(quiet_phase >= Duration::from_millis(900));
+    drop(tx);
 }

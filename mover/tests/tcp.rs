@@ -495,3 +495,22 @@ fn sigterm_stops_a_receiver_cleanly() {
         .collect();
     assert!(left.is_empty(), "nothing half-written stays: {left:?}");
 }
+
+#[test]
+fn a_silent_client_does_not_hold_a_receiver_forever() {
+    let tmp = scratch();
+    let dst = tmp.path().join("dst");
+    let receiver = spawn_receiver(&dst, &["--timeout", "5"]);
+    let _silent = std::net::TcpStream::connect(receiver.addr).unwrap();
+    let r = receiver.wait(Duration::from_secs(30));
+    r.assert_failed(&[10], "receiver whose client says nothing");
+    assert!(
+        r.stderr.contains("nothing from the peer for 5s"),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        fs::read_dir(&dst).map_or(true, |d| d.count() == 0),
+        "nothing written"
+    );
+}

@@ -5,12 +5,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mover::protocol::SessionOptions;
 use mover::session::receiver::{receive, ReceiverConfig};
 use mover::session::sender::{send, SenderConfig};
-use mover::session::{local, ProgressFn, SessionError};
+use mover::session::{local, ProgressFn, SessionError, MIN_TIMEOUT};
 use mover::stats::{Progress, Summary};
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
@@ -52,6 +53,8 @@ enum Command {
         #[command(flatten)]
         transfer: TransferArgs,
         #[command(flatten)]
+        connection: ConnectionArgs,
+        #[command(flatten)]
         output: OutputArgs,
     },
     /// Receive a tree into --root from one sender (or more with --keep-serving).
@@ -71,6 +74,8 @@ enum Command {
         /// Outgoing bandwidth cap (see `send --bwlimit`).
         #[arg(long, value_name = "RATE", value_parser = parse_rate)]
         bwlimit: Option<u64>,
+        #[command(flatten)]
+        connection: ConnectionArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -123,6 +128,33 @@ impl TransferArgs {
             whole_file: self.whole_file || (local && !self.no_whole_file),
         }
     }
+}
+
+#[derive(Args, Debug)]
+struct ConnectionArgs {
+    /// Give up when the peer sends nothing, not even a heartbeat, for this many
+    /// seconds (heartbeats go out every 2 s; at least 5; 0 waits forever).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = parse_timeout)]
+    timeout: u64,
+}
+
+impl ConnectionArgs {
+    fn timeout(&self) -> Option<Duration> {
+        (self.timeout > 0).then(|| Duration::from_secs(self.timeout))
+    }
+}
+
+fn parse_timeout(s: &str) -> Result<u64, String> {
+    let secs: u64 = s
+        .parse()
+        .map_err(|_| format!("invalid timeout {s:?}: whole seconds"))?;
+    if secs != 0 && secs < MIN_TIMEOUT.as_secs() {
+        return Err(format!(
+            "a timeout under {}s would cut live peers between heartbeats",
+            MIN_TIMEOUT.as_secs()
+        ));
+    }
+    Ok(secs)
 }
 
 #[derive(Args, Debug)]
@@ -295,6 +327,7 @@ async fn run(cli: Cli) -> u8 {
             to,
             root,
             transfer,
+            connection,
             output,
         } => {
             // A missing source is the user's to fix: say so before touching the network.
@@ -318,6 +351,7 @@ async fn run(cli: Cli) -> u8 {
                 options: transfer.options(false),
                 bwlimit: transfer.bwlimit,
                 progress: progress_sink(output.progress),
+                timeout: connection.timeout(),
                 cancel,
             };
             finish(send(stream, cfg).await, &output)
@@ -328,6 +362,7 @@ async fn run(cli: Cli) -> u8 {
             keep_serving,
             addr_file,
             bwlimit,
+            connection,
             output,
         } => {
             let listener = match TcpListener::bind(listen).await {
@@ -351,6 +386,7 @@ async fn run(cli: Cli) -> u8 {
             let mut cfg = ReceiverConfig::new(root);
             cfg.bwlimit = bwlimit;
             cfg.progress = progress_sink(output.progress);
+            cfg.timeout = connection.timeout();
             cfg.cancel = cancel.clone();
             loop {
                 let accepted = tokio::select! {

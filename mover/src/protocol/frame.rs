@@ -46,6 +46,8 @@ pub enum Frame {
     Progress(Progress),
     /// Receiver → sender: the session is complete.
     Done(Summary),
+    /// Either way: nothing else to say for a while, but still here.
+    Heartbeat,
 }
 
 impl Frame {
@@ -78,6 +80,7 @@ impl Frame {
             Frame::DataEnd => "DataEnd",
             Frame::Progress(_) => "Progress",
             Frame::Done(_) => "Done",
+            Frame::Heartbeat => "Heartbeat",
         }
     }
 }

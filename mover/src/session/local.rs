@@ -32,11 +32,13 @@ pub async fn sync(
     let mut rcfg = ReceiverConfig::new(dst);
     rcfg.progress = progress;
     rcfg.cancel = cancel.clone();
+    // An in-memory pipe cannot go half-open: no idle timeout.
     let scfg = SenderConfig {
         root: src,
         options,
         bwlimit,
         progress: None,
+        timeout: None,
         cancel,
     };
     let receiver = tokio::spawn(receive(b, rcfg));

@@ -24,9 +24,33 @@ mod writer;
 
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::protocol::{AbortReason, ProtocolError};
 use crate::stats::Progress;
+
+/// How often a side with nothing to send says it is still there.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// The shortest idle timeout that heartbeats can keep alive.
+pub const MIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Awaits the peer's next frames, failing if it stays silent longer than
+/// `timeout` (heartbeats count: a quiet but live peer is never cut).
+async fn from_peer<T>(
+    next: impl std::future::Future<Output = T>,
+    timeout: Option<Duration>,
+) -> Result<T, SessionError> {
+    match timeout {
+        None => Ok(next.await),
+        Some(limit) => tokio::time::timeout(limit, next).await.map_err(|_| {
+            let msg = format!("nothing from the peer for {}s", limit.as_secs());
+            SessionError::Protocol(ProtocolError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                msg,
+            )))
+        }),
+    }
+}
 
 /// Receives progress events (about twice a second, and once at the end).
 pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;

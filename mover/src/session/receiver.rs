@@ -18,7 +18,7 @@ use super::flow::{Inflight, ListWindow};
 use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
 use super::outbox::{weight, Out};
 use super::supervise::{drain, Supervisor, CLEANUP};
-use super::{is_fatal, warn, writer, ProgressFn, SessionError};
+use super::{from_peer, is_fatal, warn, writer, ProgressFn, SessionError, HEARTBEAT};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;
@@ -82,6 +82,8 @@ pub struct ReceiverConfig {
     /// Outgoing bandwidth cap in bytes per second.
     pub bwlimit: Option<u64>,
     pub progress: Option<ProgressFn>,
+    /// Give up when the sender says nothing (not even a heartbeat) for this long.
+    pub timeout: Option<Duration>,
     /// Cancelled to stop the session cleanly (temporary files removed, the sender told).
     pub cancel: CancellationToken,
 }
@@ -93,6 +95,7 @@ impl ReceiverConfig {
             preserve_owner: can_preserve_owner(),
             bwlimit: None,
             progress: None,
+            timeout: None,
             cancel: CancellationToken::new(),
         }
     }
@@ -149,7 +152,7 @@ where
     sink.send(Frame::Hello(Hello::new(SessionOptions::default())))
         .await?;
     let accepted = async {
-        let opts = handshake(&mut frames).await?;
+        let opts = handshake(&mut frames, cfg.timeout).await?;
         let (filter, root) = prepare(&cfg, &opts)?;
         Ok::<_, SessionError>((opts, filter, root))
     };
@@ -170,7 +173,13 @@ where
     }
 
     let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
-    let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
+    let writer = tokio::spawn(writer::run(
+        sink,
+        out_rx,
+        cfg.bwlimit,
+        tx_count.clone(),
+        Some(HEARTBEAT),
+    ));
     let inflight = Arc::new(Inflight::<PendingFile>::new(MAX_INFLIGHT));
     let counters = Arc::new(Counters::default());
     let mut sup = Supervisor::new(cfg.cancel.clone());
@@ -224,6 +233,7 @@ where
             &window,
             &inflight,
             app_txs,
+            cfg.timeout,
         ))
         .await;
     ticker.abort();
@@ -274,8 +284,9 @@ where
 
 async fn handshake<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
+    timeout: Option<Duration>,
 ) -> Result<SessionOptions, SessionError> {
-    let hello = match frames.next().await {
+    let hello = match from_peer(frames.next(), timeout).await? {
         Some(Ok(Frame::Hello(h))) => h,
         Some(Ok(f)) => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
         Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => {
@@ -332,21 +343,24 @@ async fn read_frames<R: AsyncRead + Unpin>(
     window: &ListWindow,
     inflight: &Inflight<PendingFile>,
     app_txs: Vec<mpsc::Sender<DataBatch>>,
+    timeout: Option<Duration>,
 ) -> Result<(), SessionError> {
     let mut state = State::Listing;
     let budget = Arc::new(Semaphore::new(DATA_BUDGET));
     // Frames already decoded are handed on together: one wake-up per batch.
     let mut batches = frames.ready_chunks(READ_BATCH);
     while state != State::DataDone {
-        let Some(batch) = batches.next().await else {
+        let Some(batch) = from_peer(batches.next(), timeout).await? else {
             return Err(ProtocolError::Closed("before the transfer finished").into());
         };
         let mut to_gen = Vec::new();
         let mut to_app: Vec<Vec<Frame>> = app_txs.iter().map(|_| Vec::new()).collect();
         for frame in batch {
             let frame = frame?;
-            if let Frame::Abort(reason) = frame {
-                return Err(SessionError::PeerAbort(reason));
+            match frame {
+                Frame::Abort(reason) => return Err(SessionError::PeerAbort(reason)),
+                Frame::Heartbeat => continue,
+                _ => {}
             }
             let (next, route) = state.step(&frame)?;
             state = next;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -15,7 +15,7 @@ use super::flow::Credits;
 use super::outbox::Outbox;
 use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
 use super::supervise::{drain, Supervisor, CLEANUP};
-use super::{cancelled, warn, writer, ProgressFn, SessionError};
+use super::{cancelled, from_peer, warn, writer, ProgressFn, SessionError, HEARTBEAT};
 use crate::filter::Filter;
 use crate::protocol::{
     violation, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
@@ -36,6 +36,8 @@ pub struct SenderConfig {
     /// Outgoing bandwidth cap in bytes per second.
     pub bwlimit: Option<u64>,
     pub progress: Option<ProgressFn>,
+    /// Give up when the receiver says nothing (not even a heartbeat) for this long.
+    pub timeout: Option<Duration>,
     /// Cancelled to stop the session cleanly (the receiver is told).
     pub cancel: CancellationToken,
 }
@@ -145,10 +147,16 @@ where
 
     sink.send(Frame::Hello(Hello::new(cfg.options.clone())))
         .await?;
-    let options = handshake(&mut frames).await?;
+    let options = handshake(&mut frames, cfg.timeout).await?;
 
     let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
-    let writer = tokio::spawn(writer::run(sink, out_rx, cfg.bwlimit, tx_count.clone()));
+    let writer = tokio::spawn(writer::run(
+        sink,
+        out_rx,
+        cfg.bwlimit,
+        tx_count.clone(),
+        Some(HEARTBEAT),
+    ));
     let credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
     let mut sup = Supervisor::new(cfg.cancel.clone());
     let walker = {
@@ -180,6 +188,7 @@ where
             &credits,
             queue,
             cfg.progress.as_ref(),
+            cfg.timeout,
         ))
         .await;
     credits.close();
@@ -214,6 +223,7 @@ where
 
 async fn handshake<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
+    timeout: Option<Duration>,
 ) -> Result<SessionOptions, SessionError> {
     let next = |f: Option<Result<Frame, ProtocolError>>| match f {
         Some(Ok(Frame::Abort(reason))) => Err(SessionError::PeerAbort(reason)),
@@ -224,11 +234,11 @@ async fn handshake<R: AsyncRead + Unpin>(
         Some(Err(e)) => Err(e.into()),
         None => Err(ProtocolError::Closed("during the handshake").into()),
     };
-    match next(frames.next().await)? {
+    match next(from_peer(frames.next(), timeout).await?)? {
         Frame::Hello(h) => h.check()?,
         f => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
     }
-    match next(frames.next().await)? {
+    match next(from_peer(frames.next(), timeout).await?)? {
         Frame::Accept(opts) => Ok(opts),
         f => Err(violation(format!("expected Accept, got {}", f.name())).into()),
     }
@@ -239,18 +249,21 @@ async fn read_frames<R: AsyncRead + Unpin>(
     credits: &Credits,
     queue: Queue,
     progress: Option<&ProgressFn>,
+    timeout: Option<Duration>,
 ) -> Result<Summary, SessionError> {
     let mut state = State::Serving(None);
     let mut queue = Some(queue);
     let mut batches = frames.ready_chunks(READ_BATCH);
     loop {
-        let Some(batch) = batches.next().await else {
+        let Some(batch) = from_peer(batches.next(), timeout).await? else {
             return Err(ProtocolError::Closed("before the transfer finished").into());
         };
         for frame in batch {
             let frame = frame?;
-            if let Frame::Abort(reason) = frame {
-                return Err(SessionError::PeerAbort(reason));
+            match frame {
+                Frame::Abort(reason) => return Err(SessionError::PeerAbort(reason)),
+                Frame::Heartbeat => continue,
+                _ => {}
             }
             let (next, action) = state.step(frame)?;
             state = next;

@@ -14,15 +14,29 @@ pub const QUEUE: usize = 8;
 
 /// Writes queued frames until the queue closes, flushing whenever it runs dry
 /// (so small frames share system calls) and pacing to `bwlimit` bytes/s
-/// (`sent` is the counter of the codec inside `sink`).
+/// (`sent` is the counter of the codec inside `sink`). After `heartbeat` with
+/// nothing to send it sends a `Heartbeat`, so the peer can tell a quiet phase
+/// (a long scan, a slow disk) from a dead connection.
 pub async fn run<W: AsyncWrite + Unpin>(
     mut sink: FramedWrite<W, FrameCodec>,
     mut rx: mpsc::Receiver<Vec<Frame>>,
     bwlimit: Option<u64>,
     sent: WireCounter,
+    heartbeat: Option<Duration>,
 ) -> Result<(), ProtocolError> {
     let start = Instant::now();
-    while let Some(batch) = rx.recv().await {
+    loop {
+        let next = match heartbeat {
+            Some(every) => match tokio::time::timeout(every, rx.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    sink.send(Frame::Heartbeat).await?;
+                    continue;
+                }
+            },
+            None => rx.recv().await,
+        };
+        let Some(batch) = next else { break };
         for frame in batch {
             sink.feed(frame).await?;
         }
@@ -39,4 +53,30 @@ pub async fn run<W: AsyncWrite + Unpin>(
     sink.flush().await?;
     sink.close().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use tokio_util::codec::FramedRead;
+
+    #[tokio::test]
+    async fn a_quiet_writer_sends_heartbeats() {
+        let (a, b) = tokio::io::duplex(1024);
+        let (tx, rx) = mpsc::channel(1);
+        let sink = FramedWrite::new(a, FrameCodec::new(WireCounter::default()));
+        let writer = tokio::spawn(run(
+            sink,
+            rx,
+            None,
+            WireCounter::default(),
+            Some(Duration::from_millis(20)),
+        ));
+        let mut frames = FramedRead::new(b, FrameCodec::new(WireCounter::default()));
+        assert!(matches!(frames.next().await, Some(Ok(Frame::Heartbeat))));
+        assert!(matches!(frames.next().await, Some(Ok(Frame::Heartbeat))));
+        drop(tx);
+        writer.await.unwrap().unwrap();
+    }
 }
