@@ -84,7 +84,13 @@ fn compile(pattern: &str) -> Result<Rule, globset::Error> {
         p = &p[..p.len() - 1];
     }
     // Braces and commas are literal in rsync patterns, not alternations.
-    let mut p = literal_braces(p);
+    // As in rsync, a pattern without wildcards is taken literally, backslashes
+    // included; with wildcards, a backslash escapes the next character.
+    let mut p = if p.contains(['*', '?', '[']) {
+        literal_braces(p)
+    } else {
+        escape_all(p)
+    };
     // rsync's `**` matches any run of characters, `/` included, but the slashes
     // around it stay literal: `a/**/z` needs at least one directory between
     // `a` and `z`, where a glob's `**` component may match none. (A leading
@@ -108,18 +114,40 @@ fn compile(pattern: &str) -> Result<Rule, globset::Error> {
     Ok(Rule { matchers, dir_only })
 }
 
+/// Escapes every character globs give a meaning to.
+fn escape_all(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() * 2);
+    for c in pattern.chars() {
+        if "\\*?[]{},".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Escapes `{`, `}` and `,`, which are literal in rsync patterns but
 /// alternation syntax in globs; what the user escaped stays as it is.
 fn literal_braces(pattern: &str) -> String {
     let mut out = String::with_capacity(pattern.len() + 4);
     let mut chars = pattern.chars();
+    let mut in_class = false;
     while let Some(c) = chars.next() {
         match c {
             '\\' => {
                 out.push(c);
                 out.extend(chars.next());
             }
-            '{' | '}' | ',' => {
+            // Inside [...] every character is already literal.
+            '[' if !in_class => {
+                in_class = true;
+                out.push(c);
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(c);
+            }
+            '{' | '}' | ',' if !in_class => {
                 out.push('\\');
                 out.push(c);
             }
@@ -176,8 +204,20 @@ mod tests {
 
     #[test]
     fn braces_and_commas_are_literal() {
-        let f = Filter::new(&["foo,bar".into(), "x{y".into(), r"a\{b".into()]).unwrap();
-        assert!(f.excludes(&p("a{b"), false));
+        let f = Filter::new(&[
+            "foo,bar".into(),
+            "x{y".into(),
+            r"a\{b".into(),
+            "[,_]z".into(),
+            "q{*".into(),
+        ])
+        .unwrap();
+        // Without wildcards the pattern is literal, backslash included (rsync).
+        assert!(f.excludes(&p(r"a\{b"), false));
+        assert!(!f.excludes(&p("a{b"), false));
+        assert!(f.excludes(&p(",z"), false));
+        assert!(!f.excludes(&p(r"\z"), false), "a class stays a class");
+        assert!(f.excludes(&p("q{1"), false));
         assert!(f.excludes(&p("foo,bar"), false));
         assert!(!f.excludes(&p("foo"), false));
         assert!(!f.excludes(&p("bar"), false));

@@ -121,30 +121,40 @@ fn ts(m: Mtime) -> Timestamps {
 
 /// A destination that will not give files away even to root (NFS with
 /// root_squash, an id not mapped in a user namespace) leaves them with the
-/// receiver's owner, as rsync does: said once, and the transfer goes on.
-fn tolerate_refusal(r: rustix::io::Result<()>) -> io::Result<()> {
+/// receiver's owner: said once, and the transfer goes on. Returns whether the
+/// owner was set.
+fn tolerate_refusal(r: rustix::io::Result<()>) -> io::Result<bool> {
     use rustix::io::Errno;
     static SAID: std::sync::Once = std::sync::Once::new();
     match r {
+        Ok(()) => Ok(true),
         Err(e @ (Errno::PERM | Errno::INVAL)) => {
-            SAID.call_once(|| eprintln!("mover: the destination refuses to set owners ({e}); files keep the receiver's owner"));
-            Ok(())
+            SAID.call_once(|| eprintln!("mover: the destination refuses to set owners ({e}); files keep the receiver's owner, without setuid/setgid"));
+            Ok(false)
         }
-        other => Ok(other?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The permission bits to apply: setuid and setgid only on the owner they were meant for.
+fn perm_for(meta: &Meta, owner_set: bool) -> u32 {
+    if owner_set {
+        meta.perm
+    } else {
+        meta.perm & !0o6000
     }
 }
 
 /// Applies owner, permissions and mtime to an open regular file (before it is renamed into place).
 pub fn apply_to_fd<Fd: AsFd>(fd: Fd, meta: &Meta, owner: bool) -> io::Result<()> {
-    if owner {
-        tolerate_refusal(rustix::fs::fchown(
+    let owner_set = !owner
+        || tolerate_refusal(rustix::fs::fchown(
             &fd,
             Some(Uid::from_raw(meta.uid)),
             Some(Gid::from_raw(meta.gid)),
         ))?;
-    }
     // chown clears setuid/setgid, so permissions come after it.
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.perm as _))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(perm_for(meta, owner_set) as _))?;
     rustix::fs::futimens(&fd, &ts(meta.mtime))?;
     Ok(())
 }
@@ -152,22 +162,17 @@ pub fn apply_to_fd<Fd: AsFd>(fd: Fd, meta: &Meta, owner: bool) -> io::Result<()>
 /// Applies metadata by path without following a final symlink.
 pub fn apply_to_path(path: &Path, kind: &Kind, meta: &Meta, owner: bool) -> io::Result<()> {
     let is_link = matches!(kind, Kind::Symlink(_));
-    if owner {
-        tolerate_refusal(rustix::fs::chownat(
+    let owner_set = !owner
+        || tolerate_refusal(rustix::fs::chownat(
             CWD,
             path,
             Some(Uid::from_raw(meta.uid)),
             Some(Gid::from_raw(meta.gid)),
             AtFlags::SYMLINK_NOFOLLOW,
         ))?;
-    }
     if !is_link {
-        rustix::fs::chmodat(
-            CWD,
-            path,
-            Mode::from_raw_mode(meta.perm as _),
-            AtFlags::empty(),
-        )?;
+        let perm = perm_for(meta, owner_set);
+        rustix::fs::chmodat(CWD, path, Mode::from_raw_mode(perm as _), AtFlags::empty())?;
     }
     rustix::fs::utimensat(CWD, path, &ts(meta.mtime), AtFlags::SYMLINK_NOFOLLOW)?;
     Ok(())

@@ -133,6 +133,11 @@ async fn entries_must_follow_their_directory_and_the_root_comes_first() {
             entry("b", Kind::File, 0),
             entry("a", Kind::Symlink(b"/".to_vec()), 0),
         ],
+        // The receiver's own state directory.
+        vec![
+            entry("", Kind::Dir, 0),
+            entry(".volmig", Kind::Symlink(b"/etc".to_vec()), 0),
+        ],
         // Back into a directory whose run of children is over.
         vec![
             entry("", Kind::Dir, 0),

@@ -28,6 +28,11 @@ fn refused_chown_is_reported_once_and_the_transfer_completes() {
         write_file(&f, b"data", 0o644);
         lchown(&f, 1234, 1234);
     }
+    // A setuid program of another user must not become the receiver's.
+    let suid = src.join("suid");
+    write_file(&suid, b"#!", 0o755);
+    lchown(&suid, 1234, 1234);
+    set_mode(&suid, 0o6755);
     let out = Command::new("unshare")
         .arg("-r")
         .arg(MOVER)
@@ -46,4 +51,11 @@ fn refused_chown_is_reported_once_and_the_transfer_completes() {
     for i in 0..3 {
         assert_eq!(std::fs::read(dst.join(format!("f{i}"))).unwrap(), b"data");
     }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dst.join("suid"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777;
+    assert_eq!(mode, 0o755, "setuid/setgid dropped with the owner");
 }

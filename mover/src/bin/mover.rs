@@ -299,6 +299,13 @@ fn cancel_on_signal(token: CancellationToken) {
         }
         eprintln!("mover: interrupted, stopping");
         token.cancel();
+        // A second signal means now.
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        eprintln!("mover: interrupted again, exiting");
+        std::process::exit(20);
     });
 }
 
@@ -335,7 +342,11 @@ async fn run(cli: Cli) -> u8 {
                 let err = SessionError::local(format!("source {}", root.display()), e);
                 return finish(Err(err), &output);
             }
-            let stream = match TcpStream::connect(&to).await {
+            let connected = tokio::select! {
+                c = TcpStream::connect(&to) => c,
+                () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
+            };
+            let stream = match connected {
                 Ok(s) => s,
                 Err(e) => {
                     let err = SessionError::Protocol(
@@ -403,8 +414,12 @@ async fn run(cli: Cli) -> u8 {
                     }
                     Err(e) => finish(Err(SessionError::Protocol(e.into())), &output),
                 };
-                if !keep_serving || cancel.is_cancelled() {
+                if !keep_serving {
                     return code;
+                }
+                // Serving stops on a signal even when the last session completed.
+                if cancel.is_cancelled() {
+                    return 20;
                 }
             }
         }

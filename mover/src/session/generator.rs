@@ -207,7 +207,12 @@ impl Generator {
         let have = match fs::symlink_metadata(&dest) {
             Ok(md) => Some(md),
             Err(err) if err.kind() == io::ErrorKind::NotFound => None,
-            Err(err) => return self.failed(&e.path, err),
+            Err(err) => {
+                if e.kind == Kind::Dir {
+                    self.broken_dirs.insert(e.path.clone());
+                }
+                return self.failed(&e.path, err);
+            }
         };
         let r = match &e.kind {
             Kind::Dir => self.dir(&e, &dest, have).inspect_err(|_| {
@@ -246,6 +251,9 @@ impl Generator {
             self.root_seen = true;
         } else {
             let (parent, name) = (e.path.parent(), e.path.file_name().to_vec());
+            if parent.is_root() && name == STATE_DIR {
+                return Err(violation("the sender listed the receiver's reserved .volmig").into());
+            }
             match &mut self.children {
                 Some((dir, names)) if *dir == parent => {
                     if !names.insert(name) {

@@ -62,11 +62,11 @@ pub async fn sync(
 
 /// A destination inside the source would be walked while it is written, and
 /// copied into itself again and again.
-fn refuse_nested(src: &std::path::Path, dst: &std::path::Path) -> Result<(), SessionError> {
+fn refuse_nested(src: &std::path::Path, dst_arg: &std::path::Path) -> Result<(), SessionError> {
     let src = std::fs::canonicalize(src)
         .map_err(|e| SessionError::local(format!("source {}", src.display()), e))?;
     // The destination may not exist yet: resolve its nearest existing ancestor.
-    let mut probe = dst.to_path_buf();
+    let mut probe = dst_arg.to_path_buf();
     let resolved = loop {
         match std::fs::canonicalize(&probe) {
             Ok(p) => break p,
@@ -74,8 +74,17 @@ fn refuse_nested(src: &std::path::Path, dst: &std::path::Path) -> Result<(), Ses
             Err(_) => break std::env::current_dir().unwrap_or_default(),
         }
     };
-    let rest = dst.strip_prefix(&probe).unwrap_or(dst);
-    let dst = resolved.join(rest);
+    // The part that does not exist yet can only be resolved by its words.
+    let mut dst = resolved;
+    for part in dst_rest(dst_arg, &probe).components() {
+        match part {
+            std::path::Component::ParentDir => {
+                dst.pop();
+            }
+            std::path::Component::Normal(name) => dst.push(name),
+            _ => {}
+        }
+    }
     if dst.starts_with(&src) {
         return Err(SessionError::Usage(format!(
             "the destination {} is inside the source {}: choose another destination",
@@ -84,6 +93,11 @@ fn refuse_nested(src: &std::path::Path, dst: &std::path::Path) -> Result<(), Ses
         )));
     }
     Ok(())
+}
+
+/// What `dst` adds to its existing ancestor `probe`.
+fn dst_rest<'a>(dst: &'a std::path::Path, probe: &std::path::Path) -> &'a std::path::Path {
+    dst.strip_prefix(probe).unwrap_or(dst)
 }
 
 #[cfg(test)]
@@ -100,5 +114,15 @@ mod tests {
         assert!(refuse_nested(&src, &src).is_err());
         assert!(refuse_nested(&src, &t.path().join("dst")).is_ok());
         assert!(refuse_nested(&src, &t.path().join("src-copy")).is_ok());
+        let back_in = t.path().join("other/missing/../../src/x");
+        assert!(
+            refuse_nested(&src, &back_in).is_err(),
+            "'..' cannot hide the source"
+        );
+        let out_again = src.join("new/../../elsewhere");
+        assert!(
+            refuse_nested(&src, &out_again).is_ok(),
+            "'..' can leave the source"
+        );
     }
 }

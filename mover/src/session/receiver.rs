@@ -17,7 +17,7 @@ use super::applier::Applier;
 use super::flow::{Inflight, ListWindow};
 use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
 use super::outbox::{weight, Out};
-use super::supervise::{drain, Supervisor, CLEANUP};
+use super::supervise::{drain, finish_writer, Supervisor};
 use super::{from_peer, is_fatal, warn, writer, ProgressFn, SessionError, HEARTBEAT};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
@@ -156,6 +156,12 @@ where
         let (filter, root) = prepare(&cfg, &opts)?;
         Ok::<_, SessionError>((opts, filter, root))
     };
+    let accepted = async {
+        tokio::select! {
+            r = accepted => r,
+            () = cfg.cancel.cancelled() => Err(SessionError::Interrupted),
+        }
+    };
     let (opts, filter, root) = match accepted.await {
         Ok(r) => r,
         Err(e) => {
@@ -241,10 +247,11 @@ where
         // Stop everything, tell the sender why, and let the workers clean up.
         inflight.close();
         let e = abort(e, out_tx, writer).await;
-        drain(generator).await;
-        for applier in appliers {
-            drain(applier).await;
-        }
+        // Concurrently: the whole cleanup fits one CLEANUP, well inside a pod's grace period.
+        tokio::join!(
+            drain(generator),
+            futures::future::join_all(appliers.into_iter().map(drain))
+        );
         return Err(e);
     }
     let completed = async {
@@ -307,7 +314,7 @@ async fn abort(
 ) -> SessionError {
     let _ = out.try_send(vec![Frame::Abort(e.to_abort())]);
     drop(out);
-    if tokio::time::timeout(CLEANUP, writer).await.is_err() {
+    if !finish_writer(writer).await {
         warn("could not deliver the error to the sender");
     }
     e

@@ -14,7 +14,7 @@ use super::flow::Credits;
 
 use super::outbox::Outbox;
 use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
-use super::supervise::{drain, Supervisor, CLEANUP};
+use super::supervise::{drain, finish_writer, Supervisor};
 use super::{cancelled, from_peer, warn, writer, ProgressFn, SessionError, HEARTBEAT};
 use crate::filter::Filter;
 use crate::protocol::{
@@ -147,7 +147,10 @@ where
 
     sink.send(Frame::Hello(Hello::new(cfg.options.clone())))
         .await?;
-    let options = handshake(&mut frames, cfg.timeout).await?;
+    let options = tokio::select! {
+        r = handshake(&mut frames, cfg.timeout) => r?,
+        () = cfg.cancel.cancelled() => return Err(SessionError::Interrupted),
+    };
 
     let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
     let writer = tokio::spawn(writer::run(
@@ -205,9 +208,8 @@ where
             // Tell the receiver why, then let the workers clean up.
             let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
             drop(out_tx);
-            let _ = tokio::time::timeout(CLEANUP, writer).await;
-            drain(walker).await;
-            drain(server).await;
+            finish_writer(writer).await;
+            tokio::join!(drain(walker), drain(server));
             return Err(e);
         }
     };

@@ -102,6 +102,19 @@ impl Supervisor {
     }
 }
 
+/// Waits (bounded by [`CLEANUP`]) for the writer to deliver what is queued,
+/// such as an `Abort`; a writer stuck on a dead peer is stopped, which also
+/// releases workers waiting to hand it frames. False if it had to be stopped.
+pub async fn finish_writer<T>(mut writer: JoinHandle<T>) -> bool {
+    match tokio::time::timeout(CLEANUP, &mut writer).await {
+        Ok(_) => true,
+        Err(_) => {
+            writer.abort();
+            false
+        }
+    }
+}
+
 /// Waits for stopped workers to finish cleaning up, bounded by [`CLEANUP`].
 pub async fn drain<T>(worker: JoinHandle<T>) {
     let _ = tokio::time::timeout(CLEANUP, worker).await;

@@ -43,8 +43,18 @@ pub async fn run<W: AsyncWrite + Unpin>(
         if let Some(rate) = bwlimit {
             sink.flush().await?;
             let due = Duration::from_secs_f64(sent.get() as f64 / rate as f64);
-            if let Some(wait) = due.checked_sub(start.elapsed()) {
-                tokio::time::sleep(wait).await;
+            // A slow cap can mean long pauses: keep heartbeats going through them.
+            while let Some(wait) = due.checked_sub(start.elapsed()) {
+                match heartbeat {
+                    Some(every) if wait > every => {
+                        tokio::time::sleep(every).await;
+                        sink.send(Frame::Heartbeat).await?;
+                    }
+                    _ => {
+                        tokio::time::sleep(wait).await;
+                        break;
+                    }
+                }
             }
         } else if rx.is_empty() {
             sink.flush().await?;
@@ -78,5 +88,35 @@ mod tests {
         assert!(matches!(frames.next().await, Some(Ok(Frame::Heartbeat))));
         drop(tx);
         writer.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn heartbeats_continue_through_bandwidth_pauses() {
+        use crate::delta::Op;
+        use crate::protocol::WireOp;
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let (tx, rx) = mpsc::channel(1);
+        let counter = WireCounter::default();
+        let sink = FramedWrite::new(a, FrameCodec::new(counter.clone()));
+        // About 500 bytes at 1000 B/s: half a second of pacing.
+        let writer = tokio::spawn(run(
+            sink,
+            rx,
+            Some(1000),
+            counter,
+            Some(Duration::from_millis(50)),
+        ));
+        let ops = vec![WireOp::Plain(Op::Literal(vec![7; 500]))];
+        tx.send(vec![Frame::Ops { id: 0, ops }]).await.unwrap();
+        drop(tx);
+        let frames: Vec<_> = FramedRead::new(b, FrameCodec::new(WireCounter::default()))
+            .collect()
+            .await;
+        writer.await.unwrap().unwrap();
+        let beats = frames
+            .iter()
+            .filter(|f| matches!(f, Ok(Frame::Heartbeat)))
+            .count();
+        assert!(beats >= 3, "{beats} heartbeats during the pause");
     }
 }
