@@ -18,7 +18,7 @@ use super::flow::{Inflight, ListWindow};
 use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
 use super::outbox::{weight, Out};
 use super::supervise::{drain, finish_writer, Supervisor};
-use super::{from_peer, is_fatal, warn, writer, ProgressFn, SessionError, HEARTBEAT};
+use super::{from_peer, is_fatal, warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;
@@ -178,14 +178,7 @@ where
         warn("not running as root: owner and group are not preserved");
     }
 
-    let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
-    let writer = tokio::spawn(writer::run(
-        sink,
-        out_rx,
-        cfg.bwlimit,
-        tx_count.clone(),
-        Some(HEARTBEAT),
-    ));
+    let (out_tx, writer) = writer::start(sink, cfg.bwlimit, tx_count.clone());
     let inflight = Arc::new(Inflight::<PendingFile>::new(MAX_INFLIGHT));
     let counters = Arc::new(Counters::default());
     let mut sup = Supervisor::new(cfg.cancel.clone());

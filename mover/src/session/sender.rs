@@ -15,7 +15,7 @@ use super::flow::Credits;
 use super::outbox::Outbox;
 use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
 use super::supervise::{drain, finish_writer, Supervisor};
-use super::{cancelled, from_peer, warn, writer, ProgressFn, SessionError, HEARTBEAT};
+use super::{cancelled, from_peer, warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::protocol::{
     violation, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
@@ -152,14 +152,7 @@ where
         () = cfg.cancel.cancelled() => return Err(SessionError::Interrupted),
     };
 
-    let (out_tx, out_rx) = mpsc::channel(writer::QUEUE);
-    let writer = tokio::spawn(writer::run(
-        sink,
-        out_rx,
-        cfg.bwlimit,
-        tx_count.clone(),
-        Some(HEARTBEAT),
-    ));
+    let (out_tx, writer) = writer::start(sink, cfg.bwlimit, tx_count.clone());
     let credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
     let mut sup = Supervisor::new(cfg.cancel.clone());
     let walker = {

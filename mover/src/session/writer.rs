@@ -5,12 +5,32 @@ use std::time::{Duration, Instant};
 use futures::SinkExt;
 use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::codec::FramedWrite;
+
+use super::HEARTBEAT;
 
 use crate::protocol::{Frame, FrameCodec, ProtocolError, WireCounter};
 
 /// Batches queued for the writer before senders wait.
 pub const QUEUE: usize = 8;
+
+/// Starts the writer task for a connection: frames sent on the returned
+/// channel go out in order, with heartbeats every [`HEARTBEAT`] of silence.
+pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
+    sink: FramedWrite<W, FrameCodec>,
+    bwlimit: Option<u64>,
+    sent: WireCounter,
+) -> (
+    mpsc::Sender<Vec<Frame>>,
+    JoinHandle<Result<(), ProtocolError>>,
+) {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    (
+        tx,
+        tokio::spawn(run(sink, rx, bwlimit, sent, Some(HEARTBEAT))),
+    )
+}
 
 /// Writes queued frames until the queue closes, flushing whenever it runs dry
 /// (so small frames share system calls) and pacing to `bwlimit` bytes/s
