@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
-use super::{Frame, ProtocolError, MAGIC, MAX_FRAME_LEN, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
+use super::{Frame, ProtocolError, MAX_FRAME_LEN};
 
 /// Bytes that crossed the connection, both directions, length prefixes included.
 #[derive(Clone, Debug, Default)]
@@ -103,16 +103,10 @@ struct HelloPrefix {
 /// another protocol version whose `Hello` has fields this one does not know.
 fn first_frame_error(payload: &[u8], e: postcard::Error) -> ProtocolError {
     match postcard::from_bytes::<(u32, HelloPrefix)>(payload) {
-        Ok((0, p)) if p.magic == MAGIC => {
-            if p.version < MIN_PROTOCOL_VERSION || p.min_version > PROTOCOL_VERSION {
-                ProtocolError::Incompatible {
-                    peer: p.version,
-                    peer_min: p.min_version,
-                }
-            } else {
-                ProtocolError::Decode(e)
-            }
-        }
+        // A mover's Hello of a version this one cannot talk to; else a broken frame.
+        Ok((0, p)) => super::check_peer(p.magic, p.version, p.min_version)
+            .err()
+            .unwrap_or(ProtocolError::Decode(e)),
         _ => ProtocolError::NotMover,
     }
 }
@@ -128,7 +122,7 @@ fn frame_too_big(e: std::io::Error) -> ProtocolError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Hello, SessionOptions};
+    use crate::protocol::{Hello, SessionOptions, MAGIC};
 
     #[test]
     fn round_trip_and_count() {

@@ -194,16 +194,7 @@ pub enum FileOutcome {
 impl Hello {
     /// Checks magic and version overlap.
     pub fn check(&self) -> Result<(), super::ProtocolError> {
-        if self.magic != MAGIC {
-            return Err(super::ProtocolError::NotMover);
-        }
-        if self.version < MIN_PROTOCOL_VERSION || self.min_version > PROTOCOL_VERSION {
-            return Err(super::ProtocolError::Incompatible {
-                peer: self.version,
-                peer_min: self.min_version,
-            });
-        }
-        Ok(())
+        super::check_peer(self.magic, self.version, self.min_version)
     }
 }
 

@@ -66,6 +66,20 @@ impl ProtocolError {
     }
 }
 
+/// Whether a peer announcing this magic and protocol range can be talked to.
+pub fn check_peer(magic: [u8; 6], version: u16, min_version: u16) -> Result<(), ProtocolError> {
+    if magic != MAGIC {
+        return Err(ProtocolError::NotMover);
+    }
+    if version < MIN_PROTOCOL_VERSION || min_version > PROTOCOL_VERSION {
+        return Err(ProtocolError::Incompatible {
+            peer: version,
+            peer_min: min_version,
+        });
+    }
+    Ok(())
+}
+
 /// Shorthand for a protocol violation.
 pub fn violation(msg: impl Into<String>) -> ProtocolError {
     ProtocolError::Violation(msg.into())

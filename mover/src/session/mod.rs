@@ -16,6 +16,7 @@ mod flow;
 mod generator;
 pub mod local;
 mod outbox;
+mod peer;
 pub mod receiver;
 pub mod sender;
 mod serve;
@@ -33,24 +34,6 @@ use crate::stats::Progress;
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
 /// The shortest idle timeout that heartbeats can keep alive.
 pub const MIN_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Awaits the peer's next frames, failing if it stays silent longer than
-/// `timeout` (heartbeats count: a quiet but live peer is never cut).
-async fn from_peer<T>(
-    next: impl std::future::Future<Output = T>,
-    timeout: Option<Duration>,
-) -> Result<T, SessionError> {
-    match timeout {
-        None => Ok(next.await),
-        Some(limit) => tokio::time::timeout(limit, next).await.map_err(|_| {
-            let msg = format!("nothing from the peer for {}s", limit.as_secs());
-            SessionError::Protocol(ProtocolError::Io(io::Error::new(
-                io::ErrorKind::TimedOut,
-                msg,
-            )))
-        }),
-    }
-}
 
 /// Receives progress events (about twice a second, and once at the end).
 pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;

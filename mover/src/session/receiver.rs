@@ -17,8 +17,9 @@ use super::applier::Applier;
 use super::flow::{Inflight, ListWindow};
 use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
 use super::outbox::{weight, Out};
+use super::peer::{first_frame, next_frames};
 use super::supervise::{drain, finish_writer, Supervisor};
-use super::{from_peer, is_fatal, warn, writer, ProgressFn, SessionError};
+use super::{is_fatal, warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;
@@ -286,14 +287,9 @@ async fn handshake<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
     timeout: Option<Duration>,
 ) -> Result<SessionOptions, SessionError> {
-    let hello = match from_peer(frames.next(), timeout).await? {
-        Some(Ok(Frame::Hello(h))) => h,
-        Some(Ok(f)) => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
-        Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => {
-            return Err(ProtocolError::NotMover.into())
-        }
-        Some(Err(e)) => return Err(e.into()),
-        None => return Err(ProtocolError::Closed("before the handshake").into()),
+    let hello = match first_frame(frames, timeout, "before the handshake").await? {
+        Frame::Hello(h) => h,
+        f => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
     };
     hello.check()?;
     Ok(hello.options)
@@ -350,18 +346,10 @@ async fn read_frames<R: AsyncRead + Unpin>(
     // Frames already decoded are handed on together: one wake-up per batch.
     let mut batches = frames.ready_chunks(READ_BATCH);
     while state != State::DataDone {
-        let Some(batch) = from_peer(batches.next(), timeout).await? else {
-            return Err(ProtocolError::Closed("before the transfer finished").into());
-        };
+        let batch = next_frames(&mut batches, timeout).await?;
         let mut to_gen = Vec::new();
         let mut to_app: Vec<Vec<Frame>> = app_txs.iter().map(|_| Vec::new()).collect();
         for frame in batch {
-            let frame = frame?;
-            match frame {
-                Frame::Abort(reason) => return Err(SessionError::PeerAbort(reason)),
-                Frame::Heartbeat => continue,
-                _ => {}
-            }
             let (next, route) = state.step(&frame)?;
             state = next;
             match route {

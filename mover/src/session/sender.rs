@@ -13,9 +13,10 @@ use tokio_util::sync::CancellationToken;
 use super::flow::Credits;
 
 use super::outbox::Outbox;
+use super::peer::{first_frame, next_frame, next_frames};
 use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
 use super::supervise::{drain, finish_writer, Supervisor};
-use super::{cancelled, from_peer, warn, writer, ProgressFn, SessionError};
+use super::{cancelled, warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::protocol::{
     violation, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
@@ -220,20 +221,11 @@ async fn handshake<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
     timeout: Option<Duration>,
 ) -> Result<SessionOptions, SessionError> {
-    let next = |f: Option<Result<Frame, ProtocolError>>| match f {
-        Some(Ok(Frame::Abort(reason))) => Err(SessionError::PeerAbort(reason)),
-        Some(Ok(frame)) => Ok(frame),
-        Some(Err(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => {
-            Err(ProtocolError::NotMover.into())
-        }
-        Some(Err(e)) => Err(e.into()),
-        None => Err(ProtocolError::Closed("during the handshake").into()),
-    };
-    match next(from_peer(frames.next(), timeout).await?)? {
+    match first_frame(frames, timeout, "during the handshake").await? {
         Frame::Hello(h) => h.check()?,
         f => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
     }
-    match next(from_peer(frames.next(), timeout).await?)? {
+    match next_frame(frames, timeout, "during the handshake").await? {
         Frame::Accept(opts) => Ok(opts),
         f => Err(violation(format!("expected Accept, got {}", f.name())).into()),
     }
@@ -250,16 +242,8 @@ async fn read_frames<R: AsyncRead + Unpin>(
     let mut queue = Some(queue);
     let mut batches = frames.ready_chunks(READ_BATCH);
     loop {
-        let Some(batch) = from_peer(batches.next(), timeout).await? else {
-            return Err(ProtocolError::Closed("before the transfer finished").into());
-        };
+        let batch = next_frames(&mut batches, timeout).await?;
         for frame in batch {
-            let frame = frame?;
-            match frame {
-                Frame::Abort(reason) => return Err(SessionError::PeerAbort(reason)),
-                Frame::Heartbeat => continue,
-                _ => {}
-            }
             let (next, action) = state.step(frame)?;
             state = next;
             match action {

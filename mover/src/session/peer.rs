@@ -1,0 +1,93 @@
+//! Reading what the peer sends: each wait bounded by the idle timeout,
+//! heartbeats dropped, and an `Abort` turned into the error it carries.
+
+use std::io;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+
+use super::SessionError;
+use crate::protocol::{Frame, ProtocolError};
+
+/// Awaits `next`, failing if the peer stays silent longer than `timeout`
+/// (heartbeats count: a quiet but live peer is never cut).
+async fn within<T>(
+    next: impl std::future::Future<Output = T>,
+    timeout: Option<Duration>,
+) -> Result<T, SessionError> {
+    match timeout {
+        None => Ok(next.await),
+        Some(limit) => tokio::time::timeout(limit, next).await.map_err(|_| {
+            let msg = format!("nothing from the peer for {}s", limit.as_secs());
+            SessionError::Protocol(ProtocolError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                msg,
+            )))
+        }),
+    }
+}
+
+/// What a frame from the peer means here: `None` for a heartbeat.
+fn screen(frame: Result<Frame, ProtocolError>) -> Result<Option<Frame>, SessionError> {
+    match frame? {
+        Frame::Abort(reason) => Err(SessionError::PeerAbort(reason)),
+        Frame::Heartbeat => Ok(None),
+        frame => Ok(Some(frame)),
+    }
+}
+
+/// The peer's next frame; `when` says, if it hung up, what it hung up during.
+pub async fn next_frame<S>(
+    frames: &mut S,
+    timeout: Option<Duration>,
+    when: &'static str,
+) -> Result<Frame, SessionError>
+where
+    S: Stream<Item = Result<Frame, ProtocolError>> + Unpin,
+{
+    loop {
+        let Some(frame) = within(frames.next(), timeout).await? else {
+            return Err(ProtocolError::Closed(when).into());
+        };
+        if let Some(frame) = screen(frame)? {
+            return Ok(frame);
+        }
+    }
+}
+
+/// The peer's first frame: one that cannot even be decoded, or is too large,
+/// comes from something that is not a mover (the codec has already told a
+/// mover of another version apart).
+pub async fn first_frame<S>(
+    frames: &mut S,
+    timeout: Option<Duration>,
+    when: &'static str,
+) -> Result<Frame, SessionError>
+where
+    S: Stream<Item = Result<Frame, ProtocolError>> + Unpin,
+{
+    match next_frame(frames, timeout, when).await {
+        Err(SessionError::Protocol(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => {
+            Err(ProtocolError::NotMover.into())
+        }
+        other => other,
+    }
+}
+
+/// The frames the peer has sent that are ready now (at least one wait).
+pub async fn next_frames<S>(
+    batches: &mut S,
+    timeout: Option<Duration>,
+) -> Result<Vec<Frame>, SessionError>
+where
+    S: Stream<Item = Vec<Result<Frame, ProtocolError>>> + Unpin,
+{
+    let Some(batch) = within(batches.next(), timeout).await? else {
+        return Err(ProtocolError::Closed("before the transfer finished").into());
+    };
+    let mut frames = Vec::with_capacity(batch.len());
+    for frame in batch {
+        frames.extend(screen(frame)?);
+    }
+    Ok(frames)
+}
