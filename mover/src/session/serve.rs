@@ -126,7 +126,7 @@ pub fn serve(
         return answer(root, &filter, &opts, rx, out);
     };
     let zstd = zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?;
-    let (tx, packer_rx) = std::sync::mpsc::sync_channel(PACK_QUEUE);
+    let (tx, packer_rx) = mpsc::channel(PACK_QUEUE);
     std::thread::scope(|scope| {
         let packer = scope.spawn(move || pack(zstd, packer_rx, out));
         let answered = answer(root, &filter, &opts, rx, PackerIn(tx));
@@ -186,11 +186,11 @@ fn listable(filter: &Filter, path: &RelPath) -> bool {
 }
 
 /// The delta thread's side of the packer.
-struct PackerIn(std::sync::mpsc::SyncSender<Frame>);
+struct PackerIn(mpsc::Sender<Frame>);
 
 impl FrameOut for PackerIn {
     fn push(&mut self, frame: Frame) -> Result<(), SessionError> {
-        self.0.send(frame).map_err(|_| cancelled())
+        self.0.blocking_send(frame).map_err(|_| cancelled())
     }
 
     fn flush(&mut self) -> Result<(), SessionError> {
@@ -202,21 +202,10 @@ impl FrameOut for PackerIn {
 /// compression does not make it smaller) while the delta thread reads on.
 fn pack(
     mut zstd: zstd::bulk::Compressor<'static>,
-    rx: std::sync::mpsc::Receiver<Frame>,
+    mut rx: mpsc::Receiver<Frame>,
     mut out: Outbox,
 ) -> Result<(), SessionError> {
-    loop {
-        let frame = match rx.try_recv() {
-            Ok(f) => f,
-            Err(std::sync::mpsc::TryRecvError::Empty) => {
-                out.flush()?;
-                match rx.recv() {
-                    Ok(f) => f,
-                    Err(_) => return out.flush(),
-                }
-            }
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => return out.flush(),
-        };
+    while let Some(frame) = recv_or_flush(&mut rx, &mut out)? {
         let frame = match frame {
             Frame::Ops { id, ops } => {
                 let ops = ops
@@ -229,6 +218,7 @@ fn pack(
         };
         out.push(frame)?;
     }
+    out.flush()
 }
 
 fn compress(
@@ -267,10 +257,7 @@ fn send_file(
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
             return Ok(FileOutcome::Changed)
         }
-        Err(e) => {
-            warn(format_args!("{}: {e}", req.path));
-            return Ok(FileOutcome::Unreadable);
-        }
+        Err(e) => return Ok(unreadable(req, e)),
     };
     let index = req.basis.map(|shape| Index::new(shape, sigs));
     let mut dopts = DeltaOptions {
@@ -305,10 +292,7 @@ fn send_file(
             Err(SendError::Session(e)) => return Err(e),
             Err(SendError::Read(e)) => return Ok(unreadable(req, e)),
         };
-        batch.flush().map_err(|e| match e {
-            SendError::Session(e) => e,
-            SendError::Read(e) => SessionError::local("compressing", e),
-        })?;
+        batch.flush()?;
         let after = stat_file(&file).ok().flatten();
         if sent.len == before.size && after == Some(before) {
             return Ok(FileOutcome::Sent(sent.hash));
@@ -359,20 +343,18 @@ impl OpBatch<'_> {
         let op = WireOp::Plain(op);
         self.ops.push(op);
         if self.bytes >= LITERAL_CHUNK || self.ops.len() >= OPS_PER_FRAME {
-            self.flush()?;
+            self.flush().map_err(SendError::Session)?;
         }
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), SendError> {
+    fn flush(&mut self) -> Result<(), SessionError> {
         if self.ops.is_empty() {
             return Ok(());
         }
         let ops = std::mem::take(&mut self.ops);
         self.bytes = 0;
-        self.out
-            .push(Frame::Ops { id: self.id, ops })
-            .map_err(SendError::Session)
+        self.out.push(Frame::Ops { id: self.id, ops })
     }
 }
 
