@@ -24,6 +24,14 @@ pub struct Mtime {
     pub nsec: u32,
 }
 
+impl Mtime {
+    /// Whether the nanoseconds are a real fraction of a second (from a peer
+    /// they could also mean "now" or "leave alone" to the kernel).
+    pub fn is_valid(&self) -> bool {
+        self.nsec < 1_000_000_000
+    }
+}
+
 /// The kind of an entry, with what the kind needs to be recreated.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Kind {

@@ -173,6 +173,11 @@ impl Counters {
         }
     }
 
+    pub fn file_listed(&self, bytes: u64) {
+        self.files_listed.fetch_add(1, Relaxed);
+        self.bytes_listed.fetch_add(bytes, Relaxed);
+    }
+
     pub fn file_done(&self, bytes: u64) {
         self.files_done.fetch_add(1, Relaxed);
         self.bytes_done.fetch_add(bytes, Relaxed);

@@ -108,7 +108,7 @@ impl Applier {
         if self.current.as_ref().is_some_and(|c| c.id != id) {
             return Err(violation("a file began before the previous one ended").into());
         }
-        if meta.mtime.nsec >= 1_000_000_000 {
+        if !meta.mtime.is_valid() {
             return Err(violation(format!("file {id} has an invalid modification time")).into());
         }
         self.current = None;
@@ -118,29 +118,19 @@ impl Applier {
             .ok_or_else(|| violation(format!("data for file {id}, which was not requested")))?;
         let dest = pending.path.under(&self.root);
         self.counters.set_current(Some(&pending.path));
-        let patcher = match self.open(&pending, &dest, meta) {
-            Ok((temp, patcher)) => {
-                self.current = Some(Current {
-                    id,
-                    pending,
-                    meta,
-                    dest,
-                    temp,
-                    patcher: Ok(patcher),
-                });
-                return Ok(());
-            }
+        let (temp, patcher) = match self.open(&pending, &dest, meta) {
+            Ok((temp, patcher)) => (temp, Ok(patcher)),
             Err(e) if is_fatal(&e) => {
                 return Err(SessionError::local(format!("writing {}", pending.path), e))
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => (None, Err(e.to_string())),
         };
         self.current = Some(Current {
             id,
             pending,
             meta,
             dest,
-            temp: None,
+            temp,
             patcher,
         });
         Ok(())
@@ -295,7 +285,6 @@ impl Applier {
             size,
         };
         self.inflight.remove(id);
-        self.summary.files_transferred += 1;
         let committed = self
             .group
             .push(finished)
@@ -325,11 +314,11 @@ impl Applier {
 
     fn committed(&mut self, c: Committed) {
         for (_, size) in c.done {
+            self.summary.files_transferred += 1;
             self.counters.file_done(size);
         }
         for (path, err) in c.failed {
             warn(format_args!("{path}: {err}"));
-            self.summary.files_transferred -= 1;
             self.summary.files_failed += 1;
             self.counters.file_done(0);
         }

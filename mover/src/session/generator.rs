@@ -207,17 +207,11 @@ impl Generator {
         let have = match fs::symlink_metadata(&dest) {
             Ok(md) => Some(md),
             Err(err) if err.kind() == io::ErrorKind::NotFound => None,
-            Err(err) => {
-                if e.kind == Kind::Dir {
-                    self.broken_dirs.insert(e.path.clone());
-                }
-                return self.failed(&e.path, err);
-            }
+            Err(err) => return self.entry_failed(&e, err),
         };
         let r = match &e.kind {
-            Kind::Dir => self.dir(&e, &dest, have).inspect_err(|_| {
-                self.broken_dirs.insert(e.path.clone());
-            }),
+            Kind::Dir => self.dir(&e, &dest, have),
+            // Regular files report their own failures (they also count in progress).
             Kind::File => return self.file(e, &dest, have),
             Kind::Symlink(target) => self.symlink(&e, target, &dest, have),
             Kind::HardLink(target) => {
@@ -231,8 +225,17 @@ impl Generator {
         };
         match r {
             Ok(()) => Ok(()),
-            Err(err) => self.failed(&e.path, err),
+            Err(err) => self.entry_failed(&e, err),
         }
+    }
+
+    /// An entry could not be put in place: a directory that failed takes no
+    /// entries (whatever stands there must not be written through).
+    fn entry_failed(&mut self, e: &Entry, err: io::Error) -> Result<(), SessionError> {
+        if e.kind == Kind::Dir {
+            self.broken_dirs.insert(e.path.clone());
+        }
+        self.failed(&e.path, err)
     }
 
     /// An entry may only go into a directory this session listed and has not
@@ -241,7 +244,7 @@ impl Generator {
     /// write or delete outside the root. The walk lists every directory before
     /// its children, so the open set stays as small as the walk's own stack.
     fn check_place(&mut self, e: &Entry) -> Result<(), SessionError> {
-        if e.meta.mtime.nsec >= 1_000_000_000 {
+        if !e.meta.mtime.is_valid() {
             return Err(violation(format!("{} has an invalid modification time", e.path)).into());
         }
         if e.path.is_root() {
@@ -325,10 +328,7 @@ impl Generator {
         if let Some(md) = &have {
             if md.file_type().is_symlink() && fs::read_link(dest)?.as_os_str().as_bytes() == target
             {
-                if !meta_matches(md, &e.meta, &e.kind, self.owner) {
-                    apply_to_path(dest, &e.kind, &e.meta, self.owner)?;
-                }
-                return Ok(());
+                return self.fix_meta(e, dest, md);
             }
         }
         clear_dir(dest, have.as_ref())?;
@@ -350,10 +350,7 @@ impl Generator {
         };
         if let Some(md) = &have {
             if FileType::from_raw_mode(md.mode()) == ftype && md.rdev() == rdev {
-                if !meta_matches(md, &e.meta, &e.kind, self.owner) {
-                    apply_to_path(dest, &e.kind, &e.meta, self.owner)?;
-                }
-                return Ok(());
+                return self.fix_meta(e, dest, md);
             }
         }
         clear_dir(dest, have.as_ref())?;
@@ -367,35 +364,23 @@ impl Generator {
         let s = &mut self.result.summary;
         s.files_total += 1;
         s.bytes_total += e.meta.size;
-        self.counters
-            .files_listed
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.counters
-            .bytes_listed
-            .fetch_add(e.meta.size, std::sync::atomic::Ordering::Relaxed);
-        let mut basis = None;
+        self.counters.file_listed(e.meta.size);
+        let mut with_basis = false;
         match &have {
             Some(md) if md.is_file() => {
                 match self.up_to_date(&e, dest, md) {
                     Ok(true) => {
                         self.result.summary.files_up_to_date += 1;
                         self.counters.file_done(e.meta.size);
-                        if !meta_matches(md, &e.meta, &e.kind, self.owner) {
-                            if let Err(err) = apply_to_path(dest, &e.kind, &e.meta, self.owner) {
-                                return self.failed(&e.path, err);
-                            }
-                        }
-                        return Ok(());
+                        return match self.fix_meta(&e, dest, md) {
+                            Ok(()) => Ok(()),
+                            Err(err) => self.failed(&e.path, err),
+                        };
                     }
                     Ok(false) => {}
-                    Err(err) => {
-                        self.counters.file_done(e.meta.size);
-                        return self.failed(&e.path, err);
-                    }
+                    Err(err) => return self.file_failed(&e, err),
                 }
-                if !self.opts.whole_file && md.len() > 0 {
-                    basis = Some(SigShape::for_len(md.len()));
-                }
+                with_basis = !self.opts.whole_file && md.len() > 0;
             }
             Some(md) => {
                 let cleared = if md.is_dir() {
@@ -406,13 +391,26 @@ impl Generator {
                     Ok(())
                 };
                 if let Err(err) = cleared {
-                    self.counters.file_done(e.meta.size);
-                    return self.failed(&e.path, err);
+                    return self.file_failed(&e, err);
                 }
             }
             None => {}
         }
-        self.request(e.path, e.meta, basis, dest)
+        self.request(e.path, e.meta, with_basis, dest)
+    }
+
+    /// A regular file that failed before its request: done, for progress.
+    fn file_failed(&mut self, e: &Entry, err: io::Error) -> Result<(), SessionError> {
+        self.counters.file_done(e.meta.size);
+        self.failed(&e.path, err)
+    }
+
+    /// Fixes what differs in the metadata of an entry that is otherwise in place.
+    fn fix_meta(&self, e: &Entry, dest: &Path, have: &Metadata) -> io::Result<()> {
+        if meta_matches(have, &e.meta, &e.kind, self.owner) {
+            return Ok(());
+        }
+        apply_to_path(dest, &e.kind, &e.meta, self.owner)
     }
 
     fn up_to_date(&self, e: &Entry, dest: &Path, md: &Metadata) -> io::Result<bool> {
@@ -429,29 +427,24 @@ impl Generator {
         &mut self,
         path: RelPath,
         meta: Meta,
-        basis: Option<SigShape>,
+        with_basis: bool,
         dest: &Path,
     ) -> Result<(), SessionError> {
         // Sign the basis first: if it cannot be read, the whole file is sent instead.
-        let signed = basis.and_then(|_| {
-            let f = File::open(dest).ok()?;
-            let len = f.metadata().ok()?.len();
-            let shape = SigShape::for_len(len);
-            if len == 0 || shape.block_count() > MAX_BLOCKS_PER_FILE {
-                return None;
-            }
-            Some((shape, signature::sign_file(&f, shape, self.threads).ok()?))
-        });
+        let signed = if with_basis {
+            sign_basis(dest, self.threads)
+        } else {
+            None
+        };
         let id = self.next_id;
         self.next_id += 1;
         let shape = signed.as_ref().map(|(s, _)| *s);
-        let pending = PendingFile {
+        let mut pending = PendingFile {
             path: path.clone(),
             meta,
             basis: shape,
             redo: false,
         };
-        let mut pending = pending;
         while let Err(p) = self.inflight.try_insert(id, pending) {
             pending = p;
             // Full: what is queued must reach the sender before waiting for room.
@@ -579,6 +572,17 @@ impl Generator {
         }
         Ok(())
     }
+}
+
+/// The signature of the destination file as it is now, if it can be read.
+fn sign_basis(dest: &Path, threads: usize) -> Option<(SigShape, Vec<signature::BlockSig>)> {
+    let f = File::open(dest).ok()?;
+    let len = f.metadata().ok()?.len();
+    let shape = SigShape::for_len(len);
+    if len == 0 || shape.block_count() > MAX_BLOCKS_PER_FILE {
+        return None;
+    }
+    Some((shape, signature::sign_file(&f, shape, threads).ok()?))
 }
 
 /// Removes a directory and everything in it. Without root, a read-only
