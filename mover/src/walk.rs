@@ -231,84 +231,72 @@ pub fn open_source(path: &std::path::Path) -> io::Result<File> {
     }
 }
 
-/// The source tree's root, for opening requested files strictly inside it.
+/// The root of a tree, held open so that paths a peer names are resolved
+/// strictly inside it: never above the root, never through a symlink.
 #[derive(Debug)]
-pub struct SourceRoot {
+pub struct TreeRoot {
     dir: std::os::fd::OwnedFd,
 }
 
-impl SourceRoot {
-    pub fn open(root: &std::path::Path) -> io::Result<SourceRoot> {
-        use rustix::fs::{Mode, OFlags};
-        let dir = rustix::fs::open(
-            root,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        Ok(SourceRoot { dir })
-    }
-
-    /// Opens `path` read-only, refusing to leave the root or to follow any
-    /// symlink on the way (a peer names paths; it must not reach beyond the
-    /// tree through a link inside it). Access times are left alone where the
-    /// kernel allows.
-    pub fn open_file(&self, path: &RelPath) -> io::Result<File> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
-        use rustix::io::Errno;
-        let name = if path.is_root() {
-            &b"."[..]
-        } else {
-            path.as_bytes()
-        };
-        let name = std::ffi::OsStr::from_bytes(name);
-        let resolve =
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        // NONBLOCK: a file swapped for a FIFO since the listing must not hang the open.
-        let base =
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK;
-        let open = |flags| rustix::fs::openat2(&self.dir, name, flags, Mode::empty(), resolve);
-        let fd = match open(base | OFlags::NOATIME) {
-            Err(Errno::PERM) => open(base),
-            other => other,
-        };
-        match fd {
-            Ok(fd) => Ok(File::from(fd)),
-            // Kernels before 5.6 have no openat2: only the final component is protected.
-            Err(Errno::NOSYS) => Ok(File::from(rustix::fs::openat(
-                &self.dir,
-                name,
-                base,
-                Mode::empty(),
-            )?)),
-            Err(e) => Err(e.into()),
-        }
+impl std::os::fd::AsFd for TreeRoot {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.dir.as_fd()
     }
 }
 
-/// Checks that `rel` resolves inside `root` without following any symlink
-/// (the last component included), so a link or file made through it stays in
-/// the tree. Kernels without openat2 (before 5.6) are trusted.
-pub fn check_beneath(root: &std::path::Path, rel: &RelPath) -> io::Result<()> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
-    if rel.is_root() {
-        return Ok(());
+impl TreeRoot {
+    pub fn open(root: &std::path::Path) -> io::Result<TreeRoot> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = rustix::fs::open(root, flags, Mode::empty())?;
+        Ok(TreeRoot { dir })
     }
-    let dir = rustix::fs::open(
-        root,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    match rustix::fs::openat2(
-        &dir,
-        std::ffi::OsStr::from_bytes(rel.as_bytes()),
-        flags,
-        Mode::empty(),
-        resolve,
-    ) {
-        Ok(_) | Err(rustix::io::Errno::NOSYS) => Ok(()),
-        Err(e) => Err(e.into()),
+
+    /// `openat2` beneath the root without symlinks. Kernels before 5.6 have
+    /// no `openat2`: there only the flags apply (`O_NOFOLLOW` protects the
+    /// last component).
+    fn resolve(
+        &self,
+        path: &RelPath,
+        flags: rustix::fs::OFlags,
+    ) -> rustix::io::Result<std::os::fd::OwnedFd> {
+        use rustix::fs::{Mode, ResolveFlags};
+        let name = std::ffi::OsStr::from_bytes(if path.is_root() {
+            b"."
+        } else {
+            path.as_bytes()
+        });
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(&self.dir, name, flags, Mode::empty(), resolve) {
+            Err(rustix::io::Errno::NOSYS) => {
+                rustix::fs::openat(&self.dir, name, flags, Mode::empty())
+            }
+            other => other,
+        }
+    }
+
+    /// Opens `path` read-only (a source file a receiver asked for). Access
+    /// times are left alone where the kernel allows.
+    pub fn open_file(&self, path: &RelPath) -> io::Result<File> {
+        use rustix::fs::OFlags;
+        // NONBLOCK: a file swapped for a FIFO since the listing must not hang the open.
+        let base =
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let fd = match self.resolve(path, base | OFlags::NOATIME) {
+            Err(rustix::io::Errno::PERM) => self.resolve(path, base),
+            other => other,
+        };
+        Ok(File::from(fd?))
+    }
+
+    /// Checks that `path` resolves inside the root without following any
+    /// symlink, the last component included, so a link made through it stays
+    /// in the tree.
+    pub fn check_beneath(&self, path: &RelPath) -> io::Result<()> {
+        use rustix::fs::OFlags;
+        self.resolve(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
+        Ok(())
     }
 }
 
@@ -410,7 +398,7 @@ mod tests {
         fs::write(r.join("f"), b"f").unwrap();
         std::os::unix::fs::symlink("../secret", r.join("link")).unwrap();
         std::os::unix::fs::symlink("..", r.join("up")).unwrap();
-        let root = SourceRoot::open(&r).unwrap();
+        let root = TreeRoot::open(&r).unwrap();
         let p = |s: &str| RelPath::new(s.as_bytes().to_vec()).unwrap();
         assert!(root.open_file(&p("f")).is_ok());
         assert!(root.open_file(&p("link")).is_err());

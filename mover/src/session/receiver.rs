@@ -28,7 +28,7 @@ use crate::protocol::{
     INITIAL_CREDIT, MAX_EXCLUDES,
 };
 use crate::stats::{Counters, Summary};
-use crate::walk::check_beneath;
+use crate::walk::TreeRoot;
 
 /// Batches queued for each applier.
 const APPLIER_QUEUE: usize = 32;
@@ -419,8 +419,10 @@ fn finish(
 ) -> Result<Summary, SessionError> {
     let mut s = gen.summary;
     s.add_applied(&applied);
+    let tree =
+        TreeRoot::open(root).map_err(|e| SessionError::local("opening the destination", e))?;
     for (path, target) in &gen.links {
-        if let Err(e) = hard_link(root, path, target) {
+        if let Err(e) = hard_link(&tree, root, path, target) {
             if is_fatal(&e) {
                 return Err(SessionError::local(format!("linking {path}"), e));
             }
@@ -436,15 +438,19 @@ fn finish(
             s.files_failed += 1;
         }
     }
-    let dir = fs::File::open(root).map_err(|e| SessionError::local("syncing", e))?;
-    rustix::fs::syncfs(&dir).map_err(|e| SessionError::local("syncing", e.into()))?;
+    rustix::fs::syncfs(&tree).map_err(|e| SessionError::local("syncing", e.into()))?;
     Ok(s)
 }
 
-fn hard_link(root: &std::path::Path, path: &RelPath, target: &RelPath) -> io::Result<()> {
+fn hard_link(
+    tree: &TreeRoot,
+    root: &std::path::Path,
+    path: &RelPath,
+    target: &RelPath,
+) -> io::Result<()> {
     // Both names must be in the tree, reached without symlinks.
-    check_beneath(root, target)?;
-    check_beneath(root, &path.parent())?;
+    tree.check_beneath(target)?;
+    tree.check_beneath(&path.parent())?;
     let (dest, src) = (path.under(root), target.under(root));
     let want = fs::symlink_metadata(&src)?;
     if !want.is_file() {

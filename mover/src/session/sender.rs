@@ -24,7 +24,7 @@ use crate::protocol::{
 };
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
-use crate::walk::{SourceRoot, WalkItem, Walker};
+use crate::walk::{TreeRoot, WalkItem, Walker};
 
 /// Most frames handed on at once by the reader.
 const READ_BATCH: usize = 256;
@@ -138,7 +138,7 @@ where
         Filter::new(&cfg.options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
     // The source is checked (and held open) before anything else starts.
     let source = Arc::new(
-        SourceRoot::open(&cfg.root)
+        TreeRoot::open(&cfg.root)
             .map_err(|e| SessionError::local(format!("source {}", cfg.root.display()), e))?,
     );
     let (rd, wr) = tokio::io::split(stream);

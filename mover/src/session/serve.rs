@@ -16,7 +16,7 @@ use crate::meta::Meta;
 use crate::path::RelPath;
 use crate::protocol::{violation, FileOutcome, Frame, Request, SessionOptions, WireOp};
 use crate::signature::{BlockSig, Index};
-use crate::walk::{SourceRoot, STATE_DIR};
+use crate::walk::{TreeRoot, STATE_DIR};
 
 /// Complete requests queued for the delta thread (so their files can be
 /// prefetched while earlier ones are sent).
@@ -84,7 +84,7 @@ pub struct Prefetcher {
 }
 
 impl Prefetcher {
-    pub fn start(root: &Arc<SourceRoot>) -> Prefetcher {
+    pub fn start(root: &Arc<TreeRoot>) -> Prefetcher {
         let lanes = (0..PREFETCH_THREADS)
             .map(|_| {
                 let (tx, rx) =
@@ -116,7 +116,7 @@ impl Prefetcher {
 
 /// The delta thread: answers requests in order until the receiver has no more.
 pub fn serve(
-    root: &SourceRoot,
+    root: &TreeRoot,
     filter: Filter,
     opts: SessionOptions,
     rx: mpsc::Receiver<Queued>,
@@ -144,7 +144,7 @@ pub fn serve(
 
 /// Answers each request with the file's data, in order.
 fn answer(
-    root: &SourceRoot,
+    root: &TreeRoot,
     filter: &Filter,
     opts: &SessionOptions,
     mut rx: mpsc::Receiver<Queued>,
@@ -244,7 +244,7 @@ fn compress(
 }
 
 fn send_file(
-    root: &SourceRoot,
+    root: &TreeRoot,
     opts: &SessionOptions,
     req: &Request,
     sigs: Vec<BlockSig>,
