@@ -6,7 +6,7 @@
 //! windows in one memory access, a sorted table finds the candidates, and the
 //! strong hash confirms a match.
 
-use std::io::{self, Read};
+use std::io;
 
 use serde::{Deserialize, Serialize};
 
@@ -67,32 +67,21 @@ impl SigShape {
     }
 }
 
+impl BlockSig {
+    /// The signature of one block's bytes.
+    pub fn of(block: &[u8]) -> BlockSig {
+        BlockSig {
+            weak: Rolling::new(block).digest(),
+            strong: strong(block),
+        }
+    }
+}
+
 /// The strong hash of a block.
 pub fn strong(data: &[u8]) -> [u8; STRONG_LEN] {
     let mut out = [0; STRONG_LEN];
     out.copy_from_slice(&blake3::hash(data).as_bytes()[..STRONG_LEN]);
     out
-}
-
-/// Reads `reader` to its end in blocks of `shape.block_len`, calling `each` per block.
-///
-/// Stops early with an error if the file is shorter than `shape.file_len`; the
-/// caller decides the shape from an `fstat` of the same open file.
-pub fn compute<R: Read>(
-    mut reader: R,
-    shape: SigShape,
-    mut each: impl FnMut(BlockSig) -> io::Result<()>,
-) -> io::Result<()> {
-    let mut buf = vec![0u8; shape.block_len as usize];
-    for i in 0..shape.block_count() {
-        let len = shape.len_of(i);
-        reader.read_exact(&mut buf[..len])?;
-        each(BlockSig {
-            weak: Rolling::new(&buf[..len]).digest(),
-            strong: strong(&buf[..len]),
-        })?;
-    }
-    Ok(())
 }
 
 /// Files at least this large are signed by several threads.
@@ -150,10 +139,7 @@ fn sign_range(
         let len = ((n - 1) * bl as u64 + shape.len_of(b + n - 1) as u64) as usize;
         file.read_exact_at(&mut buf[..len], start)?;
         for block in buf[..len].chunks(bl) {
-            sigs.push(BlockSig {
-                weak: Rolling::new(block).digest(),
-                strong: strong(block),
-            });
+            sigs.push(BlockSig::of(block));
         }
         b += n;
     }
@@ -282,6 +268,13 @@ mod tests {
         assert_eq!(s.len_of(2), 100);
     }
 
+    /// The signature of `data`, through a real file as the receiver makes it.
+    fn sign_bytes(data: &[u8], shape: SigShape) -> Vec<BlockSig> {
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, data).unwrap();
+        sign_file(&f, shape, 1).unwrap()
+    }
+
     #[test]
     fn finds_blocks_and_prefers_hint() {
         let data: Vec<u8> = [
@@ -291,12 +284,7 @@ mod tests {
         ]
         .concat();
         let shape = SigShape::for_len(data.len() as u64);
-        let mut sigs = Vec::new();
-        compute(&data[..], shape, |s| {
-            sigs.push(s);
-            Ok(())
-        })
-        .unwrap();
+        let sigs = sign_bytes(&data, shape);
         let idx = Index::new(shape, sigs);
         let w = |d: &[u8]| Rolling::new(d).digest();
         let block = &data[..700];
@@ -315,12 +303,12 @@ mod tests {
         let mut f = tempfile::tempfile().unwrap();
         std::io::Write::write_all(&mut f, &data).unwrap();
         let shape = SigShape::for_len(data.len() as u64);
-        let mut seq = Vec::new();
-        compute(&data[..], shape, |s| {
-            seq.push(s);
-            Ok(())
-        })
-        .unwrap();
+        let seq: Vec<_> = (0..shape.block_count())
+            .map(|i| {
+                let start = (i * shape.block_len as u64) as usize;
+                BlockSig::of(&data[start..start + shape.len_of(i)])
+            })
+            .collect();
         assert_eq!(sign_file(&f, shape, 3).unwrap(), seq);
         assert_eq!(
             sign_file(
@@ -351,6 +339,8 @@ mod tests {
             block_len: 700,
             file_len: 2000,
         };
-        assert!(compute(&[0u8; 100][..], shape, |_| Ok(())).is_err());
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &[0u8; 100]).unwrap();
+        assert!(sign_file(&f, shape, 1).is_err());
     }
 }

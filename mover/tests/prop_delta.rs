@@ -6,7 +6,7 @@ use std::io::Write;
 
 use mover::delta::{delta, DeltaOptions, Op};
 use mover::patch::{OutFile, Patcher};
-use mover::signature::{compute, Index, SigShape};
+use mover::signature::{sign_file, Index, SigShape};
 use proptest::prelude::*;
 
 /// Runs delta + patch through real files and returns (rebuilt bytes, literal, matched).
@@ -24,12 +24,7 @@ fn round_trip(
     if let Some(bl) = block_len {
         shape.block_len = bl;
     }
-    let mut sigs = Vec::new();
-    compute(basis, shape, |s| {
-        sigs.push(s);
-        Ok(())
-    })
-    .unwrap();
+    let sigs = sign_file(&std::fs::File::open(&basis_path).unwrap(), shape, 1).unwrap();
     let index = Index::new(shape, sigs);
     let mut ops = Vec::new();
     let summary = delta::<_, std::io::Error>(
