@@ -76,7 +76,7 @@ fn refuse_nested(src: &std::path::Path, dst_arg: &std::path::Path) -> Result<(),
     };
     // The part that does not exist yet can only be resolved by its words.
     let mut dst = resolved;
-    for part in dst_rest(dst_arg, &probe).components() {
+    for part in dst_arg.strip_prefix(&probe).unwrap_or(dst_arg).components() {
         match part {
             std::path::Component::ParentDir => {
                 dst.pop();
@@ -93,11 +93,6 @@ fn refuse_nested(src: &std::path::Path, dst_arg: &std::path::Path) -> Result<(),
         )));
     }
     Ok(())
-}
-
-/// What `dst` adds to its existing ancestor `probe`.
-fn dst_rest<'a>(dst: &'a std::path::Path, probe: &std::path::Path) -> &'a std::path::Path {
-    dst.strip_prefix(probe).unwrap_or(dst)
 }
 
 #[cfg(test)]

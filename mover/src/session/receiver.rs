@@ -157,13 +157,11 @@ where
         let (filter, root) = prepare(&cfg, &opts)?;
         Ok::<_, SessionError>((opts, filter, root))
     };
-    let accepted = async {
-        tokio::select! {
-            r = accepted => r,
-            () = cfg.cancel.cancelled() => Err(SessionError::Interrupted),
-        }
+    let accepted = tokio::select! {
+        r = accepted => r,
+        () = cfg.cancel.cancelled() => Err(SessionError::Interrupted),
     };
-    let (opts, filter, root) = match accepted.await {
+    let (opts, filter, root) = match accepted {
         Ok(r) => r,
         Err(e) => {
             let _ = sink.send(Frame::Abort(e.to_abort())).await;

@@ -157,20 +157,9 @@ where
     let credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
     let mut sup = Supervisor::new(cfg.cancel.clone());
     let walker = {
-        let (root, out, credits, checksum) = (
-            cfg.root.clone(),
-            out_tx.clone(),
-            credits.clone(),
-            options.checksum,
-        );
-        let filter = filter.clone();
-        sup.spawn(move || {
-            walk(
-                Walker::new(root, filter, checksum),
-                Outbox::new(out),
-                &credits,
-            )
-        })
+        let walker = Walker::new(cfg.root.clone(), filter.clone(), options.checksum);
+        let (out, credits) = (Outbox::new(out_tx.clone()), credits.clone());
+        sup.spawn(move || walk(walker, out, &credits))
     };
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
     let queue = Queue::new(req_tx, Prefetcher::start(&source));
@@ -189,15 +178,8 @@ where
         ))
         .await;
     credits.close();
-    let done = match read {
-        Ok(summary) => {
-            async {
-                sup.join(walker).await?;
-                sup.join(server).await?;
-                Ok::<_, SessionError>(summary)
-            }
-            .await
-        }
+    let mut summary = match read {
+        Ok(summary) => summary,
         Err(e) => {
             // Tell the receiver why, then let the workers clean up.
             let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
@@ -207,8 +189,9 @@ where
             return Err(e);
         }
     };
+    sup.join(walker).await?;
+    sup.join(server).await?;
     drop(out_tx);
-    let mut summary = done?;
     writer
         .await
         .map_err(|e| SessionError::Internal(e.to_string()))??;
