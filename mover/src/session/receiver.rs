@@ -18,7 +18,7 @@ use super::flow::{Inflight, ListWindow};
 use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
 use super::outbox::{weight, Out};
 use super::peer::{first_frame, next_frames};
-use super::supervise::{drain, finish_writer, Supervisor};
+use super::supervise::{drain, tell_peer, Supervisor};
 use super::{is_fatal, warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
@@ -238,7 +238,7 @@ where
     if let Err(e) = read {
         // Stop everything, tell the sender why, and let the workers clean up.
         inflight.close();
-        let e = abort(e, out_tx, writer).await;
+        let e = tell_peer(e, out_tx, writer).await;
         // Concurrently: the whole cleanup fits one CLEANUP, well inside a pod's grace period.
         tokio::join!(
             drain(generator),
@@ -259,7 +259,7 @@ where
     };
     let mut summary = match completed.await {
         Ok(s) => s,
-        Err(e) => return Err(abort(e, out_tx, writer).await),
+        Err(e) => return Err(tell_peer(e, out_tx, writer).await),
     };
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     // The final progress event, here and at the sender, says everything is done.
@@ -291,20 +291,6 @@ async fn handshake<R: AsyncRead + Unpin>(
     };
     hello.check()?;
     Ok(hello.options)
-}
-
-/// Tells the sender why the session ends and waits (boundedly) for that to be written.
-async fn abort(
-    e: SessionError,
-    out: Out,
-    writer: tokio::task::JoinHandle<Result<(), ProtocolError>>,
-) -> SessionError {
-    let _ = out.try_send(vec![Frame::Abort(e.to_abort())]);
-    drop(out);
-    if !finish_writer(writer).await {
-        warn("could not deliver the error to the sender");
-    }
-    e
 }
 
 /// Validates the sender's options and makes the destination root.

@@ -15,7 +15,7 @@ use super::flow::Credits;
 use super::outbox::Outbox;
 use super::peer::{first_frame, next_frame, next_frames};
 use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
-use super::supervise::{drain, finish_writer, Supervisor};
+use super::supervise::{drain, tell_peer, Supervisor};
 use super::{cancelled, warn, writer, ProgressFn, SessionError};
 use crate::filter::Filter;
 use crate::protocol::{
@@ -182,9 +182,7 @@ where
         Ok(summary) => summary,
         Err(e) => {
             // Tell the receiver why, then let the workers clean up.
-            let _ = out_tx.try_send(vec![Frame::Abort(e.to_abort())]);
-            drop(out_tx);
-            finish_writer(writer).await;
+            let e = tell_peer(e, out_tx, writer).await;
             tokio::join!(drain(walker), drain(server));
             return Err(e);
         }

@@ -13,7 +13,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::SessionError;
+use super::{warn, SessionError};
+use crate::protocol::{Frame, ProtocolError};
 
 /// How long a secondary error waits for the primary cause to be reported.
 const GRACE: Duration = Duration::from_millis(200);
@@ -102,17 +103,21 @@ impl Supervisor {
     }
 }
 
-/// Waits (bounded by [`CLEANUP`]) for the writer to deliver what is queued,
-/// such as an `Abort`; a writer stuck on a dead peer is stopped, which also
-/// releases workers waiting to hand it frames. False if it had to be stopped.
-pub async fn finish_writer<T>(mut writer: JoinHandle<T>) -> bool {
-    match tokio::time::timeout(CLEANUP, &mut writer).await {
-        Ok(_) => true,
-        Err(_) => {
-            writer.abort();
-            false
-        }
+/// Tells the peer why the session ends, then waits (bounded by [`CLEANUP`])
+/// for the writer to deliver it; a writer stuck on a dead peer is stopped,
+/// which also releases workers waiting to hand it frames.
+pub async fn tell_peer(
+    e: SessionError,
+    out: mpsc::Sender<Vec<Frame>>,
+    mut writer: JoinHandle<Result<(), ProtocolError>>,
+) -> SessionError {
+    let _ = out.try_send(vec![Frame::Abort(e.to_abort())]);
+    drop(out);
+    if tokio::time::timeout(CLEANUP, &mut writer).await.is_err() {
+        writer.abort();
+        warn("could not deliver the error to the peer");
     }
+    e
 }
 
 /// Waits for stopped workers to finish cleaning up, bounded by [`CLEANUP`].
