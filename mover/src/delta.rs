@@ -84,9 +84,21 @@ pub fn delta<R: Read, E: From<io::Error>>(
     opts: DeltaOptions,
     emit: &mut dyn FnMut(Op) -> Result<(), E>,
 ) -> Result<DeltaSummary, E> {
+    delta_with(src, index, opts, blake3::Hasher::new(), emit)
+}
+
+/// Like [`delta`], for the rest of a file whose beginning is already hashed
+/// into `hasher`: the summary's hash is then the whole file's.
+pub fn delta_with<R: Read, E: From<io::Error>>(
+    src: R,
+    index: Option<&Index>,
+    opts: DeltaOptions,
+    hasher: blake3::Hasher,
+    emit: &mut dyn FnMut(Op) -> Result<(), E>,
+) -> Result<DeltaSummary, E> {
     let mut d = Delta {
         src,
-        hasher: blake3::Hasher::new(),
+        hasher,
         summary: DeltaSummary::default(),
         emit,
         pending_copy: None,

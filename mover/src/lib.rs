@@ -8,9 +8,11 @@
 //! - [`protocol`]: versioned frames on a tokio-util codec;
 //! - [`session`]: sender and receiver as pipelines with explicit state
 //!   machines, over TCP or an in-memory pipe ([`session::local`]);
+//! - [`checkpoint`]: the receiver's durable record of an interrupted operation;
 //! - [`stats`]: progress events and the final summary;
 //! - [`manifest`]: a BLAKE3 manifest of a tree, to prove two trees identical.
 
+pub mod checkpoint;
 pub mod delta;
 pub mod filter;
 pub mod manifest;

@@ -7,7 +7,8 @@ use std::io;
 use std::path::Path;
 
 use crate::filter::Filter;
-use crate::meta::Kind;
+use crate::meta::{Kind, Meta};
+use crate::path::RelPath;
 use crate::walk::{file_hash, WalkItem, Walker};
 
 /// What the manifest compares.
@@ -53,39 +54,11 @@ impl Manifest {
                     ))
                 }
             };
-            let mut line = format!("{:?} {}", e.path, e.kind.name());
-            if !e.path.is_root() || opts.root_meta {
-                let m = &e.meta;
-                let _ = write!(
-                    line,
-                    " perm={:o} mtime={}.{:09}",
-                    m.perm, m.mtime.sec, m.mtime.nsec
-                );
-                if opts.owner {
-                    let _ = write!(line, " owner={}:{}", m.uid, m.gid);
-                }
-            }
-            match &e.kind {
-                Kind::File => {
-                    let hash = file_hash(&e.path.under(root))?;
-                    let _ = write!(
-                        line,
-                        " size={} blake3={}",
-                        e.meta.size,
-                        blake3::Hash::from(hash).to_hex()
-                    );
-                }
-                Kind::Symlink(t) => {
-                    let _ = write!(line, " target={:?}", crate::path::lossy(t));
-                }
-                Kind::HardLink(t) => {
-                    let _ = write!(line, " to={t:?}");
-                }
-                Kind::CharDev(d) | Kind::BlockDev(d) => {
-                    let _ = write!(line, " rdev={d}");
-                }
-                Kind::Dir | Kind::Fifo | Kind::Socket => {}
-            }
+            let hash = match e.kind {
+                Kind::File => Some(file_hash(&e.path.under(root))?),
+                _ => None,
+            };
+            let line = describe(&e.path, &e.kind, &e.meta, hash.as_ref(), opts);
             lines.push(line);
         }
         let mut h = blake3::Hasher::new();
@@ -107,6 +80,47 @@ impl Manifest {
         out.extend(b.difference(&a).map(|l| format!("+ {l}")));
         out
     }
+}
+
+/// One manifest line: everything the transfer preserves of an entry
+/// (`content` is the BLAKE3 of a regular file's data).
+pub fn describe(
+    path: &RelPath,
+    kind: &Kind,
+    meta: &Meta,
+    content: Option<&[u8; 32]>,
+    opts: ManifestOptions,
+) -> String {
+    let mut line = format!("{path:?} {}", kind.name());
+    if !path.is_root() || opts.root_meta {
+        let _ = write!(
+            line,
+            " perm={:o} mtime={}.{:09}",
+            meta.perm, meta.mtime.sec, meta.mtime.nsec
+        );
+        if opts.owner {
+            let _ = write!(line, " owner={}:{}", meta.uid, meta.gid);
+        }
+    }
+    match kind {
+        Kind::File => {
+            let _ = write!(line, " size={}", meta.size);
+            if let Some(hash) = content {
+                let _ = write!(line, " blake3={}", blake3::Hash::from(*hash).to_hex());
+            }
+        }
+        Kind::Symlink(t) => {
+            let _ = write!(line, " target={:?}", crate::path::lossy(t));
+        }
+        Kind::HardLink(t) => {
+            let _ = write!(line, " to={t:?}");
+        }
+        Kind::CharDev(d) | Kind::BlockDev(d) => {
+            let _ = write!(line, " rdev={d}");
+        }
+        Kind::Dir | Kind::Fifo | Kind::Socket => {}
+    }
+    line
 }
 
 #[cfg(test)]

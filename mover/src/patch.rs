@@ -78,8 +78,29 @@ impl OutFile {
         }
     }
 
+    /// Continues a partial file in place after its first `offset` bytes.
+    pub fn resume(file: File, offset: u64) -> OutFile {
+        OutFile {
+            file,
+            offset,
+            sparse: false,
+            inplace: true,
+            seek_pending: true,
+            writeback_from: offset,
+        }
+    }
+
     pub fn offset(&self) -> u64 {
         self.offset
+    }
+
+    /// Makes the file as long as what was written, so a trailing hole is on
+    /// disk too (a checkpoint is about to say the prefix is there).
+    pub fn settle(&mut self) -> io::Result<()> {
+        if self.seek_pending && !self.inplace {
+            self.file.set_len(self.offset)?;
+        }
+        Ok(())
     }
 
     pub fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
@@ -160,6 +181,8 @@ impl OutFile {
 /// Applies ops to an [`OutFile`], reading copied blocks from `basis`.
 pub struct Patcher {
     basis: Option<(File, SigShape)>,
+    /// Where block 0 of the basis starts in the basis file.
+    basis_offset: u64,
     out: OutFile,
     hasher: blake3::Hasher,
     limit: u64,
@@ -171,11 +194,38 @@ impl Patcher {
     pub fn new(basis: Option<(File, SigShape)>, out: OutFile, limit: u64) -> Patcher {
         Patcher {
             basis,
+            basis_offset: 0,
             out,
             hasher: blake3::Hasher::new(),
             limit,
             buf: Vec::new(),
         }
+    }
+
+    /// Continues a file whose first bytes are already written (and hashed
+    /// into `hasher`): `out` starts after them, and the basis, if any, is the
+    /// rest of the same file from `basis_offset` on.
+    pub fn resume(
+        basis: Option<(File, SigShape)>,
+        basis_offset: u64,
+        out: OutFile,
+        limit: u64,
+        hasher: blake3::Hasher,
+    ) -> Patcher {
+        Patcher {
+            basis,
+            basis_offset,
+            out,
+            hasher,
+            limit,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The length written so far and the hasher over it, for a checkpoint.
+    pub fn prefix(&mut self) -> io::Result<(u64, &blake3::Hasher)> {
+        self.out.settle()?;
+        Ok((self.out.offset(), &self.hasher))
     }
 
     pub fn written(&self) -> u64 {
@@ -226,7 +276,7 @@ impl Patcher {
 
     fn copy(&mut self, block: u32, len: u64) -> Result<(), PatchError> {
         let (basis, shape) = self.basis.as_ref().ok_or(PatchError::NoBasis)?;
-        let mut at = block as u64 * shape.block_len as u64;
+        let mut at = self.basis_offset + block as u64 * shape.block_len as u64;
         let mut left = len;
         while left > 0 {
             let n = left.min(LITERAL_CHUNK as u64) as usize;

@@ -94,6 +94,16 @@ pub fn sign_file(
     shape: SigShape,
     threads: usize,
 ) -> io::Result<Vec<BlockSig>> {
+    sign_file_from(file, 0, shape, threads)
+}
+
+/// Like [`sign_file`], for the part of `file` that starts at `offset`.
+pub fn sign_file_from(
+    file: &std::fs::File,
+    offset: u64,
+    shape: SigShape,
+    threads: usize,
+) -> io::Result<Vec<BlockSig>> {
     let count = shape.block_count();
     let threads = if shape.file_len >= PARALLEL_MIN {
         threads.max(1) as u64
@@ -108,7 +118,7 @@ pub fn sign_file(
     std::thread::scope(|scope| {
         let handles: Vec<_> = ranges
             .into_iter()
-            .map(|range| scope.spawn(move || sign_range(file, shape, range)))
+            .map(|range| scope.spawn(move || sign_range(file, offset, shape, range)))
             .collect();
         let mut sigs = Vec::with_capacity(count as usize);
         for h in handles {
@@ -123,6 +133,7 @@ pub fn sign_file(
 
 fn sign_range(
     file: &std::fs::File,
+    offset: u64,
     shape: SigShape,
     blocks: std::ops::Range<u64>,
 ) -> io::Result<Vec<BlockSig>> {
@@ -135,7 +146,7 @@ fn sign_range(
     let mut b = blocks.start;
     while b < blocks.end {
         let n = per_read.min(blocks.end - b);
-        let start = b * bl as u64;
+        let start = offset + b * bl as u64;
         let len = ((n - 1) * bl as u64 + shape.len_of(b + n - 1) as u64) as usize;
         file.read_exact_at(&mut buf[..len], start)?;
         for block in buf[..len].chunks(bl) {

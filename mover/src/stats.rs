@@ -39,12 +39,36 @@ pub struct Summary {
     /// Entries that could not be created or updated (see the error messages).
     pub files_failed: u64,
     pub elapsed_ms: u64,
+    pub operation_id: Option<String>,
+    pub attempt: u32,
+    /// Partial files continued from the verified prefix an earlier attempt left.
+    pub files_resumed: u64,
+    /// Bytes of those prefixes, not sent again.
+    pub bytes_resumed: u64,
+    /// Why a checkpoint found at the destination was discarded.
+    pub checkpoint_problem: Option<String>,
+    /// The end-to-end verification, if it was asked for.
+    pub verify: Option<VerifyResult>,
+}
+
+/// What `--verify` found: both trees described entry by entry (content and
+/// metadata) and compared.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyResult {
+    pub passed: bool,
+    /// Source entries compared.
+    pub entries: u64,
+    /// Entries that differ (each reported on stderr).
+    pub differences: u64,
+    /// BLAKE3 manifest of the destination as verified (hex).
+    pub manifest: String,
 }
 
 impl Summary {
     /// rsync-compatible exit code: 0, 23 (errors) or 24 (vanished/changed only).
     pub fn exit_code(&self) -> i32 {
-        if self.files_failed > 0 {
+        let unverified = self.verify.as_ref().is_some_and(|v| !v.passed);
+        if self.files_failed > 0 || unverified {
             23
         } else if self.files_vanished > 0 || self.files_changed > 0 {
             24
@@ -61,6 +85,8 @@ impl Summary {
         self.files_vanished += a.files_vanished;
         self.files_changed += a.files_changed;
         self.files_failed += a.files_failed;
+        self.files_resumed += a.files_resumed;
+        self.bytes_resumed += a.bytes_resumed;
     }
 
     /// One line for people, on stderr.
@@ -94,6 +120,21 @@ impl Summary {
                 s.push_str(&format!(", {n} {what}"));
             }
         }
+        if self.files_resumed > 0 {
+            s.push_str(&format!(
+                ", {} resumed ({} reused)",
+                self.files_resumed,
+                human_bytes(self.bytes_resumed as f64)
+            ));
+        }
+        match &self.verify {
+            Some(v) if v.passed => s.push_str(&format!(", verified {} entries", v.entries)),
+            Some(v) => s.push_str(&format!(
+                ", VERIFICATION FAILED: {} of {} entries differ",
+                v.differences, v.entries
+            )),
+            None => {}
+        }
         s
     }
 }
@@ -120,47 +161,119 @@ pub fn human_bytes(n: f64) -> String {
 }
 
 /// A progress event, as the receiver sees it (it knows what is committed).
+///
+/// Files and bytes count the whole operation, earlier attempts included (taken
+/// from the checkpoint), so the latest event alone tells the true overall progress.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Progress {
+    pub operation_id: Option<String>,
+    pub attempt: u32,
     pub files_done: u64,
-    /// Files listed so far; final once `listing_done`.
+    /// Files listed so far (or the total an earlier attempt listed, if larger); final once `listing_done`.
     pub files_total: u64,
     pub bytes_done: u64,
     pub bytes_total: u64,
+    /// This attempt has listed the whole source.
     pub listing_done: bool,
     /// The file being written, if any.
     pub current: Option<String>,
+    /// Time spent by this attempt.
     pub elapsed_ms: u64,
-    /// Bytes per second since the start.
+    /// Bytes per second settled by this attempt (work found done is not counted).
     pub rate: u64,
-    /// Seconds left at the current rate, once the listing is complete.
+    /// Seconds left at the current rate, once the total is known.
     pub eta_s: Option<u64>,
+    /// Bytes credited from the checkpoint when this attempt started.
+    pub bytes_resumed: u64,
+}
+
+/// What earlier attempts of the operation did, from the checkpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prior {
+    pub files_done: u64,
+    pub bytes_done: u64,
+    /// Totals of a complete listing by an earlier attempt.
+    pub files_total: Option<u64>,
+    pub bytes_total: Option<u64>,
 }
 
 /// Live counters shared by a session's workers.
+///
+/// Work is counted in two parts: what this attempt *found* done (files up to
+/// date, prefixes of partial files verified) and what it *settled* itself
+/// (bytes written, files finished or given up). Earlier attempts' progress is
+/// a floor for the first part: `done = max(prior, found) + settled`. When the
+/// source is unchanged, everything an earlier attempt did is found again, so
+/// the count neither jumps back at the start of an attempt nor counts twice.
 #[derive(Debug, Default)]
 pub struct Counters {
-    pub files_listed: AtomicU64,
-    pub bytes_listed: AtomicU64,
-    pub files_done: AtomicU64,
-    pub bytes_done: AtomicU64,
-    pub listing_done: AtomicBool,
-    pub current: Mutex<Option<RelPath>>,
+    pub operation_id: Option<String>,
+    pub attempt: u32,
+    prior: Prior,
+    files_listed: AtomicU64,
+    bytes_listed: AtomicU64,
+    files_found: AtomicU64,
+    bytes_found: AtomicU64,
+    files_settled: AtomicU64,
+    bytes_settled: AtomicU64,
+    listing_done: AtomicBool,
+    current: Mutex<Option<RelPath>>,
 }
 
 impl Counters {
+    pub fn new(operation_id: Option<String>, attempt: u32, prior: Prior) -> Counters {
+        Counters {
+            operation_id,
+            attempt,
+            prior,
+            ..Counters::default()
+        }
+    }
+
     pub fn snapshot(&self, elapsed_ms: u64) -> Progress {
-        let bytes_done = self.bytes_done.load(Relaxed);
-        let bytes_total = self.bytes_listed.load(Relaxed);
         let listing_done = self.listing_done.load(Relaxed);
-        let rate = (bytes_done * 1000).checked_div(elapsed_ms).unwrap_or(0);
-        let eta_s =
-            (listing_done && rate > 0).then(|| bytes_total.saturating_sub(bytes_done) / rate);
-        Progress {
-            files_done: self.files_done.load(Relaxed),
-            files_total: self.files_listed.load(Relaxed),
-            bytes_done,
+        let total = |listed: &AtomicU64, prior: Option<u64>| {
+            let listed = listed.load(Relaxed);
+            if listing_done {
+                listed
+            } else {
+                listed.max(prior.unwrap_or(0))
+            }
+        };
+        let bytes_total = total(&self.bytes_listed, self.prior.bytes_total);
+        let files_total = total(&self.files_listed, self.prior.files_total);
+        let settled = self.bytes_settled.load(Relaxed);
+        let done = |prior: u64, found: &AtomicU64, settled: u64, total: u64| {
+            let d = prior.max(found.load(Relaxed)) + settled;
+            // Only a source that changed between attempts makes the sum overshoot.
+            if listing_done {
+                d.min(total)
+            } else {
+                d
+            }
+        };
+        let bytes_done = done(
+            self.prior.bytes_done,
+            &self.bytes_found,
+            settled,
             bytes_total,
+        );
+        let files_done = done(
+            self.prior.files_done,
+            &self.files_found,
+            self.files_settled.load(Relaxed),
+            files_total,
+        );
+        let rate = (settled * 1000).checked_div(elapsed_ms).unwrap_or(0);
+        let known = listing_done || self.prior.bytes_total.is_some();
+        let eta_s = (known && rate > 0).then(|| bytes_total.saturating_sub(bytes_done) / rate);
+        Progress {
+            operation_id: self.operation_id.clone(),
+            attempt: self.attempt,
+            files_done,
+            files_total: files_total.max(files_done),
+            bytes_done,
+            bytes_total: bytes_total.max(bytes_done),
             listing_done,
             current: self
                 .current
@@ -170,6 +283,7 @@ impl Counters {
             elapsed_ms,
             rate,
             eta_s,
+            bytes_resumed: self.prior.bytes_done,
         }
     }
 
@@ -178,15 +292,53 @@ impl Counters {
         self.bytes_listed.fetch_add(bytes, Relaxed);
     }
 
-    pub fn file_done(&self, bytes: u64) {
-        self.files_done.fetch_add(1, Relaxed);
-        self.bytes_done.fetch_add(bytes, Relaxed);
+    pub fn set_listing_done(&self) {
+        self.listing_done.store(true, Relaxed);
+    }
+
+    /// A file found already in its final form.
+    pub fn file_found(&self, bytes: u64) {
+        self.files_found.fetch_add(1, Relaxed);
+        self.bytes_found.fetch_add(bytes, Relaxed);
+    }
+
+    /// Bytes found done: the verified prefix of a partial file (or, negative, taken back).
+    pub fn found_bytes(&self, bytes: i64) {
+        add_signed(&self.bytes_found, bytes);
+    }
+
+    /// Bytes written by this attempt (or, negative, discarded).
+    pub fn settled_bytes(&self, bytes: i64) {
+        add_signed(&self.bytes_settled, bytes);
+    }
+
+    /// A file this attempt finished or gave up on.
+    pub fn file_settled(&self) {
+        self.files_settled.fetch_add(1, Relaxed);
+    }
+
+    /// A measure of work done, for deciding when to checkpoint: bytes, with
+    /// each file counted as a 4 KiB block at least.
+    pub fn activity(&self) -> u64 {
+        let files = self.files_found.load(Relaxed) + self.files_settled.load(Relaxed);
+        self.bytes_found.load(Relaxed) + self.bytes_settled.load(Relaxed) + files * 4096
     }
 
     pub fn set_current(&self, path: Option<&RelPath>) {
         if let Ok(mut c) = self.current.lock() {
             *c = path.cloned();
         }
+    }
+}
+
+fn add_signed(counter: &AtomicU64, n: i64) {
+    if n >= 0 {
+        counter.fetch_add(n as u64, Relaxed);
+    } else {
+        // Never below zero, even if callers disagree.
+        let _ = counter.fetch_update(Relaxed, Relaxed, |v| {
+            Some(v.saturating_sub(n.unsigned_abs()))
+        });
     }
 }
 
@@ -207,12 +359,43 @@ mod tests {
     #[test]
     fn progress_eta_needs_complete_listing() {
         let c = Counters::default();
-        c.bytes_listed.store(1000, Relaxed);
-        c.file_done(500);
+        c.file_listed(1000);
+        c.settled_bytes(500);
+        c.file_settled();
         assert_eq!(c.snapshot(1000).eta_s, None);
-        c.listing_done.store(true, Relaxed);
+        c.set_listing_done();
         let p = c.snapshot(1000);
         assert_eq!((p.rate, p.eta_s), (500, Some(1)));
+    }
+
+    #[test]
+    fn progress_continues_from_earlier_attempts() {
+        let prior = Prior {
+            files_done: 2,
+            bytes_done: 600,
+            files_total: Some(4),
+            bytes_total: Some(1000),
+        };
+        let c = Counters::new(Some("op".into()), 2, prior);
+        // Before anything is listed, the checkpoint's progress and totals stand.
+        let p = c.snapshot(10);
+        assert_eq!((p.bytes_done, p.bytes_total, p.files_done), (600, 1000, 2));
+        assert_eq!((p.bytes_resumed, p.attempt), (600, 2));
+        // Found again: no double count; new work adds on top.
+        c.file_listed(500);
+        c.file_found(500);
+        c.found_bytes(100);
+        c.settled_bytes(50);
+        assert_eq!(c.snapshot(10).bytes_done, 650);
+        c.file_listed(500);
+        c.settled_bytes(350);
+        c.file_settled();
+        c.set_listing_done();
+        let p = c.snapshot(10);
+        assert_eq!((p.bytes_done, p.bytes_total), (1000, 1000));
+        assert_eq!(p.rate, 40_000, "only this attempt's own work is the rate");
+        c.settled_bytes(-2000);
+        assert_eq!(c.snapshot(10).bytes_done, 600, "never below zero");
     }
 
     #[test]

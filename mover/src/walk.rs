@@ -21,6 +21,19 @@ use crate::protocol::Entry;
 /// Name of the receiver's private directory at the destination root; never transferred.
 pub const STATE_DIR: &[u8] = b".volmig";
 
+/// Temporary files are named `.volmig-NAME.TOKEN-SEQ.tmp`, where TOKEN is
+/// unique to the receiving process: one of ours is in flight, any other is a
+/// leftover or a partial file a checkpoint may resume.
+pub const TEMP_PREFIX: &[u8] = b".volmig-";
+pub const TEMP_SUFFIX: &[u8] = b".tmp";
+
+/// Whether a directory entry is a temporary file of some mover.
+pub fn is_temp_name(name: &[u8]) -> bool {
+    name.len() > TEMP_PREFIX.len() + TEMP_SUFFIX.len()
+        && name.starts_with(TEMP_PREFIX)
+        && name.ends_with(TEMP_SUFFIX)
+}
+
 /// Something the walk produced.
 #[derive(Debug)]
 pub enum WalkItem {

@@ -228,6 +228,7 @@ async fn a_request_with_a_zero_block_length_is_refused_by_the_sender() {
         id: 0,
         path: p("f"),
         basis: Some(shape),
+        resume_from: 0,
     }))
     .await
     .unwrap();

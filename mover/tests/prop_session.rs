@@ -195,8 +195,6 @@ fn sync_and_compare(
             src.to_path_buf(),
             dst.to_path_buf(),
             opts.clone(),
-            None,
-            None,
             Default::default(),
         ))
         .map_err(|e| TestCaseError::fail(format!("sync failed: {e}")))?;
@@ -236,7 +234,7 @@ proptest! {
         apply(&paths, &edits);
         sync_and_compare(&rt, &src, &dst, &opts)?;
         // A third run with nothing changed transfers nothing.
-        let again = rt.block_on(local::sync(src.clone(), dst.clone(), opts, None, None, Default::default())).unwrap();
+        let again = rt.block_on(local::sync(src.clone(), dst.clone(), opts, Default::default())).unwrap();
         prop_assert_eq!(again.files_transferred, 0);
     }
 }

@@ -40,6 +40,11 @@ enum Command {
         #[command(flatten)]
         transfer: TransferArgs,
         #[command(flatten)]
+        operation: OperationArgs,
+        /// Keep the checkpoint (marked complete) after a clean finish.
+        #[arg(long, requires = "operation_id")]
+        keep_checkpoint: bool,
+        #[command(flatten)]
         output: OutputArgs,
     },
     /// Send the tree at --root to a receiver.
@@ -52,6 +57,8 @@ enum Command {
         root: PathBuf,
         #[command(flatten)]
         transfer: TransferArgs,
+        #[command(flatten)]
+        operation: OperationArgs,
         #[command(flatten)]
         connection: ConnectionArgs,
         #[command(flatten)]
@@ -74,11 +81,45 @@ enum Command {
         /// Outgoing bandwidth cap (see `send --bwlimit`).
         #[arg(long, value_name = "RATE", value_parser = parse_rate)]
         bwlimit: Option<u64>,
+        /// Serve only this operation (by default: whatever operation the sender names).
+        #[arg(long, value_name = "ID", value_parser = parse_operation_id)]
+        operation_id: Option<String>,
+        /// Serve only this attempt of the operation.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        attempt: Option<u32>,
+        /// Keep the checkpoint (marked complete) after a clean finish.
+        #[arg(long)]
+        keep_checkpoint: bool,
         #[command(flatten)]
         connection: ConnectionArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Print what a destination holds of an operation (its checkpoint) as JSON.
+    Inspect {
+        /// The destination directory.
+        #[arg(long)]
+        root: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+struct OperationArgs {
+    /// The operation this run is an attempt of: the receiver keeps a checkpoint
+    /// at DST/.volmig and a later attempt resumes from it.
+    #[arg(long, value_name = "ID", value_parser = parse_operation_id)]
+    operation_id: Option<String>,
+    /// The attempt number; an attempt older than the checkpoint's is refused.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "operation_id",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    attempt: u32,
+    /// After the transfer, compare both trees entry by entry (contents by BLAKE3 and metadata).
+    #[arg(long)]
+    verify: bool,
+}
+
+fn parse_operation_id(s: &str) -> Result<String, String> {
+    mover::checkpoint::check_operation_id(s).map(|()| s.to_string())
 }
 
 #[derive(Args, Debug)]
@@ -118,7 +159,7 @@ struct TransferArgs {
 }
 
 impl TransferArgs {
-    fn options(&self, local: bool) -> SessionOptions {
+    fn options(&self, local: bool, op: &OperationArgs) -> SessionOptions {
         SessionOptions {
             delete: self.delete,
             checksum: self.checksum,
@@ -126,6 +167,9 @@ impl TransferArgs {
             compress: self.compress.then_some(self.compress_level),
             inplace: self.inplace,
             whole_file: self.whole_file || (local && !self.no_whole_file),
+            operation_id: op.operation_id.clone(),
+            attempt: op.attempt,
+            verify: op.verify,
         }
     }
 }
@@ -317,23 +361,30 @@ async fn run(cli: Cli) -> u8 {
             src,
             dst,
             transfer,
+            operation,
+            keep_checkpoint,
             output,
         } => {
             let result = local::sync(
                 src,
                 dst,
-                transfer.options(true),
-                transfer.bwlimit,
-                progress_sink(output.progress),
-                cancel,
+                transfer.options(true, &operation),
+                local::LocalConfig {
+                    bwlimit: transfer.bwlimit,
+                    progress: progress_sink(output.progress),
+                    keep_checkpoint,
+                    cancel,
+                },
             )
             .await;
             finish(result, &output)
         }
+        Command::Inspect { root } => inspect(&root),
         Command::Send {
             to,
             root,
             transfer,
+            operation,
             connection,
             output,
         } => {
@@ -359,7 +410,7 @@ async fn run(cli: Cli) -> u8 {
             let _ = stream.set_nodelay(true);
             let cfg = SenderConfig {
                 root,
-                options: transfer.options(false),
+                options: transfer.options(false, &operation),
                 bwlimit: transfer.bwlimit,
                 progress: progress_sink(output.progress),
                 timeout: connection.timeout(),
@@ -373,6 +424,9 @@ async fn run(cli: Cli) -> u8 {
             keep_serving,
             addr_file,
             bwlimit,
+            operation_id,
+            attempt,
+            keep_checkpoint,
             connection,
             output,
         } => {
@@ -399,6 +453,9 @@ async fn run(cli: Cli) -> u8 {
             cfg.progress = progress_sink(output.progress);
             cfg.timeout = connection.timeout();
             cfg.cancel = cancel.clone();
+            cfg.operation_id = operation_id;
+            cfg.attempt = attempt;
+            cfg.keep_checkpoint = keep_checkpoint;
             loop {
                 let accepted = tokio::select! {
                     a = listener.accept() => a,
@@ -424,6 +481,32 @@ async fn run(cli: Cli) -> u8 {
             }
         }
     }
+}
+
+/// `mover inspect`: the checkpoint at a destination, as one JSON object.
+fn inspect(root: &Path) -> u8 {
+    if let Err(e) = std::fs::read_dir(root) {
+        eprintln!("mover: error: {}: {e}", root.display());
+        return 11;
+    }
+    let root_text = root.display().to_string();
+    let value = match mover::checkpoint::read(root) {
+        Ok(cp) => serde_json::json!({
+            "root": root_text,
+            "checkpoint": cp.map(|cp| cp.describe()),
+        }),
+        Err(mover::checkpoint::CheckpointError::Io(e)) => {
+            eprintln!("mover: error: reading the checkpoint: {e}");
+            return 11;
+        }
+        Err(e) => serde_json::json!({
+            "root": root_text,
+            "checkpoint": null,
+            "problem": e.to_string(),
+        }),
+    };
+    println!("{value}");
+    0
 }
 
 /// Appliers, prefetch lanes and commit groups keep files open at once: use the
@@ -476,17 +559,27 @@ mod tests {
     #[test]
     fn sync_defaults_to_whole_file_and_send_to_delta() {
         let cli = Cli::try_parse_from(["mover", "sync", "a", "b"]).unwrap();
-        let Command::Sync { transfer, .. } = cli.command else {
+        let Command::Sync {
+            transfer,
+            operation,
+            ..
+        } = cli.command
+        else {
             panic!()
         };
-        assert!(transfer.options(true).whole_file);
-        assert!(!transfer.options(false).whole_file);
+        assert!(transfer.options(true, &operation).whole_file);
+        assert!(!transfer.options(false, &operation).whole_file);
         let cli =
             Cli::try_parse_from(["mover", "sync", "--no-whole-file", "-z", "a", "b"]).unwrap();
-        let Command::Sync { transfer, .. } = cli.command else {
+        let Command::Sync {
+            transfer,
+            operation,
+            ..
+        } = cli.command
+        else {
             panic!()
         };
-        assert!(!transfer.options(true).whole_file);
-        assert_eq!(transfer.options(true).compress, Some(1));
+        assert!(!transfer.options(true, &operation).whole_file);
+        assert_eq!(transfer.options(true, &operation).compress, Some(1));
     }
 }

@@ -48,6 +48,9 @@ pub enum Frame {
     Done(Summary),
     /// Either way: nothing else to say for a while, but still here.
     Heartbeat,
+    /// Receiver → sender: all data is in place; list the tree again, with
+    /// content hashes, for end-to-end verification (`Entry`... `ListEnd`).
+    Verify,
 }
 
 impl Frame {
@@ -81,6 +84,7 @@ impl Frame {
             Frame::Progress(_) => "Progress",
             Frame::Done(_) => "Done",
             Frame::Heartbeat => "Heartbeat",
+            Frame::Verify => "Verify",
         }
     }
 }
@@ -135,6 +139,13 @@ pub struct SessionOptions {
     pub inplace: bool,
     /// Send whole files instead of deltas.
     pub whole_file: bool,
+    /// The operation this session is an attempt of: the receiver keeps a
+    /// checkpoint for it and resumes from the one an earlier attempt left.
+    pub operation_id: Option<String>,
+    /// The attempt number (from 1).
+    pub attempt: u32,
+    /// Compare both trees entry by entry once the data is in place.
+    pub verify: bool,
 }
 
 /// One entry of the source tree.
@@ -164,6 +175,11 @@ pub struct Request {
     pub path: RelPath,
     /// The basis the receiver has, if any; its signature follows in `Sigs` frames.
     pub basis: Option<SigShape>,
+    /// The receiver already holds the first `resume_from` bytes (a partial file
+    /// of an earlier attempt): send only the rest, but hash the whole file.
+    /// The basis is then the partial file's unverified tail, from this offset,
+    /// rewritten in place.
+    pub resume_from: u64,
 }
 
 /// An instruction as carried on the wire.

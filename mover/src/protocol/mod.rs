@@ -15,7 +15,9 @@
 //!   Entry, DirDone ... ListEnd     ──▶    (credit-limited)
 //!                                  ◀──    Credit, Request + Sigs ... RequestsEnd, Progress
 //!   FileBegin, Ops..., FileEnd ... DataEnd ──▶
-//!                                  ◀──    Progress, Done(summary)
+//!                                  ◀──    Progress, [Verify
+//!   Entry, DirDone ... ListEnd     ──▶    (with content hashes)]
+//!                                  ◀──    Done(summary)
 //! ```
 
 mod codec;
@@ -25,9 +27,10 @@ pub use codec::{FrameCodec, WireCounter};
 pub use frame::*;
 
 /// Protocol version spoken by this build.
-pub const PROTOCOL_VERSION: u16 = 1;
-/// Oldest peer version this build can talk to.
-pub const MIN_PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
+/// Oldest peer version this build can talk to (2 added operations,
+/// resumable requests and verification).
+pub const MIN_PROTOCOL_VERSION: u16 = 2;
 /// First bytes of every session's first frame.
 pub const MAGIC: [u8; 6] = *b"VOLMIG";
 

@@ -3,15 +3,16 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::commit::{create_temp, CommitGroup, Committed, Finished};
+use super::commit::{create_keyed_temp, create_temp, CommitGroup, Committed, Finished};
 use super::flow::Inflight;
 use super::generator::PendingFile;
+use super::journal::{Journal, Slot};
 use super::receiver::DataBatch;
 use super::{cancelled, is_fatal, warn, SessionError};
 use crate::delta::{Op, LITERAL_CHUNK};
@@ -29,12 +30,20 @@ struct Current {
     temp: Option<PathBuf>,
     /// The rebuild, or why it failed locally (the rest of the file's data is then skipped).
     patcher: Result<Patcher, String>,
+    /// Bytes of this file counted as settled so far.
+    counted: u64,
+    /// The temporary file is in the checkpoint.
+    journaled: bool,
 }
 
 impl Drop for Current {
+    /// A session that stops early keeps the partial files its checkpoint
+    /// names; without a checkpoint, it leaves nothing behind.
     fn drop(&mut self) {
         if let Some(temp) = self.temp.take() {
-            let _ = fs::remove_file(temp);
+            if !self.journaled {
+                let _ = fs::remove_file(temp);
+            }
         }
     }
 }
@@ -45,6 +54,7 @@ pub struct Applier {
     owner: bool,
     inflight: Arc<Inflight<PendingFile>>,
     counters: Arc<Counters>,
+    journal: Option<Arc<Journal>>,
     current: Option<Current>,
     group: CommitGroup,
     zstd: zstd::bulk::Decompressor<'static>,
@@ -58,6 +68,7 @@ impl Applier {
         owner: bool,
         inflight: Arc<Inflight<PendingFile>>,
         counters: Arc<Counters>,
+        journal: Option<Arc<Journal>>,
     ) -> io::Result<Applier> {
         Ok(Applier {
             root,
@@ -65,8 +76,9 @@ impl Applier {
             owner,
             inflight,
             counters,
+            group: CommitGroup::new(journal.is_some()),
+            journal,
             current: None,
-            group: CommitGroup::default(),
             zstd: zstd::bulk::Decompressor::new()?,
             summary: Summary::default(),
         })
@@ -111,20 +123,45 @@ impl Applier {
         if !meta.mtime.is_valid() {
             return Err(violation(format!("file {id} has an invalid modification time")).into());
         }
-        self.current = None;
+        if let Some(mut old) = self.current.take() {
+            if old.pending.resume.is_some() && !old.pending.redo {
+                // Reopened below: its verified prefix is still there.
+                old.temp = None;
+            }
+            self.discard(old);
+        }
         let pending = self
             .inflight
             .get(id)
             .ok_or_else(|| violation(format!("data for file {id}, which was not requested")))?;
         let dest = pending.path.under(&self.root);
         self.counters.set_current(Some(&pending.path));
-        let (temp, patcher) = match self.open(&pending, &dest, meta) {
+        let (temp, mut patcher) = match self.open(&pending, &dest, meta) {
             Ok((temp, patcher)) => (temp, Ok(patcher)),
             Err(e) if is_fatal(&e) => {
                 return Err(SessionError::local(format!("writing {}", pending.path), e))
             }
             Err(e) => (None, Err(e.to_string())),
         };
+        let mut journaled = false;
+        if let (Some(journal), Some(t), Ok(p)) = (&self.journal, &temp, &mut patcher) {
+            let name = t.file_name().map(std::os::unix::ffi::OsStrExt::as_bytes);
+            let temp_rel = name.and_then(|n| pending.path.parent().join(n).ok());
+            if let (Some(temp_rel), Ok((len, hasher))) = (temp_rel, p.prefix()) {
+                journal.begin(
+                    id,
+                    Slot {
+                        path: pending.path.clone(),
+                        temp: temp_rel,
+                        size: meta.size,
+                        mtime: meta.mtime,
+                        len,
+                        hasher: hasher.clone(),
+                    },
+                );
+                journaled = true;
+            }
+        }
         self.current = Some(Current {
             id,
             pending,
@@ -132,8 +169,21 @@ impl Applier {
             dest,
             temp,
             patcher,
+            counted: 0,
+            journaled,
         });
         Ok(())
+    }
+
+    /// Drops a file's rebuild: its temporary file and checkpoint entry go,
+    /// and the bytes it counted are taken back.
+    fn discard(&mut self, mut cur: Current) {
+        if let Some(journal) = &self.journal {
+            journal.end(cur.id);
+        }
+        cur.journaled = false;
+        self.counters.settled_bytes(-(cur.counted as i64));
+        cur.counted = 0;
     }
 
     fn open(
@@ -142,6 +192,22 @@ impl Applier {
         dest: &std::path::Path,
         meta: Meta,
     ) -> io::Result<(Option<PathBuf>, Patcher)> {
+        if let (Some(r), false) = (&pending.resume, pending.redo) {
+            // Continue the partial file after its verified prefix; the rest of
+            // it, unverified, is the basis.
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&r.temp)?;
+            let basis = match pending.basis {
+                Some(shape) => Some((file.try_clone()?, shape)),
+                None => None,
+            };
+            let out = OutFile::resume(file, r.from);
+            let patcher = Patcher::resume(basis, r.from, out, meta.size, r.hasher.clone());
+            return Ok((Some(r.temp.clone()), patcher));
+        }
         let basis = match pending.basis {
             Some(shape) if !pending.redo => Some((File::open(dest)?, shape)),
             _ => None,
@@ -152,7 +218,10 @@ impl Applier {
         let (temp, file) = if self.inplace && single() {
             (None, OpenOptions::new().write(true).open(dest)?)
         } else {
-            let (t, f) = create_temp(dest)?;
+            let (t, f) = match &self.journal {
+                Some(j) => create_keyed_temp(dest, j.operation_id())?,
+                None => create_temp(dest)?,
+            };
             (Some(t), f)
         };
         // Zero runs become holes (rsync -S); OutFile turns that off in place.
@@ -195,6 +264,8 @@ impl Applier {
             match patcher.apply(&op) {
                 Ok(()) => {
                     let n = patcher.written() - before;
+                    cur.counted += n;
+                    self.counters.settled_bytes(n as i64);
                     match op {
                         Op::Copy { .. } => self.summary.bytes_matched += n,
                         Op::Literal(_) => self.summary.bytes_literal += n,
@@ -215,6 +286,11 @@ impl Applier {
                 Err(e) => cur.patcher = Err(e.to_string()),
             }
         }
+        if let (Some(journal), true, Ok(p)) = (&self.journal, cur.journaled, &mut cur.patcher) {
+            if let Ok((len, hasher)) = p.prefix() {
+                journal.update(id, len, hasher);
+            }
+        }
         Ok(())
     }
 
@@ -232,16 +308,22 @@ impl Applier {
                 .ok_or_else(|| violation(format!("end of file {id}, which was not requested")))?,
         };
         self.counters.set_current(None);
-        match outcome {
-            FileOutcome::Sent(hash) => {
-                let cur = cur.ok_or_else(|| violation("a file ended that never began"))?;
-                return self.finish(cur, hash);
+        let in_place = cur.as_ref().is_some_and(|c| c.temp.is_none());
+        match (outcome, cur) {
+            (FileOutcome::Sent(hash), Some(cur)) => return self.finish(cur, hash),
+            (FileOutcome::Sent(_), None) => {
+                return Err(violation("a file ended that never began").into())
             }
+            (_, Some(cur)) => self.discard(cur),
+            (_, None) => {}
+        }
+        match outcome {
+            FileOutcome::Sent(_) => {}
             FileOutcome::Changed => {
                 warn(format_args!(
                     "{}: changed while it was read; {}",
                     pending.path,
-                    if cur.as_ref().is_some_and(|c| c.temp.is_none()) {
+                    if in_place {
                         "updated in place, so the destination may hold part of the new version"
                     } else {
                         "the destination keeps its previous version"
@@ -255,7 +337,7 @@ impl Applier {
             }
             FileOutcome::Unreadable => self.summary.files_failed += 1,
         }
-        self.release(id, pending.meta.size);
+        self.release(id, &pending);
         Ok(())
     }
 
@@ -263,21 +345,30 @@ impl Applier {
         let (id, size, path) = (cur.id, cur.meta.size, cur.pending.path.clone());
         let patcher = match std::mem::replace(&mut cur.patcher, Err(String::new())) {
             Ok(p) => p,
-            Err(msg) => return self.file_failed(id, &path, io::Error::other(msg)),
+            Err(msg) => {
+                self.discard(cur);
+                return self.file_failed(id, &path, io::Error::other(msg));
+            }
         };
         let written = patcher.written();
         let file = match patcher.finish() {
             Ok((file, got)) if got == hash && written == size => file,
             Ok(_) => {
-                drop(cur);
+                self.discard(cur);
                 return self.redo(id);
             }
-            Err(e) => return self.file_failed(id, &path, e),
+            Err(e) => {
+                self.discard(cur);
+                return self.file_failed(id, &path, e);
+            }
         };
         if let Err(e) = apply_to_fd(&file, &cur.meta, self.owner) {
+            drop(file);
+            self.discard(cur);
             return self.file_failed(id, &path, e);
         }
         let finished = Finished {
+            id,
             path,
             temp: cur.temp.take(),
             dest: cur.dest.clone(),
@@ -302,8 +393,12 @@ impl Applier {
                 pending.path
             ));
             self.summary.files_failed += 1;
-            self.release(id, pending.meta.size);
+            self.release(id, &pending);
             return Ok(());
+        }
+        if let Some(r) = &pending.resume {
+            // The reused prefix did not make the file: it no longer counts as done.
+            self.counters.found_bytes(-(r.from as i64));
         }
         // The generator sends the request: the applier must never wait on the
         // connection, or a full pipe in both directions could deadlock.
@@ -313,20 +408,28 @@ impl Applier {
     }
 
     fn committed(&mut self, c: Committed) {
-        for (_, size) in c.done {
-            self.summary.files_transferred += 1;
-            self.counters.file_done(size);
+        let ended = c.done.iter().map(|(id, _)| *id);
+        let ended = ended.chain(c.failed.iter().map(|(id, ..)| *id));
+        for id in ended {
+            if let Some(journal) = &self.journal {
+                journal.end(id);
+            }
+            self.counters.file_settled();
         }
-        for (path, err) in c.failed {
+        self.summary.files_transferred += c.done.len() as u64;
+        for (_, path, err) in c.failed {
             warn(format_args!("{path}: {err}"));
             self.summary.files_failed += 1;
-            self.counters.file_done(0);
         }
     }
 
-    fn release(&mut self, id: u64, size: u64) {
+    /// A file given up on: done for progress, with all its bytes.
+    fn release(&mut self, id: u64, pending: &PendingFile) {
         self.inflight.remove(id);
-        self.counters.file_done(size);
+        let base = pending.resume.as_ref().filter(|_| !pending.redo);
+        let rest = pending.meta.size - base.map_or(0, |r| r.from.min(pending.meta.size));
+        self.counters.settled_bytes(rest as i64);
+        self.counters.file_settled();
     }
 
     /// Counts and reports a file that could not be written; fatal errors end the session.
@@ -341,8 +444,9 @@ impl Applier {
         }
         warn(format_args!("{path}: {e}"));
         self.summary.files_failed += 1;
-        let size = self.inflight.remove(id).map_or(0, |p| p.meta.size);
-        self.counters.file_done(size);
+        if let Some(pending) = self.inflight.get(id) {
+            self.release(id, &pending);
+        }
         Ok(())
     }
 }

@@ -15,19 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::path::RelPath;
 
-/// Temporary names look like `.volmig-NAME.TOKEN-SEQ.tmp`, where TOKEN is
-/// unique to this process: one of ours is in flight, any other is a leftover.
-const TEMP_PREFIX: &[u8] = b".volmig-";
-const TEMP_SUFFIX: &[u8] = b".tmp";
+use crate::walk::{is_temp_name, TEMP_PREFIX, TEMP_SUFFIX};
+
 /// Files per group before it is committed.
 const GROUP_FILES: usize = 256;
 /// Bytes per group before it is committed.
 const GROUP_BYTES: u64 = 256 * 1024 * 1024;
-
-/// Whether a directory entry is a temporary file of some mover.
-pub fn is_temp_name(name: &[u8]) -> bool {
-    name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX)
-}
 
 /// Whether a temporary file belongs to this process (and may be in flight).
 pub fn is_own_temp(name: &[u8]) -> bool {
@@ -77,6 +70,42 @@ pub fn create_temp(dest: &Path) -> io::Result<(PathBuf, File)> {
     }
 }
 
+/// Creates the temporary file an operation uses for `dest`. Its name depends
+/// only on the operation and the file, so one left behind by a killed attempt
+/// (written after its last checkpoint) is replaced by the next attempt
+/// instead of piling up.
+pub fn create_keyed_temp(dest: &Path, key: &str) -> io::Result<(PathBuf, File)> {
+    let name = dest.file_name().map(|n| n.as_bytes()).unwrap_or(b"root");
+    let mut h = blake3::Hasher::new();
+    h.update(key.as_bytes());
+    h.update(b"\0");
+    h.update(name);
+    let tag = h.finalize().to_hex();
+    let mut t = TEMP_PREFIX.to_vec();
+    t.extend_from_slice(&name[..name.len().min(180)]);
+    t.push(b'.');
+    t.extend_from_slice(&tag.as_bytes()[..16]);
+    t.extend_from_slice(TEMP_SUFFIX);
+    let temp = dest.with_file_name(std::ffi::OsStr::from_bytes(&t));
+    let create = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+    };
+    let file = match create() {
+        // A leftover: unlinked rather than truncated, in case it has other names.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_file(&temp)?;
+            create()?
+        }
+        r => r?,
+    };
+    Ok((temp, file))
+}
+
 /// Runs `make` on fresh temporary names next to `dest` until one is free,
 /// then renames the result over `dest` (symlinks and special files).
 pub fn create_and_replace(dest: &Path, make: impl Fn(&Path) -> io::Result<()>) -> io::Result<()> {
@@ -100,6 +129,8 @@ pub fn create_and_replace(dest: &Path, make: impl Fn(&Path) -> io::Result<()>) -
 /// A finished file waiting to be made durable and put in place.
 #[derive(Debug)]
 pub struct Finished {
+    /// The session's id for the file.
+    pub id: u64,
     pub path: RelPath,
     /// The temporary file, or `None` when the destination was written in place.
     pub temp: Option<PathBuf>,
@@ -111,8 +142,9 @@ pub struct Finished {
 /// What a commit did.
 #[derive(Debug, Default)]
 pub struct Committed {
-    pub done: Vec<(RelPath, u64)>,
-    pub failed: Vec<(RelPath, io::Error)>,
+    /// `(id, path)` of each file now in place.
+    pub done: Vec<(u64, RelPath)>,
+    pub failed: Vec<(u64, RelPath, io::Error)>,
 }
 
 /// Finished files not yet committed.
@@ -125,17 +157,29 @@ pub struct CommitGroup {
     items: Vec<Waiting>,
     anchor: Option<File>,
     bytes: u64,
+    /// Temporary files stay when the group is dropped uncommitted (a
+    /// checkpoint names them, so the next attempt can use them).
+    keep: bool,
 }
 
 #[derive(Debug)]
 struct Waiting {
+    id: u64,
     path: RelPath,
     temp: Option<PathBuf>,
     dest: PathBuf,
-    size: u64,
 }
 
 impl CommitGroup {
+    pub fn new(keep: bool) -> CommitGroup {
+        CommitGroup {
+            items: Vec::new(),
+            anchor: None,
+            bytes: 0,
+            keep,
+        }
+    }
+
     /// Adds a file; commits the group when it is full.
     pub fn push(&mut self, item: Finished) -> io::Result<Committed> {
         self.bytes += item.size;
@@ -143,10 +187,10 @@ impl CommitGroup {
             self.anchor = Some(item.file);
         }
         self.items.push(Waiting {
+            id: item.id,
             path: item.path,
             temp: item.temp,
             dest: item.dest,
-            size: item.size,
         });
         if self.items.len() >= GROUP_FILES || self.bytes >= GROUP_BYTES {
             self.commit()
@@ -174,14 +218,14 @@ impl CommitGroup {
         self.bytes = 0;
         for item in self.items.drain(..) {
             let Some(temp) = &item.temp else {
-                out.done.push((item.path, item.size));
+                out.done.push((item.id, item.path));
                 continue;
             };
             match fs::rename(temp, &item.dest) {
-                Ok(()) => out.done.push((item.path, item.size)),
+                Ok(()) => out.done.push((item.id, item.path)),
                 Err(e) => {
                     let _ = fs::remove_file(temp);
-                    out.failed.push((item.path, e));
+                    out.failed.push((item.id, item.path, e));
                 }
             }
         }
@@ -190,8 +234,12 @@ impl CommitGroup {
 }
 
 impl Drop for CommitGroup {
-    /// A session that ends early leaves no temporary files behind.
+    /// A session that ends early leaves no temporary files behind, but those
+    /// a checkpoint names.
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         for item in &self.items {
             if let Some(temp) = &item.temp {
                 let _ = fs::remove_file(temp);
@@ -217,6 +265,14 @@ mod tests {
         );
         assert!(name.len() <= 255);
         assert!(!is_temp_name(b".volmig"));
+        let d = tempfile::tempdir().unwrap();
+        let (t1, _) = create_keyed_temp(&d.path().join(&long), "op").unwrap();
+        let (t2, _) = create_keyed_temp(&d.path().join(&long), "op").unwrap();
+        let (t3, _) = create_keyed_temp(&d.path().join(format!("{long}y")), "op").unwrap();
+        assert_eq!(t1, t2, "the same operation and file reuse one name");
+        assert_ne!(t1, t3, "long names that share a prefix do not collide");
+        assert!(is_temp_name(t1.file_name().unwrap().as_bytes()));
+        assert!(t1.file_name().unwrap().len() <= 255);
     }
 
     #[test]
@@ -228,6 +284,7 @@ mod tests {
         let mut g = CommitGroup::default();
         let r = g
             .push(Finished {
+                id: 0,
                 path: RelPath::new(b"f".to_vec()).unwrap(),
                 temp: Some(temp.clone()),
                 dest: dest.clone(),
@@ -245,6 +302,7 @@ mod tests {
         let (temp, file) = create_temp(&dest).unwrap();
         let mut g = CommitGroup::default();
         g.push(Finished {
+            id: 1,
             path: RelPath::root(),
             temp: Some(temp.clone()),
             dest,

@@ -4,10 +4,10 @@
 //! sender with block signatures of the existing file.
 
 use std::collections::HashSet;
-use std::fs::{self, File, Metadata};
-use std::io;
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,8 +16,10 @@ use tokio::sync::mpsc;
 
 use super::commit::{create_and_replace, is_own_temp};
 use super::flow::{Inflight, ListWindow, Wake};
+use super::journal::Journal;
 use super::outbox::{recv_or_flush, Out, Outbox};
 use super::{cancelled, is_fatal, warn, SessionError};
+use crate::checkpoint::{Fingerprint, Partial};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
 use crate::path::RelPath;
@@ -25,9 +27,9 @@ use crate::protocol::{
     violation, Entry, Frame, ListStats, Request, SessionOptions, MAX_BLOCKS_PER_FILE,
     SIGS_PER_FRAME,
 };
-use crate::signature::{self, SigShape};
+use crate::signature::{self, BlockSig, SigShape};
 use crate::stats::{Counters, Summary};
-use crate::walk::{file_hash, STATE_DIR};
+use crate::walk::{file_hash, is_temp_name, STATE_DIR};
 
 /// List frames consumed before credit is returned to the sender.
 const CREDIT_BATCH: u32 = 1024;
@@ -40,7 +42,22 @@ pub struct PendingFile {
     pub basis: Option<SigShape>,
     /// Already requested again after a failed verification.
     pub redo: bool,
+    /// Continues a partial file an earlier attempt left.
+    pub resume: Option<Resume>,
 }
+
+/// A partial file whose prefix was verified and is reused.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    pub temp: PathBuf,
+    /// Bytes reused.
+    pub from: u64,
+    /// The hash of those bytes, to go on from.
+    pub hasher: blake3::Hasher,
+}
+
+/// A basis signature to send with a request.
+type Signed = (SigShape, Vec<BlockSig>);
 
 /// What the generator leaves for the final pass.
 #[derive(Debug, Default)]
@@ -59,6 +76,8 @@ pub struct GenConfig {
     pub filter: Filter,
     /// Preserve owner and group.
     pub owner: bool,
+    /// The operation's checkpoint, if it has one.
+    pub journal: Option<Arc<Journal>>,
 }
 
 pub struct Generator {
@@ -66,6 +85,9 @@ pub struct Generator {
     opts: SessionOptions,
     filter: Filter,
     owner: bool,
+    journal: Option<Arc<Journal>>,
+    /// The listing so far, for the checkpoint's fingerprint of the source.
+    fingerprint: blake3::Hasher,
     out: Outbox,
     inflight: Arc<Inflight<PendingFile>>,
     counters: Arc<Counters>,
@@ -97,12 +119,15 @@ impl Generator {
             opts,
             filter,
             owner,
+            journal,
         } = cfg;
         Generator {
             root,
             opts,
             filter,
             owner,
+            journal,
+            fingerprint: blake3::Hasher::new(),
             out: Outbox::new(out),
             inflight,
             counters,
@@ -175,6 +200,7 @@ impl Generator {
                 id,
                 path: p.path,
                 basis: None,
+                resume_from: 0,
             }))?;
         }
         Ok(())
@@ -184,15 +210,36 @@ impl Generator {
         let s = &mut self.result.summary;
         s.files_failed += stats.failed;
         s.files_vanished += stats.vanished;
-        self.counters
-            .listing_done
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.counters.set_listing_done();
+        if let Some(j) = &self.journal {
+            let s = &self.result.summary;
+            let source = Fingerprint {
+                entries: s.entries_total,
+                files: s.files_total,
+                bytes: s.bytes_total,
+                digest: *self.fingerprint.finalize().as_bytes(),
+            };
+            j.listed(s.files_total, s.bytes_total, source);
+            j.discard_unclaimed(&self.root);
+        }
     }
 
     fn entry(&mut self, e: Entry) -> Result<(), SessionError> {
         self.check_place(&e)?;
         if !e.path.is_root() {
             self.result.summary.entries_total += 1;
+        }
+        let m = &e.meta;
+        for part in [
+            e.path.as_bytes(),
+            e.kind.name().as_bytes(),
+            &m.size.to_le_bytes(),
+            &m.mtime.sec.to_le_bytes(),
+            &m.mtime.nsec.to_le_bytes(),
+            &m.perm.to_le_bytes(),
+        ] {
+            self.fingerprint.update(&(part.len() as u32).to_le_bytes());
+            self.fingerprint.update(part);
         }
         // Nothing goes into a directory that could not be made (its failure was
         // reported): what stands there instead must not be written through.
@@ -371,7 +418,7 @@ impl Generator {
                 match self.up_to_date(&e, dest, md) {
                     Ok(true) => {
                         self.result.summary.files_up_to_date += 1;
-                        self.counters.file_done(e.meta.size);
+                        self.counters.file_found(e.meta.size);
                         return match self.fix_meta(&e, dest, md) {
                             Ok(()) => Ok(()),
                             Err(err) => self.failed(&e.path, err),
@@ -396,13 +443,84 @@ impl Generator {
             }
             None => {}
         }
-        self.request(e.path, e.meta, with_basis, dest)
+        let partial = self.journal.as_ref().and_then(|j| j.claim(&e.path));
+        if let Some(resumed) = partial.and_then(|p| self.reuse_partial(&e, p)) {
+            let (resume, tail) = resumed;
+            let s = &mut self.result.summary;
+            s.files_resumed += 1;
+            s.bytes_resumed += resume.from;
+            self.counters.found_bytes(resume.from as i64);
+            return self.request(e.path, e.meta, tail, Some(resume));
+        }
+        // Sign the basis first: if it cannot be read, the whole file is sent instead.
+        let signed = if with_basis {
+            sign_basis(dest, self.threads)
+        } else {
+            None
+        };
+        self.request(e.path, e.meta, signed, None)
     }
 
-    /// A regular file that failed before its request: done, for progress.
+    /// A regular file that failed before its request: settled, for progress.
     fn file_failed(&mut self, e: &Entry, err: io::Error) -> Result<(), SessionError> {
-        self.counters.file_done(e.meta.size);
+        self.counters.settled_bytes(e.meta.size as i64);
+        self.counters.file_settled();
         self.failed(&e.path, err)
+    }
+
+    /// Checks a partial file an earlier attempt left for `e`: the source must
+    /// be unchanged and the recorded prefix must hash as recorded. Then the
+    /// prefix is reused, and the unverified rest serves as a delta basis.
+    /// Otherwise the partial file is removed and the file sent as usual.
+    fn reuse_partial(&self, e: &Entry, p: Partial) -> Option<(Resume, Option<Signed>)> {
+        let temp = p.temp.under(&self.root);
+        let checked = (|| {
+            if p.size != e.meta.size || p.mtime != e.meta.mtime {
+                return Err("the source file changed since".to_string());
+            }
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&temp)
+                .map_err(|e| e.to_string())?;
+            let md = file.metadata().map_err(|e| e.to_string())?;
+            if !md.is_file() {
+                return Err("not a regular file".into());
+            }
+            if md.len() < p.verified_len {
+                return Err(format!(
+                    "shorter ({} bytes) than recorded ({})",
+                    md.len(),
+                    p.verified_len
+                ));
+            }
+            let mut hasher = blake3::Hasher::new();
+            let read = io::copy(&mut (&file).take(p.verified_len), &mut hasher);
+            if read.map_err(|e| e.to_string())? != p.verified_len
+                || *hasher.finalize().as_bytes() != p.prefix_hash
+            {
+                return Err("modified since it was recorded".into());
+            }
+            let tail = md.len().min(p.size) - p.verified_len;
+            let basis = (tail > 0 && !self.opts.whole_file)
+                .then(|| sign_open(&file, p.verified_len, tail, self.threads))
+                .flatten();
+            let resume = Resume {
+                temp: temp.clone(),
+                from: p.verified_len,
+                hasher,
+            };
+            Ok((resume, basis))
+        })();
+        checked
+            .inspect_err(|why| {
+                warn(format_args!(
+                    "{}: partial file of an earlier attempt not reused: {why}",
+                    e.path
+                ));
+                let _ = fs::remove_file(&temp);
+            })
+            .ok()
     }
 
     /// Fixes what differs in the metadata of an entry that is otherwise in place.
@@ -427,23 +545,19 @@ impl Generator {
         &mut self,
         path: RelPath,
         meta: Meta,
-        with_basis: bool,
-        dest: &Path,
+        signed: Option<Signed>,
+        resume: Option<Resume>,
     ) -> Result<(), SessionError> {
-        // Sign the basis first: if it cannot be read, the whole file is sent instead.
-        let signed = if with_basis {
-            sign_basis(dest, self.threads)
-        } else {
-            None
-        };
         let id = self.next_id;
         self.next_id += 1;
         let shape = signed.as_ref().map(|(s, _)| *s);
+        let resume_from = resume.as_ref().map_or(0, |r| r.from);
         let mut pending = PendingFile {
             path: path.clone(),
             meta,
             basis: shape,
             redo: false,
+            resume,
         };
         while let Err(p) = self.inflight.try_insert(id, pending) {
             pending = p;
@@ -459,6 +573,7 @@ impl Generator {
             id,
             path,
             basis: shape,
+            resume_from,
         }))?;
         if let Some((_, sigs)) = signed {
             for chunk in sigs.chunks(SIGS_PER_FRAME) {
@@ -509,6 +624,9 @@ impl Generator {
             let name = de.file_name();
             let name = name.as_bytes();
             if keep.contains(name) || is_own_temp(name) || (dir.is_root() && name == STATE_DIR) {
+                continue;
+            }
+            if is_temp_name(name) && self.journal.as_ref().is_some_and(|j| j.holds(dir, name)) {
                 continue;
             }
             let Ok(path) = dir.join(name) else { continue };
@@ -575,14 +693,22 @@ impl Generator {
 }
 
 /// The signature of the destination file as it is now, if it can be read.
-fn sign_basis(dest: &Path, threads: usize) -> Option<(SigShape, Vec<signature::BlockSig>)> {
+fn sign_basis(dest: &Path, threads: usize) -> Option<Signed> {
     let f = File::open(dest).ok()?;
     let len = f.metadata().ok()?.len();
+    sign_open(&f, 0, len, threads)
+}
+
+/// The signature of `len` bytes of `f` from `offset`, if they can be read.
+fn sign_open(f: &File, offset: u64, len: u64, threads: usize) -> Option<Signed> {
     let shape = SigShape::for_len(len);
     if len == 0 || shape.block_count() > MAX_BLOCKS_PER_FILE {
         return None;
     }
-    Some((shape, signature::sign_file(&f, shape, threads).ok()?))
+    Some((
+        shape,
+        signature::sign_file_from(f, offset, shape, threads).ok()?,
+    ))
 }
 
 /// Removes a directory and everything in it. Without root, a read-only

@@ -13,15 +13,29 @@ use tokio_util::sync::CancellationToken;
 /// Bytes buffered in each direction of the in-memory pipe.
 const PIPE: usize = 1024 * 1024;
 
+/// How a local copy runs.
+#[derive(Clone, Default)]
+pub struct LocalConfig {
+    pub bwlimit: Option<u64>,
+    pub progress: Option<ProgressFn>,
+    /// Keep the checkpoint (marked complete) after a clean finish.
+    pub keep_checkpoint: bool,
+    pub cancel: CancellationToken,
+}
+
 /// Copies or re-syncs `src` into `dst` with the same engine as the network path.
 pub async fn sync(
     src: PathBuf,
     dst: PathBuf,
     options: SessionOptions,
-    bwlimit: Option<u64>,
-    progress: Option<ProgressFn>,
-    cancel: CancellationToken,
+    cfg: LocalConfig,
 ) -> Result<Summary, SessionError> {
+    let LocalConfig {
+        bwlimit,
+        progress,
+        keep_checkpoint,
+        cancel,
+    } = cfg;
     // Usage errors are reported as such, not as the broken pipe they would cause.
     Filter::new(&options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
     // A bad source must not leave an empty destination behind.
@@ -32,6 +46,7 @@ pub async fn sync(
     let mut rcfg = ReceiverConfig::new(dst);
     rcfg.progress = progress;
     rcfg.cancel = cancel.clone();
+    rcfg.keep_checkpoint = keep_checkpoint;
     // An in-memory pipe cannot go half-open: no idle timeout.
     let scfg = SenderConfig {
         root: src,

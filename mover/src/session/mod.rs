@@ -14,6 +14,7 @@ mod applier;
 mod commit;
 mod flow;
 mod generator;
+mod journal;
 pub mod local;
 mod outbox;
 mod peer;
@@ -21,6 +22,7 @@ pub mod receiver;
 pub mod sender;
 mod serve;
 mod supervise;
+mod verify;
 mod writer;
 
 use std::io;

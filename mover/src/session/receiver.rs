@@ -16,10 +16,13 @@ use tokio_util::sync::CancellationToken;
 use super::applier::Applier;
 use super::flow::{Inflight, ListWindow};
 use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
+use super::journal::Journal;
 use super::outbox::{weight, Out};
 use super::peer::{first_frame, next_frames};
 use super::supervise::{drain, tell_peer, Supervisor};
+use super::verify::Verifier;
 use super::{is_fatal, warn, writer, ProgressFn, SessionError};
+use crate::checkpoint::check_operation_id;
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;
@@ -27,7 +30,7 @@ use crate::protocol::{
     violation, Frame, FrameCodec, Hello, ProtocolError, SessionOptions, WireCounter,
     INITIAL_CREDIT, MAX_EXCLUDES,
 };
-use crate::stats::{Counters, Summary};
+use crate::stats::{Counters, Prior, Summary, VerifyResult};
 use crate::walk::TreeRoot;
 
 /// Batches queued for each applier.
@@ -87,6 +90,12 @@ pub struct ReceiverConfig {
     pub timeout: Option<Duration>,
     /// Cancelled to stop the session cleanly (temporary files removed, the sender told).
     pub cancel: CancellationToken,
+    /// Serve only this operation (the sender must name the same one).
+    pub operation_id: Option<String>,
+    /// Serve only this attempt of it.
+    pub attempt: Option<u32>,
+    /// Keep the checkpoint, marked complete, after a clean finish.
+    pub keep_checkpoint: bool,
 }
 
 impl ReceiverConfig {
@@ -98,6 +107,9 @@ impl ReceiverConfig {
             progress: None,
             timeout: None,
             cancel: CancellationToken::new(),
+            operation_id: None,
+            attempt: None,
+            keep_checkpoint: false,
         }
     }
 }
@@ -111,12 +123,17 @@ pub enum State {
     Listed,
     /// All data has arrived.
     DataDone,
+    /// The sender lists its tree again for `--verify`.
+    Verifying,
+    /// The verification listing is complete.
+    Verified,
 }
 
 /// Where a legal frame goes.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Route {
-    Generator,
+    /// To the generator, or while verifying to the verifier.
+    List,
     Applier,
 }
 
@@ -125,12 +142,14 @@ impl State {
     pub fn step(self, frame: &Frame) -> Result<(State, Route), ProtocolError> {
         use Frame::*;
         match (self, frame) {
-            (State::Listing, Entry(_) | DirDone(_)) => Ok((self, Route::Generator)),
-            (State::Listing, ListEnd(_)) => Ok((State::Listed, Route::Generator)),
+            (State::Listing, Entry(_) | DirDone(_)) => Ok((self, Route::List)),
+            (State::Listing, ListEnd(_)) => Ok((State::Listed, Route::List)),
             (State::Listing | State::Listed, FileBegin { .. } | Ops { .. } | FileEnd { .. }) => {
                 Ok((self, Route::Applier))
             }
             (State::Listed, DataEnd) => Ok((State::DataDone, Route::Applier)),
+            (State::Verifying, Entry(_) | DirDone(_)) => Ok((self, Route::List)),
+            (State::Verifying, ListEnd(_)) => Ok((State::Verified, Route::List)),
             (state, frame) => Err(violation(format!(
                 "unexpected {} frame while {state:?}",
                 frame.name()
@@ -155,13 +174,17 @@ where
     let accepted = async {
         let opts = handshake(&mut frames, cfg.timeout).await?;
         let (filter, root) = prepare(&cfg, &opts)?;
-        Ok::<_, SessionError>((opts, filter, root))
+        let journal = match &opts.operation_id {
+            Some(id) => Some(Journal::open(&root, id, opts.attempt, cfg.keep_checkpoint)?),
+            None => None,
+        };
+        Ok::<_, SessionError>((opts, filter, root, journal))
     };
     let accepted = tokio::select! {
         r = accepted => r,
         () = cfg.cancel.cancelled() => Err(SessionError::Interrupted),
     };
-    let (opts, filter, root) = match accepted {
+    let (opts, filter, root, opened) = match accepted {
         Ok(r) => r,
         Err(e) => {
             let _ = sink.send(Frame::Abort(e.to_abort())).await;
@@ -179,16 +202,29 @@ where
 
     let (out_tx, writer) = writer::start(sink, cfg.bwlimit, tx_count.clone());
     let inflight = Arc::new(Inflight::<PendingFile>::new(MAX_INFLIGHT));
-    let counters = Arc::new(Counters::default());
+    let (journal, prior, problem) = match opened {
+        Some(o) => (Some(o.journal), o.prior, o.problem),
+        None => (None, Prior::default(), None),
+    };
+    let counters = Arc::new(Counters::new(
+        opts.operation_id.clone(),
+        opts.attempt,
+        prior,
+    ));
     let mut sup = Supervisor::new(cfg.cancel.clone());
+    let checkpointer = journal.as_ref().map(|j| {
+        let (j, c) = (j.clone(), counters.clone());
+        sup.spawn(move || j.run_writer(c))
+    });
 
     let (gen_tx, gen_rx) = mpsc::channel(INITIAL_CREDIT as usize + 1);
     let window = Arc::new(ListWindow::default());
     let gen_cfg = GenConfig {
         root: cfg.root.clone(),
         opts: opts.clone(),
-        filter,
+        filter: filter.clone(),
         owner: cfg.preserve_owner,
+        journal: journal.clone(),
     };
     let generator = Generator::new(
         gen_cfg,
@@ -209,6 +245,7 @@ where
             cfg.preserve_owner,
             inflight.clone(),
             counters.clone(),
+            journal.clone(),
         );
         appliers.push(sup.spawn(move || {
             applier
@@ -244,6 +281,18 @@ where
             drain(generator),
             futures::future::join_all(appliers.into_iter().map(drain))
         );
+        // What the workers left is recorded for the next attempt.
+        if let Some(j) = &journal {
+            j.stop();
+            if let Some(w) = checkpointer {
+                drain(w).await;
+            }
+            if let Err(ce) = j.save(&counters) {
+                warn(format_args!(
+                    "cannot record progress for the next attempt: {ce}"
+                ));
+            }
+        }
         return Err(e);
     }
     let completed = async {
@@ -252,15 +301,37 @@ where
         for applier in appliers {
             applied.add_applied(&sup.join(applier).await?);
         }
+        if let (Some(j), Some(w)) = (&journal, checkpointer) {
+            j.stop();
+            sup.join(w).await?;
+        }
         let (root, owner) = (cfg.root.clone(), cfg.preserve_owner);
+        let done = journal.clone().map(|j| (j, counters.clone()));
         let finished =
-            tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied)).await;
+            tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied, done)).await;
         finished.map_err(|e| SessionError::Internal(e.to_string()))?
     };
     let mut summary = match completed.await {
         Ok(s) => s,
-        Err(e) => return Err(tell_peer(e, out_tx, writer).await),
+        Err(e) => {
+            let e = tell_peer(e, out_tx, writer).await;
+            if let Some(j) = &journal {
+                j.stop();
+                let _ = j.save(&counters);
+            }
+            return Err(e);
+        }
     };
+    if opts.verify {
+        let verified = verify(&mut frames, &out_tx, &cfg, &opts, filter, &mut sup).await;
+        match verified {
+            Ok(v) => summary.verify = Some(v),
+            Err(e) => return Err(tell_peer(e, out_tx, writer).await),
+        }
+    }
+    summary.operation_id = opts.operation_id.clone();
+    summary.attempt = opts.attempt;
+    summary.checkpoint_problem = problem;
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     // The final progress event, here and at the sender, says everything is done.
     let last = counters.snapshot(summary.elapsed_ms);
@@ -295,6 +366,25 @@ async fn handshake<R: AsyncRead + Unpin>(
 
 /// Validates the sender's options and makes the destination root.
 fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(Filter, PathBuf), SessionError> {
+    if let Some(id) = &opts.operation_id {
+        check_operation_id(id).map_err(SessionError::Usage)?;
+        if opts.attempt == 0 {
+            return Err(SessionError::Usage("attempts are numbered from 1".into()));
+        }
+    }
+    if cfg.operation_id.is_some() && cfg.operation_id != opts.operation_id {
+        return Err(SessionError::Usage(format!(
+            "this receiver serves operation {}, not {}",
+            cfg.operation_id.as_deref().unwrap_or("-"),
+            opts.operation_id.as_deref().unwrap_or("(none)")
+        )));
+    }
+    if let Some(attempt) = cfg.attempt.filter(|&a| a != opts.attempt) {
+        return Err(SessionError::Usage(format!(
+            "this receiver serves attempt {attempt}, the sender is attempt {}",
+            opts.attempt
+        )));
+    }
     if opts.excludes.len() > MAX_EXCLUDES {
         return Err(violation(format!(
             "{} exclude patterns (at most {MAX_EXCLUDES})",
@@ -337,7 +427,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
             let (next, route) = state.step(&frame)?;
             state = next;
             match route {
-                Route::Generator => to_gen.push(frame),
+                Route::List => to_gen.push(frame),
                 Route::Applier => match frame.file_id() {
                     Some(id) => to_app[(id % app_txs.len() as u64) as usize].push(frame),
                     None => {
@@ -374,6 +464,66 @@ async fn read_frames<R: AsyncRead + Unpin>(
     Ok(())
 }
 
+/// Asks the sender to list its tree again, with contents hashed, and compares.
+async fn verify<R: AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, FrameCodec>,
+    out: &Out,
+    cfg: &ReceiverConfig,
+    opts: &SessionOptions,
+    filter: Filter,
+    sup: &mut Supervisor,
+) -> Result<VerifyResult, SessionError> {
+    let window = Arc::new(ListWindow::default());
+    let verifier = Verifier::new(
+        cfg.root.clone(),
+        filter,
+        opts.delete,
+        cfg.preserve_owner,
+        out.clone(),
+        window.clone(),
+    )?;
+    out.send(vec![Frame::Verify])
+        .await
+        .map_err(|_| SessionError::Cancelled)?;
+    let (tx, rx) = mpsc::channel(INITIAL_CREDIT as usize + 1);
+    let worker = sup.spawn(move || verifier.run(rx));
+    let read = sup
+        .watch(read_listing(frames, tx, &window, cfg.timeout))
+        .await;
+    if let Err(e) = read {
+        drain(worker).await;
+        return Err(e);
+    }
+    sup.join(worker).await
+}
+
+/// Reads the verification listing and hands it to the verifier.
+async fn read_listing<R: AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, FrameCodec>,
+    tx: mpsc::Sender<Vec<Frame>>,
+    window: &ListWindow,
+    timeout: Option<Duration>,
+) -> Result<(), SessionError> {
+    let mut state = State::Verifying;
+    let mut batches = frames.ready_chunks(READ_BATCH);
+    while state != State::Verified {
+        let batch = next_frames(&mut batches, timeout).await?;
+        for frame in &batch {
+            state = state.step(frame)?.0;
+        }
+        if !window.admit(batch.len() as u64) {
+            return Err(violation("sender exceeded its list credit").into());
+        }
+        tx.try_send(batch).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                violation("sender exceeded its list credit").into()
+            }
+            mpsc::error::TrySendError::Closed(_) => SessionError::Cancelled,
+        })?;
+    }
+    Ok(())
+}
+
 async fn report_progress(
     counters: Arc<Counters>,
     start: Instant,
@@ -394,12 +544,15 @@ async fn report_progress(
     }
 }
 
-/// After all data: hard links, then directory metadata deepest first, then one last sync.
+/// After all data: hard links, the checkpoint's end, then directory metadata
+/// deepest first (the state directory's removal changes the root), then one
+/// last sync.
 fn finish(
     root: &std::path::Path,
     owner: bool,
     gen: GenOutput,
     applied: Summary,
+    journal: Option<(Arc<Journal>, Arc<Counters>)>,
 ) -> Result<Summary, SessionError> {
     let mut s = gen.summary;
     s.add_applied(&applied);
@@ -413,6 +566,9 @@ fn finish(
             warn(format_args!("{path}: cannot link to {target}: {e}"));
             s.files_failed += 1;
         }
+    }
+    if let Some((j, counters)) = journal {
+        j.complete(&counters)?;
     }
     let mut dirs = gen.dirs;
     dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.depth()));
@@ -461,7 +617,7 @@ mod tests {
     fn state_machine_orders_frames() {
         let s = State::Listing;
         let (s, r) = s.step(&Frame::DirDone(RelPath::root())).unwrap();
-        assert_eq!((s, r), (State::Listing, Route::Generator));
+        assert_eq!((s, r), (State::Listing, Route::List));
         assert!(
             s.step(&Frame::DataEnd).is_err(),
             "data cannot end before the list"

@@ -50,6 +50,8 @@ pub enum State {
     Serving(Option<(Request, Vec<BlockSig>)>),
     /// No more requests will come.
     RequestsDone,
+    /// The receiver asked to verify: the tree is listed again.
+    Verifying,
 }
 
 /// What the reader does with a frame.
@@ -59,6 +61,8 @@ pub enum Action {
     /// A complete request (signature included).
     Serve(Request, Vec<BlockSig>),
     RequestsEnd,
+    /// List the tree again, with content hashes.
+    Verify,
     Progress(crate::stats::Progress),
     Done(Summary),
     Nothing,
@@ -110,7 +114,10 @@ impl State {
             (State::Serving(None), Frame::RequestsEnd) => {
                 Ok((State::RequestsDone, Action::RequestsEnd))
             }
-            (State::RequestsDone, Frame::Done(s)) => Ok((State::RequestsDone, Action::Done(s))),
+            (State::RequestsDone, Frame::Verify) => Ok((State::Verifying, Action::Verify)),
+            (State::RequestsDone | State::Verifying, Frame::Done(s)) => {
+                Ok((State::RequestsDone, Action::Done(s)))
+            }
             (state, frame) => Err(violation(format!(
                 "unexpected {} frame while {}",
                 frame.name(),
@@ -124,6 +131,7 @@ impl State {
             State::Serving(None) => "serving requests",
             State::Serving(Some(_)) => "receiving a signature",
             State::RequestsDone => "finishing",
+            State::Verifying => "verifying",
         }
     }
 }
@@ -164,31 +172,50 @@ where
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
     let queue = Queue::new(req_tx, Prefetcher::start(&source));
     let server = {
-        let (out, opts) = (out_tx.clone(), options.clone());
+        let (out, opts, filter) = (out_tx.clone(), options.clone(), filter.clone());
         sup.spawn(move || serve(&source, filter, opts, req_rx, Outbox::new(out)))
     };
 
-    let read = sup
-        .watch(read_frames(
-            &mut frames,
-            &credits,
-            queue,
-            cfg.progress.as_ref(),
-            cfg.timeout,
-        ))
-        .await;
-    credits.close();
+    let mut reader = Reader {
+        state: State::Serving(None),
+        credits: credits.clone(),
+        queue: Some(queue),
+    };
+    let mut verifier = None;
+    let read = loop {
+        let read = sup
+            .watch(reader.read(&mut frames, cfg.progress.as_ref(), cfg.timeout))
+            .await;
+        reader.credits.close();
+        match read {
+            Ok(Ended::Done(summary)) => break Ok(*summary),
+            Ok(Ended::Verify) => {
+                // The same walk as the listing, with every file's contents hashed.
+                reader.credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
+                let walker = Walker::new(cfg.root.clone(), filter.clone(), true);
+                let (out, credits) = (Outbox::new(out_tx.clone()), reader.credits.clone());
+                verifier = Some(sup.spawn(move || walk(walker, out, &credits)));
+            }
+            Err(e) => break Err(e),
+        }
+    };
     let mut summary = match read {
         Ok(summary) => summary,
         Err(e) => {
             // Tell the receiver why, then let the workers clean up.
             let e = tell_peer(e, out_tx, writer).await;
             tokio::join!(drain(walker), drain(server));
+            if let Some(v) = verifier {
+                drain(v).await;
+            }
             return Err(e);
         }
     };
     sup.join(walker).await?;
     sup.join(server).await?;
+    if let Some(v) = verifier {
+        sup.join(v).await?;
+    }
     drop(out_tx);
     writer
         .await
@@ -212,38 +239,59 @@ async fn handshake<R: AsyncRead + Unpin>(
     }
 }
 
-async fn read_frames<R: AsyncRead + Unpin>(
-    frames: &mut FramedRead<R, FrameCodec>,
-    credits: &Credits,
-    queue: Queue,
-    progress: Option<&ProgressFn>,
-    timeout: Option<Duration>,
-) -> Result<Summary, SessionError> {
-    let mut state = State::Serving(None);
-    let mut queue = Some(queue);
-    let mut batches = frames.ready_chunks(READ_BATCH);
-    loop {
-        let batch = next_frames(&mut batches, timeout).await?;
-        for frame in batch {
-            let (next, action) = state.step(frame)?;
-            state = next;
-            match action {
-                Action::Credit(n) => credits.add(n as u64),
-                Action::Serve(req, sigs) => {
-                    queue
-                        .as_ref()
-                        .ok_or_else(cancelled)?
-                        .push(req, sigs)
-                        .await?
-                }
-                Action::RequestsEnd => queue = None,
-                Action::Progress(p) => {
-                    if let Some(sink) = progress {
-                        sink(&p);
+/// Why reading stopped.
+enum Ended {
+    Done(Box<Summary>),
+    /// The receiver asked for the verification listing.
+    Verify,
+}
+
+/// The reader's state across calls.
+struct Reader {
+    state: State,
+    /// Where credit from the receiver goes: the listing's, then the verification's.
+    credits: Arc<Credits>,
+    queue: Option<Queue>,
+}
+
+impl Reader {
+    async fn read<R: AsyncRead + Unpin>(
+        &mut self,
+        frames: &mut FramedRead<R, FrameCodec>,
+        progress: Option<&ProgressFn>,
+        timeout: Option<Duration>,
+    ) -> Result<Ended, SessionError> {
+        let mut batches = frames.ready_chunks(READ_BATCH);
+        let mut verify = false;
+        loop {
+            let batch = next_frames(&mut batches, timeout).await?;
+            for frame in batch {
+                let state = std::mem::replace(&mut self.state, State::RequestsDone);
+                let (next, action) = state.step(frame)?;
+                self.state = next;
+                match action {
+                    Action::Credit(n) => self.credits.add(n as u64),
+                    Action::Serve(req, sigs) => {
+                        self.queue
+                            .as_ref()
+                            .ok_or_else(cancelled)?
+                            .push(req, sigs)
+                            .await?
                     }
+                    Action::RequestsEnd => self.queue = None,
+                    Action::Verify => verify = true,
+                    Action::Progress(p) => {
+                        if let Some(sink) = progress {
+                            sink(&p);
+                        }
+                    }
+                    Action::Done(summary) => return Ok(Ended::Done(Box::new(summary))),
+                    Action::Nothing => {}
                 }
-                Action::Done(summary) => return Ok(summary),
-                Action::Nothing => {}
+            }
+            // Nothing follows Verify until the verification listing is under way.
+            if verify {
+                return Ok(Ended::Verify);
             }
         }
     }

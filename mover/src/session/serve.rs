@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::outbox::{recv_or_flush, FrameOut, Outbox};
 use super::{cancelled, warn, SessionError};
-use crate::delta::{delta, DeltaOptions, Op, LITERAL_CHUNK};
+use crate::delta::{delta_with, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
 use crate::meta::Meta;
 use crate::path::RelPath;
@@ -260,31 +260,42 @@ fn send_file(
         Err(e) => return Ok(unreadable(req, e)),
     };
     let index = req.basis.map(|shape| Index::new(shape, sigs));
+    let resume = req.resume_from;
+    // A resumed file is rebuilt in place over its partial copy.
     let mut dopts = DeltaOptions {
-        inplace: opts.inplace,
+        inplace: opts.inplace || resume > 0,
         len_hint: None,
     };
     for _ in 0..MAX_TRIES {
         let before = match stat_file(&file) {
-            Ok(Some(m)) => m,
-            Ok(None) => return Ok(FileOutcome::Changed),
+            Ok(Some(m)) if m.size >= resume => m,
+            // Shorter than what the receiver holds: it has changed since it was listed.
+            Ok(_) => return Ok(FileOutcome::Changed),
             Err(e) => return Ok(unreadable(req, e)),
         };
         out.push(Frame::FileBegin {
             id: req.id,
             meta: before,
         })?;
-        dopts.len_hint = Some(before.size);
+        // The receiver has the prefix: it is only read to hash the whole file.
+        let mut hasher = blake3::Hasher::new();
+        match io::copy(&mut Read::by_ref(&mut file).take(resume), &mut hasher) {
+            Ok(n) if n == resume => {}
+            Ok(_) => return Ok(FileOutcome::Changed),
+            Err(e) => return Ok(unreadable(req, e)),
+        }
+        dopts.len_hint = Some(before.size - resume);
         let mut batch = OpBatch {
             id: req.id,
             ops: Vec::new(),
             bytes: 0,
             out: &mut *out,
         };
-        let result = delta::<_, SendError>(
-            Read::by_ref(&mut file).take(before.size),
+        let result = delta_with::<_, SendError>(
+            Read::by_ref(&mut file).take(before.size - resume),
             index.as_ref(),
             dopts,
+            hasher,
             &mut |op| batch.push(op),
         );
         let sent = match result {
@@ -294,7 +305,7 @@ fn send_file(
         };
         batch.flush()?;
         let after = stat_file(&file).ok().flatten();
-        if sent.len == before.size && after == Some(before) {
+        if resume + sent.len == before.size && after == Some(before) {
             return Ok(FileOutcome::Sent(sent.hash));
         }
         if let Err(e) = file.rewind() {

@@ -1,0 +1,273 @@
+//! The receiver's live record of an operation: which files are being written
+//! under temporary names and how far, kept in memory by the appliers and
+//! written to the checkpoint by a thread of its own, so the transfer never
+//! waits for it.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::{warn, SessionError};
+use crate::checkpoint::{Checkpoint, CheckpointError, Fingerprint, Partial, Store};
+use crate::meta::Mtime;
+use crate::path::RelPath;
+use crate::stats::{Counters, Prior};
+
+/// Progress (bytes written or found) after which the checkpoint is rewritten.
+const WRITE_EVERY_BYTES: u64 = 1 << 20;
+/// The checkpoint is rewritten at least this often while anything changes.
+const WRITE_EVERY: Duration = Duration::from_secs(1);
+/// How often the writer looks at the counters.
+const POLL: Duration = Duration::from_millis(5);
+
+/// A file being rebuilt under a temporary name.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    pub path: RelPath,
+    pub temp: RelPath,
+    /// Size and modification time of the source the data comes from.
+    pub size: u64,
+    pub mtime: Mtime,
+    /// Bytes written, and the hash of them.
+    pub len: u64,
+    pub hasher: blake3::Hasher,
+}
+
+/// What the receiver knows about the operation it serves.
+#[derive(Debug)]
+pub struct Journal {
+    store: Store,
+    operation_id: String,
+    attempt: u32,
+    keep: bool,
+    /// Elapsed time of earlier attempts.
+    elapsed_before: u64,
+    start: Instant,
+    /// Totals of the last complete listing, earlier or now.
+    totals: Mutex<(Option<u64>, Option<u64>, Option<Fingerprint>)>,
+    slots: Mutex<HashMap<u64, Slot>>,
+    /// Partial files the last checkpoint named, not yet claimed by a listed file.
+    loaded: Mutex<HashMap<RelPath, Partial>>,
+    stopped: AtomicBool,
+    /// One write at a time (the writer thread and the final write share a temporary name).
+    saving: Mutex<()>,
+}
+
+/// What opening the journal found.
+pub struct Opened {
+    pub journal: Arc<Journal>,
+    pub prior: Prior,
+    /// Why an existing checkpoint was discarded.
+    pub problem: Option<String>,
+}
+
+impl Journal {
+    /// Locks the destination's state and reads the checkpoint an earlier attempt left.
+    pub fn open(
+        root: &Path,
+        operation_id: &str,
+        attempt: u32,
+        keep: bool,
+    ) -> Result<Opened, SessionError> {
+        let store =
+            Store::open(root).map_err(|e| SessionError::local("opening the checkpoint", e))?;
+        let mut problem = None;
+        let found = match store.load() {
+            Ok(Some(cp)) if cp.operation_id != operation_id => Err(CheckpointError::Foreign {
+                found: cp.operation_id,
+                want: operation_id.to_string(),
+            }),
+            Ok(found) => Ok(found),
+            Err(e) => Err(e),
+        };
+        let cp = match found {
+            Ok(cp) => cp,
+            Err(CheckpointError::Io(e)) => {
+                return Err(SessionError::local("reading the checkpoint", e));
+            }
+            Err(e) => {
+                warn(format_args!(
+                    "discarding the checkpoint at the destination: {e}"
+                ));
+                problem = Some(e.to_string());
+                store
+                    .remove()
+                    .map_err(|e| SessionError::local("removing a bad checkpoint", e))?;
+                None
+            }
+        };
+        if let Some(cp) = &cp {
+            if cp.attempt > attempt {
+                return Err(SessionError::Usage(format!(
+                    "attempt {attempt} of operation {operation_id} is stale: attempt {} already wrote to this destination",
+                    cp.attempt
+                )));
+            }
+        }
+        // A completed operation run again starts a fresh round.
+        let cp = cp.filter(|cp| !cp.complete);
+        let prior = cp.as_ref().map_or(Prior::default(), |cp| Prior {
+            files_done: cp.files_done,
+            bytes_done: cp.bytes_done,
+            files_total: cp.files_total,
+            bytes_total: cp.bytes_total,
+        });
+        let (elapsed_before, totals, loaded) = match cp {
+            Some(cp) => (
+                cp.elapsed_ms_total,
+                (cp.files_total, cp.bytes_total, cp.source),
+                cp.partials
+                    .into_iter()
+                    .map(|p| (p.path.clone(), p))
+                    .collect(),
+            ),
+            None => (0, (None, None, None), HashMap::new()),
+        };
+        let journal = Journal {
+            store,
+            operation_id: operation_id.to_string(),
+            attempt,
+            keep,
+            elapsed_before,
+            start: Instant::now(),
+            totals: Mutex::new(totals),
+            slots: Mutex::default(),
+            loaded: Mutex::new(loaded),
+            stopped: AtomicBool::new(false),
+            saving: Mutex::new(()),
+        };
+        Ok(Opened {
+            journal: Arc::new(journal),
+            prior,
+            problem,
+        })
+    }
+
+    pub fn operation_id(&self) -> &str {
+        &self.operation_id
+    }
+
+    /// Takes the partial file the checkpoint names for `path`, if any.
+    pub fn claim(&self, path: &RelPath) -> Option<Partial> {
+        lock(&self.loaded).remove(path)
+    }
+
+    /// Removes the partial files no listed file claimed (their source is gone or changed).
+    pub fn discard_unclaimed(&self, root: &Path) {
+        for (_, p) in lock(&self.loaded).drain() {
+            let _ = std::fs::remove_file(p.temp.under(root));
+        }
+    }
+
+    /// Whether the temporary file `name` in `dir` holds data this operation may still use.
+    pub fn holds(&self, dir: &RelPath, name: &[u8]) -> bool {
+        let is = |temp: &RelPath| temp.parent() == *dir && temp.file_name() == name;
+        lock(&self.slots).values().any(|s| is(&s.temp))
+            || lock(&self.loaded).values().any(|p| is(&p.temp))
+    }
+
+    pub fn begin(&self, id: u64, slot: Slot) {
+        lock(&self.slots).insert(id, slot);
+    }
+
+    pub fn update(&self, id: u64, len: u64, hasher: &blake3::Hasher) {
+        if let Some(s) = lock(&self.slots).get_mut(&id) {
+            s.len = len;
+            s.hasher = hasher.clone();
+        }
+    }
+
+    /// The file is in place, or its temporary file is gone.
+    pub fn end(&self, id: u64) {
+        lock(&self.slots).remove(&id);
+    }
+
+    /// The source as listed completely by this attempt.
+    pub fn listed(&self, files: u64, bytes: u64, source: Fingerprint) {
+        *lock(&self.totals) = (Some(files), Some(bytes), Some(source));
+    }
+
+    fn snapshot(&self, counters: &Counters, complete: bool) -> Checkpoint {
+        let elapsed = self.start.elapsed().as_millis() as u64;
+        let p = counters.snapshot(elapsed);
+        let (files_total, bytes_total, source) = *lock(&self.totals);
+        let mut partials: Vec<Partial> = lock(&self.slots)
+            .values()
+            .map(|s| Partial {
+                path: s.path.clone(),
+                temp: s.temp.clone(),
+                size: s.size,
+                mtime: s.mtime,
+                verified_len: s.len,
+                prefix_hash: *s.hasher.finalize().as_bytes(),
+            })
+            .collect();
+        partials.sort_by(|a, b| a.path.cmp(&b.path));
+        Checkpoint {
+            operation_id: self.operation_id.clone(),
+            attempt: self.attempt,
+            complete,
+            files_done: p.files_done,
+            bytes_done: p.bytes_done,
+            files_total,
+            bytes_total,
+            source,
+            partials,
+            elapsed_ms_total: self.elapsed_before + elapsed,
+            updated_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        }
+    }
+
+    /// Writes the checkpoint now.
+    pub fn save(&self, counters: &Counters) -> Result<(), SessionError> {
+        let _one = lock(&self.saving);
+        self.store
+            .save(&self.snapshot(counters, false))
+            .map_err(|e| SessionError::local("writing the checkpoint", e))
+    }
+
+    /// The writer thread: rewrites the checkpoint as work gets done, until [`Journal::stop`].
+    pub fn run_writer(self: Arc<Self>, counters: Arc<Counters>) -> Result<(), SessionError> {
+        let mut written = counters.activity();
+        let mut at = Instant::now();
+        while !self.stopped.load(Ordering::Relaxed) {
+            std::thread::sleep(POLL);
+            let now = counters.activity();
+            let due = now.abs_diff(written) >= WRITE_EVERY_BYTES
+                || (now != written && at.elapsed() >= WRITE_EVERY);
+            if due {
+                self.save(&counters)?;
+                written = now;
+                at = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    /// The operation is complete: the state directory goes, or the checkpoint
+    /// stays marked complete with `--keep-checkpoint`.
+    pub fn complete(&self, counters: &Counters) -> Result<(), SessionError> {
+        self.stop();
+        let _one = lock(&self.saving);
+        let r = if self.keep {
+            self.store.save(&self.snapshot(counters, true))
+        } else {
+            self.store.remove_all()
+        };
+        r.map_err(|e| SessionError::local("removing the checkpoint", e))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A worker that panicked holding the lock cannot leave it inconsistent:
+    // every critical section is a single insert, remove or copy.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

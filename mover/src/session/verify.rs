@@ -1,0 +1,223 @@
+//! `--verify`: once all data is in place, the sender lists its tree again
+//! with a BLAKE3 of every file's contents, and the receiver describes each
+//! listed entry from its own disk the same way (contents and metadata, as in
+//! a [`crate::manifest`]) and compares. A file whose contents differ is
+//! removed from the destination, so the next attempt sends it again.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::flow::ListWindow;
+use super::outbox::{recv_or_flush, Out, Outbox};
+use super::{cancelled, warn, SessionError};
+use crate::filter::Filter;
+use crate::manifest::{describe, ManifestOptions};
+use crate::meta::{kind_of, Kind, Meta};
+use crate::path::RelPath;
+use crate::protocol::{Entry, Frame};
+use crate::stats::VerifyResult;
+use crate::walk::{is_temp_name, TreeRoot, STATE_DIR};
+
+/// List frames consumed before credit is returned to the sender.
+const CREDIT_BATCH: u32 = 1024;
+/// Differences described one by one on stderr; the rest are only counted.
+const REPORT_AT_MOST: u64 = 50;
+
+pub struct Verifier {
+    root: PathBuf,
+    tree: TreeRoot,
+    filter: Filter,
+    /// Extra entries at the destination are differences (`--delete` was asked for).
+    delete: bool,
+    opts: ManifestOptions,
+    out: Outbox,
+    window: Arc<ListWindow>,
+    consumed: u32,
+    /// Names listed so far in the directory being listed.
+    children: Option<(RelPath, HashSet<Vec<u8>>)>,
+    manifest: blake3::Hasher,
+    result: VerifyResult,
+}
+
+impl Verifier {
+    pub fn new(
+        root: PathBuf,
+        filter: Filter,
+        delete: bool,
+        owner: bool,
+        out: Out,
+        window: Arc<ListWindow>,
+    ) -> Result<Verifier, SessionError> {
+        let tree =
+            TreeRoot::open(&root).map_err(|e| SessionError::local("opening the destination", e))?;
+        Ok(Verifier {
+            root,
+            tree,
+            filter,
+            delete,
+            opts: ManifestOptions {
+                owner,
+                root_meta: true,
+            },
+            out: Outbox::new(out),
+            window,
+            consumed: 0,
+            children: None,
+            manifest: blake3::Hasher::new(),
+            result: VerifyResult::default(),
+        })
+    }
+
+    /// Compares listed entries until `ListEnd`.
+    pub fn run(mut self, mut rx: mpsc::Receiver<Vec<Frame>>) -> Result<VerifyResult, SessionError> {
+        loop {
+            let batch = recv_or_flush(&mut rx, &mut self.out)?.ok_or_else(cancelled)?;
+            for frame in batch {
+                match frame {
+                    Frame::Entry(e) => self.entry(e)?,
+                    Frame::DirDone(d) => self.dir_done(d),
+                    Frame::ListEnd(stats) => {
+                        // What the sender could not list again cannot be verified.
+                        self.result.differences += stats.failed + stats.vanished;
+                        let r = &mut self.result;
+                        r.passed = r.differences == 0;
+                        r.manifest = self.manifest.finalize().to_hex().to_string();
+                        self.out.flush()?;
+                        return Ok(self.result);
+                    }
+                    other => {
+                        return Err(SessionError::Internal(format!(
+                            "verifier got {}",
+                            other.name()
+                        )))
+                    }
+                }
+                self.window.consumed();
+                self.consumed += 1;
+                if self.consumed >= CREDIT_BATCH {
+                    self.out.push(Frame::Credit(self.consumed))?;
+                    self.consumed = 0;
+                }
+            }
+        }
+    }
+
+    fn entry(&mut self, e: Entry) -> Result<(), SessionError> {
+        if !e.path.is_root() {
+            let (parent, name) = (e.path.parent(), e.path.file_name().to_vec());
+            match &mut self.children {
+                Some((dir, names)) if *dir == parent => {
+                    names.insert(name);
+                }
+                slot => *slot = Some((parent, HashSet::from([name]))),
+            }
+        }
+        self.result.entries += 1;
+        let want = describe(&e.path, &e.kind, &e.meta, e.checksum.as_ref(), self.opts);
+        let have = match self.observe(&e) {
+            Ok(line) => line,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => "missing".to_string(),
+            Err(err) => format!("unreadable: {err}"),
+        };
+        self.manifest.update(have.as_bytes());
+        self.manifest.update(b"\n");
+        if have != want {
+            self.differ(&e.path, &want, &have);
+            let same_meta = want
+                .find(" blake3=")
+                .is_some_and(|at| have.starts_with(&want[..at]));
+            if e.kind == Kind::File && same_meta {
+                // Same metadata, other contents: only removal makes the next
+                // attempt's quick check send it again.
+                let _ = fs::remove_file(e.path.under(&self.root));
+            }
+        }
+        Ok(())
+    }
+
+    /// The destination's line for a listed entry, described like the source's.
+    fn observe(&self, e: &Entry) -> io::Result<String> {
+        self.tree.check_beneath(&e.path)?;
+        let path = e.path.under(&self.root);
+        let md = fs::symlink_metadata(&path)?;
+        let meta = Meta::from_fs(&md);
+        let kind = match &e.kind {
+            Kind::HardLink(target) => {
+                self.tree.check_beneath(target)?;
+                let t = fs::symlink_metadata(target.under(&self.root))?;
+                if md.is_file() && (t.dev(), t.ino()) == (md.dev(), md.ino()) {
+                    Kind::HardLink(target.clone())
+                } else {
+                    Kind::File
+                }
+            }
+            _ => kind_of(&path, &md)?,
+        };
+        let content = match kind {
+            Kind::File => {
+                let mut hasher = blake3::Hasher::new();
+                hasher.update_reader(self.tree.open_file(&e.path)?)?;
+                Some(*hasher.finalize().as_bytes())
+            }
+            _ => None,
+        };
+        // The sender's meta of a hard link is its first name's.
+        let meta = if matches!(kind, Kind::HardLink(_)) {
+            e.meta
+        } else {
+            meta
+        };
+        Ok(describe(&e.path, &kind, &meta, content.as_ref(), self.opts))
+    }
+
+    fn differ(&mut self, path: &RelPath, want: &str, have: &str) {
+        self.result.differences += 1;
+        if self.result.differences <= REPORT_AT_MOST {
+            warn(format_args!(
+                "verify: {path} differs:\n  source:      {want}\n  destination: {have}"
+            ));
+        } else if self.result.differences == REPORT_AT_MOST + 1 {
+            warn("verify: more differences; only counted from here on");
+        }
+    }
+
+    /// With `--delete`, anything at the destination the source does not have
+    /// (and is not excluded) is a difference too.
+    fn dir_done(&mut self, dir: RelPath) {
+        if !self.delete {
+            return;
+        }
+        let names = match self.children.take() {
+            Some((d, names)) if d == dir => names,
+            other => {
+                self.children = other;
+                HashSet::new()
+            }
+        };
+        if self.tree.check_beneath(&dir).is_err() {
+            return;
+        }
+        let Ok(rd) = fs::read_dir(dir.under(&self.root)) else {
+            return;
+        };
+        for de in rd.flatten() {
+            let name = de.file_name();
+            let name = name.as_bytes();
+            if names.contains(name) || is_temp_name(name) || (dir.is_root() && name == STATE_DIR) {
+                continue;
+            }
+            let Ok(path) = dir.join(name) else { continue };
+            let is_dir = de.file_type().is_ok_and(|t| t.is_dir());
+            if !self.filter.excludes(&path, is_dir) {
+                self.differ(&path, "(absent)", "only at the destination");
+            }
+        }
+    }
+}
