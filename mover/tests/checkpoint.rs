@@ -1,0 +1,299 @@
+//! Checkpoints are hints, never trusted: every kind of bad checkpoint or bad
+//! partial file is detected and reported, and the transfer still ends with a
+//! destination identical to the source. A good partial file is resumed from
+//! its verified prefix, and its unverified rest still serves as a basis.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use mover::checkpoint::{Checkpoint, Partial, Store};
+use mover::meta::Mtime;
+use mover::path::RelPath;
+
+const SIZE: usize = 3 * MIB;
+const OP: &str = "cp-test";
+const TEMP: &str = ".volmig-big.planted-0.tmp";
+
+struct Case {
+    _dir: Scratch,
+    src: PathBuf,
+    dst: PathBuf,
+    data: Vec<u8>,
+}
+
+/// A source with one large and one small file, and an empty destination.
+fn case() -> Case {
+    let dir = scratch();
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    mkdirs(&src);
+    mkdirs(&dst);
+    let data = random_bytes("checkpoint big", SIZE);
+    write_file(&src.join("big"), &data, 0o644);
+    write_file(&src.join("small"), b"small file", 0o644);
+    Case {
+        _dir: dir,
+        src,
+        dst,
+        data,
+    }
+}
+
+fn rel(s: &str) -> RelPath {
+    RelPath::new(s.as_bytes().to_vec()).unwrap()
+}
+
+fn src_mtime(path: &Path) -> Mtime {
+    let md = fs::metadata(path).unwrap();
+    mover::meta::Meta::from_fs(&md).mtime
+}
+
+impl Case {
+    /// Leaves what a killed attempt would: `temp` under a temporary name and
+    /// a checkpoint saying its first `verified` bytes are the source's.
+    fn plant(&self, temp: &[u8], verified: usize, edit: impl FnOnce(&mut Checkpoint)) {
+        fs::write(self.dst.join(TEMP), temp).unwrap();
+        let mut cp = Checkpoint::new(OP.into(), 1);
+        cp.bytes_done = verified as u64;
+        cp.partials.push(Partial {
+            path: rel("big"),
+            temp: rel(TEMP),
+            size: SIZE as u64,
+            mtime: src_mtime(&self.src.join("big")),
+            verified_len: verified as u64,
+            prefix_hash: *blake3::hash(&self.data[..verified]).as_bytes(),
+        });
+        edit(&mut cp);
+        Store::open(&self.dst).unwrap().save(&cp).unwrap();
+    }
+
+    /// Damages the stored checkpoint's bytes.
+    fn damage(&self, f: impl FnOnce(&mut Vec<u8>)) {
+        let path = self.dst.join(".volmig/checkpoint");
+        let mut bytes = fs::read(&path).unwrap();
+        f(&mut bytes);
+        fs::write(&path, bytes).unwrap();
+    }
+
+    fn sync(&self, attempt: u32, extra: &[&str]) -> Output {
+        let attempt = attempt.to_string();
+        let mut args = vec!["sync", "--operation-id", OP, "--attempt", &attempt];
+        args.extend(extra);
+        args.extend(["--progress", "json", "-q"]);
+        let (src, dst) = (slash(&self.src), slash(&self.dst));
+        let mut all: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        all.extend([src, dst]);
+        run_mover(all)
+    }
+
+    /// The destination equals the source and no state is left behind.
+    fn assert_done(&self, out: &Output, what: &str) {
+        out.assert_ok();
+        assert_trees_equal(&self.src, &self.dst, CompareOpts::default(), what);
+        assert!(!self.dst.join(".volmig").exists(), "{what}: state left");
+        assert!(!self.dst.join(TEMP).exists(), "{what}: partial file left");
+    }
+}
+
+#[test]
+fn a_good_partial_file_is_resumed_from_its_prefix() {
+    let c = case();
+    // 2 MiB verified, then 512 KiB of something else.
+    let mut temp = c.data[..2 * MIB].to_vec();
+    temp.extend(random_bytes("other", MIB / 2));
+    c.plant(&temp, 2 * MIB, |_| {});
+    let out = c.sync(2, &[]);
+    c.assert_done(&out, "resumed");
+    let s = out.summary();
+    assert_eq!(s["files_resumed"], 1, "{s}");
+    assert_eq!(s["bytes_resumed"], 2 * MIB as u64, "{s}");
+    assert_eq!(s["bytes_literal"], (SIZE - 2 * MIB + 10) as u64, "{s}");
+    assert!(s["checkpoint_problem"].is_null(), "{s}");
+    // The first progress event already counts the earlier attempt's work.
+    let first = out
+        .json_lines()
+        .into_iter()
+        .find(|v| v["event"] == "progress")
+        .expect("a progress event");
+    assert_eq!(first["bytes_resumed"], 2 * MIB as u64, "{first}");
+    assert!(
+        first["bytes_done"].as_u64() >= Some(2 * MIB as u64),
+        "{first}"
+    );
+}
+
+#[test]
+fn the_unverified_rest_of_a_partial_file_is_a_basis() {
+    let c = case();
+    // What a receiver killed between two checkpoints leaves: correct data
+    // well past the recorded prefix.
+    c.plant(&c.data[..SIZE - 1000], MIB, |_| {});
+    let out = c.sync(2, &["--no-whole-file"]);
+    c.assert_done(&out, "tail reused");
+    let s = out.summary();
+    assert_eq!(s["bytes_resumed"], MIB as u64, "{s}");
+    let literal = s["bytes_literal"].as_u64().unwrap();
+    assert!(
+        literal < 64 * KIB as u64,
+        "only the end of the file should be sent, not {literal} bytes: {s}"
+    );
+}
+
+/// Runs a case whose partial file must not be reused, and checks it was reported.
+fn not_reused(c: &Case, message: &str) {
+    let out = c.sync(2, &[]);
+    c.assert_done(&out, message);
+    let s = out.summary();
+    assert_eq!(s["files_resumed"], 0, "{s}");
+    assert_eq!(s["bytes_literal"], (SIZE + 10) as u64, "{s}");
+    assert!(
+        out.stderr.contains("not reused") && out.stderr.contains(message),
+        "expected a report containing {message:?}: {}",
+        out.describe()
+    );
+}
+
+#[test]
+fn a_partial_file_shorter_than_recorded_is_not_reused() {
+    let c = case();
+    c.plant(&c.data[..MIB], 2 * MIB, |_| {});
+    not_reused(&c, "shorter");
+}
+
+#[test]
+fn a_modified_partial_file_is_not_reused() {
+    let c = case();
+    let mut temp = c.data[..2 * MIB].to_vec();
+    temp[100] ^= 0xff;
+    c.plant(&temp, 2 * MIB, |_| {});
+    not_reused(&c, "modified");
+}
+
+#[test]
+fn a_partial_file_of_a_changed_source_is_not_reused() {
+    let c = case();
+    c.plant(&c.data[..2 * MIB], 2 * MIB, |cp| {
+        cp.partials[0].mtime.sec -= 10
+    });
+    not_reused(&c, "changed");
+}
+
+/// Runs a case whose whole checkpoint must be discarded with `problem`.
+fn discarded(c: &Case, problem: &str) {
+    // --delete: the partial file the bad checkpoint named is then a leftover.
+    let out = c.sync(2, &["--delete"]);
+    c.assert_done(&out, problem);
+    let s = out.summary();
+    let reported = s["checkpoint_problem"].as_str().unwrap_or_default();
+    assert!(reported.contains(problem), "expected {problem:?}: {s}");
+    assert_eq!(s["files_resumed"], 0, "{s}");
+    assert!(
+        out.stderr.contains("discarding the checkpoint"),
+        "{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn a_garbage_checkpoint_is_discarded() {
+    let c = case();
+    c.plant(&c.data[..2 * MIB], 2 * MIB, |_| {});
+    c.damage(|b| *b = random_bytes("garbage", b.len()));
+    discarded(&c, "not a volmig checkpoint");
+}
+
+#[test]
+fn a_truncated_checkpoint_is_discarded() {
+    let c = case();
+    c.plant(&c.data[..2 * MIB], 2 * MIB, |_| {});
+    c.damage(|b| b.truncate(b.len() / 2));
+    discarded(&c, "truncated");
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_discarded() {
+    let c = case();
+    c.plant(&c.data[..2 * MIB], 2 * MIB, |_| {});
+    c.damage(|b| b[20] ^= 1);
+    discarded(&c, "corrupt");
+}
+
+#[test]
+fn a_checkpoint_of_a_newer_format_is_discarded() {
+    let c = case();
+    c.plant(&c.data[..2 * MIB], 2 * MIB, |_| {});
+    c.damage(|b| b[8] = 99);
+    discarded(&c, "newer");
+}
+
+#[test]
+fn a_checkpoint_of_another_operation_is_discarded() {
+    let c = case();
+    c.plant(&c.data[..2 * MIB], 2 * MIB, |cp| {
+        cp.operation_id = "other".into()
+    });
+    discarded(&c, "operation \"other\"");
+}
+
+#[test]
+fn a_checkpoint_naming_a_file_outside_temporary_names_is_discarded() {
+    let c = case();
+    // A forged checkpoint must not make the receiver rename or truncate a user file.
+    write_file(&c.dst.join("precious"), b"keep me", 0o644);
+    c.plant(&c.data[..2 * MIB], 2 * MIB, |cp| {
+        cp.partials[0].temp = rel("precious")
+    });
+    let out = c.sync(2, &[]);
+    out.assert_ok();
+    let s = out.summary();
+    assert!(
+        s["checkpoint_problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("invalid")),
+        "{s}"
+    );
+    assert_eq!(fs::read(c.dst.join("precious")).unwrap(), b"keep me");
+    assert_eq!(fs::read(c.dst.join("big")).unwrap(), c.data);
+}
+
+#[test]
+fn a_stale_attempt_is_refused_and_changes_nothing() {
+    let c = case();
+    c.plant(&c.data[..2 * MIB], 2 * MIB, |cp| cp.attempt = 5);
+    let before = fs::read(c.dst.join(".volmig/checkpoint")).unwrap();
+    let out = c.sync(3, &[]);
+    out.assert_failed(&[1], "stale attempt");
+    assert!(out.stderr.contains("stale"), "{}", out.describe());
+    assert!(!c.dst.join("big").exists());
+    assert_eq!(fs::read(c.dst.join(".volmig/checkpoint")).unwrap(), before);
+    assert_eq!(fs::read(c.dst.join(TEMP)).unwrap(), &c.data[..2 * MIB]);
+    // The current attempt goes on from it.
+    let out = c.sync(5, &[]);
+    c.assert_done(&out, "attempt 5");
+    assert_eq!(out.summary()["bytes_resumed"], 2 * MIB as u64);
+}
+
+#[test]
+fn keep_checkpoint_leaves_a_complete_checkpoint_and_inspect_shows_it() {
+    let c = case();
+    let out = c.sync(1, &["--keep-checkpoint"]);
+    out.assert_ok();
+    let shown = run_mover([
+        std::ffi::OsString::from("inspect"),
+        "--root".into(),
+        c.dst.clone().into(),
+    ]);
+    shown.assert_ok();
+    let v: serde_json::Value = serde_json::from_str(shown.stdout.trim()).unwrap();
+    let cp = &v["checkpoint"];
+    assert_eq!(cp["operation_id"], OP, "{v}");
+    assert_eq!(cp["complete"], true, "{v}");
+    assert_eq!(cp["bytes_done"], (SIZE + 10) as u64, "{v}");
+    assert_eq!(cp["partials"].as_array().map(Vec::len), Some(0), "{v}");
+    // A later run of the same operation starts a fresh round and cleans up.
+    let out = c.sync(2, &[]);
+    out.assert_ok();
+    assert!(!c.dst.join(".volmig").exists());
+}
