@@ -19,6 +19,10 @@ use crate::stats::{Counters, Prior};
 const WRITE_EVERY_BYTES: u64 = 1 << 20;
 /// The checkpoint is rewritten at least this often while anything changes.
 const WRITE_EVERY: Duration = Duration::from_secs(1);
+/// ...and at most this often: a checkpoint full of small files in commit
+/// groups can reach a few hundred KiB, which must not add up to a second
+/// stream of writes.
+const MIN_GAP: Duration = Duration::from_millis(50);
 /// How often the writer looks at the counters.
 const POLL: Duration = Duration::from_millis(5);
 
@@ -237,8 +241,9 @@ impl Journal {
         while !self.stopped.load(Ordering::Relaxed) {
             std::thread::sleep(POLL);
             let now = counters.activity();
-            let due = now.abs_diff(written) >= WRITE_EVERY_BYTES
-                || (now != written && at.elapsed() >= WRITE_EVERY);
+            let since = at.elapsed();
+            let due = (now.abs_diff(written) >= WRITE_EVERY_BYTES && since >= MIN_GAP)
+                || (now != written && since >= WRITE_EVERY);
             if due {
                 self.save(&counters)?;
                 written = now;
