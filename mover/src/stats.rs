@@ -210,6 +210,8 @@ pub struct Counters {
     pub operation_id: Option<String>,
     pub attempt: u32,
     prior: Prior,
+    /// The prior's bytes, less what turned out not to be there after all.
+    prior_bytes: AtomicU64,
     files_listed: AtomicU64,
     bytes_listed: AtomicU64,
     files_found: AtomicU64,
@@ -226,6 +228,7 @@ impl Counters {
             operation_id,
             attempt,
             prior,
+            prior_bytes: AtomicU64::new(prior.bytes_done),
             ..Counters::default()
         }
     }
@@ -253,7 +256,7 @@ impl Counters {
             }
         };
         let bytes_done = done(
-            self.prior.bytes_done,
+            self.prior_bytes.load(Relaxed),
             &self.bytes_found,
             settled,
             bytes_total,
@@ -300,6 +303,12 @@ impl Counters {
     pub fn file_found(&self, bytes: u64) {
         self.files_found.fetch_add(1, Relaxed);
         self.bytes_found.fetch_add(bytes, Relaxed);
+    }
+
+    /// Work an earlier attempt counted that is not at the destination after
+    /// all (a partial file that could not be reused).
+    pub fn lost_prior(&self, bytes: u64) {
+        add_signed(&self.prior_bytes, -(bytes as i64));
     }
 
     /// Bytes found done: the verified prefix of a partial file (or, negative, taken back).

@@ -220,7 +220,8 @@ impl Generator {
                 digest: *self.fingerprint.finalize().as_bytes(),
             };
             j.listed(s.files_total, s.bytes_total, source);
-            j.discard_unclaimed(&self.root);
+            let gone = j.discard_unclaimed(&self.root);
+            self.counters.lost_prior(gone);
         }
     }
 
@@ -519,6 +520,11 @@ impl Generator {
                     e.path
                 ));
                 let _ = fs::remove_file(&temp);
+                if let Some(j) = &self.journal {
+                    j.drop_claim(&e.path);
+                }
+                // The earlier attempt counted it as done: it is not.
+                self.counters.lost_prior(p.verified_len);
             })
             .ok()
     }

@@ -52,8 +52,11 @@ pub struct Journal {
     /// Totals of the last complete listing, earlier or now.
     totals: Mutex<(Option<u64>, Option<u64>, Option<Fingerprint>)>,
     slots: Mutex<HashMap<u64, Slot>>,
-    /// Partial files the last checkpoint named, not yet claimed by a listed file.
-    loaded: Mutex<HashMap<RelPath, Partial>>,
+    /// Partial files the last checkpoint named, by path: not yet claimed by a
+    /// listed file (`false`), or claimed and not yet begun again (`true`).
+    /// Both stay in every checkpoint until their file's data begins, so a
+    /// kill in between loses nothing.
+    loaded: Mutex<HashMap<RelPath, (Partial, bool)>>,
     stopped: AtomicBool,
     /// One write at a time (the writer thread and the final write share a temporary name).
     saving: Mutex<()>,
@@ -124,7 +127,7 @@ impl Journal {
                 (cp.files_total, cp.bytes_total, cp.source),
                 cp.partials
                     .into_iter()
-                    .map(|p| (p.path.clone(), p))
+                    .map(|p| (p.path.clone(), (p, false)))
                     .collect(),
             ),
             None => (0, (None, None, None), HashMap::new()),
@@ -153,26 +156,44 @@ impl Journal {
         &self.operation_id
     }
 
-    /// Takes the partial file the checkpoint names for `path`, if any.
+    /// The partial file the checkpoint names for `path`, if any, for a listed
+    /// file to continue. It stays recorded until [`Journal::begin`] or [`Journal::drop_claim`].
     pub fn claim(&self, path: &RelPath) -> Option<Partial> {
-        lock(&self.loaded).remove(path)
+        let mut loaded = lock(&self.loaded);
+        let (partial, claimed) = loaded.get_mut(path).filter(|(_, c)| !*c)?;
+        *claimed = true;
+        Some(partial.clone())
     }
 
-    /// Removes the partial files no listed file claimed (their source is gone or changed).
-    pub fn discard_unclaimed(&self, root: &Path) {
-        for (_, p) in lock(&self.loaded).drain() {
-            let _ = std::fs::remove_file(p.temp.under(root));
-        }
+    /// A claimed partial file was found unusable and removed.
+    pub fn drop_claim(&self, path: &RelPath) {
+        lock(&self.loaded).remove(path);
+    }
+
+    /// Removes the partial files no listed file claimed (their source is gone
+    /// or excluded); returns the bytes they held.
+    pub fn discard_unclaimed(&self, root: &Path) -> u64 {
+        let mut gone = 0;
+        lock(&self.loaded).retain(|_, (p, claimed)| {
+            if !*claimed {
+                let _ = std::fs::remove_file(p.temp.under(root));
+                gone += p.verified_len;
+            }
+            *claimed
+        });
+        gone
     }
 
     /// Whether the temporary file `name` in `dir` holds data this operation may still use.
     pub fn holds(&self, dir: &RelPath, name: &[u8]) -> bool {
         let is = |temp: &RelPath| temp.parent() == *dir && temp.file_name() == name;
         lock(&self.slots).values().any(|s| is(&s.temp))
-            || lock(&self.loaded).values().any(|p| is(&p.temp))
+            || lock(&self.loaded).values().any(|(p, _)| is(&p.temp))
     }
 
+    /// A file's data begins: from now on its slot describes it.
     pub fn begin(&self, id: u64, slot: Slot) {
+        lock(&self.loaded).remove(&slot.path);
         lock(&self.slots).insert(id, slot);
     }
 
@@ -208,6 +229,8 @@ impl Journal {
                 prefix_hash: *s.hasher.finalize().as_bytes(),
             })
             .collect();
+        // Those of the last checkpoint not yet taken over by a slot.
+        partials.extend(lock(&self.loaded).values().map(|(p, _)| p.clone()));
         partials.sort_by(|a, b| a.path.cmp(&b.path));
         Checkpoint {
             operation_id: self.operation_id.clone(),

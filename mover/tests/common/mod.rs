@@ -17,6 +17,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 mod compare;
+pub mod proxy;
 mod run;
 pub use compare::*;
 pub use run::*;

@@ -1,0 +1,967 @@
+//! Checkpoints, resume and progress across attempts (`--operation-id` / `--attempt`), with the
+//! real binary over TCP through a fault-injecting proxy ([`common::proxy`]).
+//!
+//! Proves that a transfer interrupted many times (SIGKILL of either side, SIGTERM of the
+//! receiver, a dropped connection) converges to an identical tree while re-sending little
+//! (bytes counted at the proxy), that no checkpoint claims progress the destination does not
+//! hold, that progress never goes backwards by more than the work a kill may lose, that
+//! `mover inspect` reports what a killed attempt left behind, and that a stale attempt is
+//! refused without touching the destination.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::proxy::Proxy;
+use common::*;
+use serde_json::Value;
+
+/// SplitMix64: a tiny deterministic generator for delays, sizes and fault choices.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}
+
+const MIB64: u64 = MIB as u64;
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or("never".to_string(), |d| format!("{}ms", d.as_millis()))
+}
+
+fn mib(n: u64) -> String {
+    format!("{:.2} MiB", n as f64 / MIB as f64)
+}
+
+/// Regular files of a source tree.
+#[derive(Debug, Default, Clone, Copy)]
+struct TreeSize {
+    files: u64,
+    bytes: u64,
+}
+
+/// Builds `root`: one file of random (incompressible) data per entry of `large_mib` under
+/// `big/`, and `small` files of 1-16 KiB spread over two levels of directories. Deterministic
+/// for a given `seed` (contents, sizes and mtimes).
+fn build_tree(root: &Path, seed: u64, large_mib: &[usize], small: usize) -> TreeSize {
+    let mut rng = Rng(seed);
+    let mut size = TreeSize::default();
+    mkdirs(&root.join("big"));
+    for (i, &len) in large_mib.iter().enumerate() {
+        let data = random_bytes(&format!("{seed}-large-{i}"), len * MIB);
+        write_file(&root.join(format!("big/large-{i}.bin")), &data, 0o644);
+        size.files += 1;
+        size.bytes += data.len() as u64;
+    }
+    for i in 0..small {
+        let dir = root.join(format!("d{:02}/e{:02}", i % 13, (i / 13) % 11));
+        mkdirs(&dir);
+        let len = rng.range(KIB as u64, 16 * KIB as u64) as usize;
+        let data = random_bytes(&format!("{seed}-small-{i}"), len);
+        write_file(&dir.join(format!("f{i:05}.dat")), &data, 0o644);
+        size.files += 1;
+        size.bytes += len as u64;
+    }
+    set_tree_mtimes(root);
+    size
+}
+
+/// (scratch, src, dst) with `dst` created empty.
+fn setup(seed: u64, large_mib: &[usize], small: usize) -> (Scratch, PathBuf, PathBuf, TreeSize) {
+    let tmp = scratch();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    mkdirs(&src);
+    mkdirs(&dst);
+    let size = build_tree(&src, seed, large_mib, small);
+    (tmp, src, dst, size)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    KillSender,
+    KillReceiver,
+    TermReceiver,
+    CutConnection,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::KillSender => "SIGKILL sender",
+            Fault::KillReceiver => "SIGKILL receiver",
+            Fault::TermReceiver => "SIGTERM receiver",
+            Fault::CutConnection => "cut connection",
+        }
+    }
+}
+
+/// What to do during an attempt: inject `fault` once the proxy forwarded `after` bytes
+/// sender -> receiver in this attempt.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    fault: Fault,
+    after: u64,
+}
+
+/// One attempt: a fresh receiver, a fresh proxy and a fresh sender.
+struct Attempt {
+    n: u32,
+    plan: Option<Plan>,
+    /// The fault actually injected (None if both processes had already exited).
+    injected: Option<Fault>,
+    /// Bytes the proxy forwarded sender -> receiver / receiver -> sender.
+    up: u64,
+    down: u64,
+    sender: Output,
+    receiver: Output,
+    secs: f64,
+    /// How long each side took to exit after the fault (or after the sender started).
+    exit_after: (Option<Duration>, Option<Duration>),
+    /// The checkpoint left behind (per `mover inspect`): null if none.
+    checkpoint: Value,
+    /// What the destination holds of that progress: see [`backed_bytes`].
+    backed: u64,
+}
+
+impl Attempt {
+    fn ok(&self) -> bool {
+        self.sender.code == Some(0) && self.receiver.code == Some(0)
+    }
+
+    /// A fault was injected and the attempt did not complete.
+    fn interrupted(&self) -> bool {
+        self.injected.is_some() && !self.ok()
+    }
+
+    fn hung(&self) -> bool {
+        self.sender.timed_out || self.receiver.timed_out
+    }
+
+    /// The progress events one side printed, in order.
+    fn progress(&self, side: Side) -> Vec<Value> {
+        let out = match side {
+            Side::Sender => &self.sender,
+            Side::Receiver => &self.receiver,
+        };
+        events(out)
+            .into_iter()
+            .filter(|v| v["event"] == "progress")
+            .collect()
+    }
+
+    /// The last bytes_done one side reported, if it reported any.
+    fn last_done(&self, side: Side) -> Option<u64> {
+        self.progress(side).last().map(|v| field(v, "bytes_done"))
+    }
+
+    fn line(&self) -> String {
+        let fault = match (self.plan, self.injected) {
+            (None, _) => "no fault".to_string(),
+            (Some(p), Some(_)) => format!("{} after {}", p.fault.name(), mib(p.after)),
+            (Some(p), None) => format!("{} planned, not injected", p.fault.name()),
+        };
+        let last = |s| self.last_done(s).map_or("-".to_string(), mib);
+        format!(
+            "attempt {:2}: {fault:<38} exit s={:?} r={:?}{} forwarded {} (back {}), \
+             last bytes_done s={} r={}, checkpoint {}, exited after s={} r={}, {:.2}s",
+            self.n,
+            self.sender.code,
+            self.receiver.code,
+            if self.hung() { " HUNG" } else { "" },
+            mib(self.up),
+            mib(self.down),
+            last(Side::Sender),
+            last(Side::Receiver),
+            checkpoint_line(&self.checkpoint, self.backed),
+            ms(self.exit_after.0),
+            ms(self.exit_after.1),
+            self.secs
+        )
+    }
+}
+
+/// Bytes of progress the destination can back: regular files of `src` present at `dst` with
+/// the same size and mtime (what the quick check skips), plus the verified prefixes of the
+/// partial files `cp` names whose temporary file exists.
+fn backed_bytes(src: &Path, dst: &Path, cp: &Value) -> u64 {
+    let mut backed = 0;
+    for (_, abs, md) in walk(src) {
+        if !md.is_file() {
+            continue;
+        }
+        let there = fs::symlink_metadata(dst.join(abs.strip_prefix(src).unwrap()));
+        let same = there.is_ok_and(|d| {
+            d.is_file()
+                && d.size() == md.size()
+                && (d.mtime(), d.mtime_nsec()) == (md.mtime(), md.mtime_nsec())
+        });
+        if same {
+            backed += md.size();
+        }
+    }
+    for p in cp["partials"].as_array().into_iter().flatten() {
+        let temp = p["temp"].as_str().map(|t| dst.join(t));
+        if temp.is_some_and(|t| fs::symlink_metadata(t).is_ok()) {
+            backed += p["verified_len"].as_u64().unwrap_or(0);
+        }
+    }
+    backed
+}
+
+/// Every checkpoint left between attempts claims no more progress than the destination holds.
+fn assert_checkpoints_backed(attempts: &[Attempt], log: &str) {
+    let bad: Vec<String> = attempts
+        .iter()
+        .filter(|a| a.checkpoint["bytes_done"].as_u64().unwrap_or(0) > a.backed)
+        .map(|a| format!("attempt {}: {}", a.n, a.checkpoint))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "checkpoints claiming more bytes_done than the destination holds (files in place + \
+         verified prefixes of the partials they name):\n{}\n\nall attempts:\n{log}",
+        bad.join("\n")
+    );
+}
+
+/// `12.00 MiB (backed 12.00 MiB) [big/large-0.bin 3.00/40.00]`: a checkpoint's bytes_done,
+/// what the destination holds of it, and its partials.
+fn checkpoint_line(cp: &Value, backed: u64) -> String {
+    if cp.is_null() {
+        return "none".to_string();
+    }
+    let done = cp["bytes_done"].as_u64().map_or("?".to_string(), mib);
+    let partials: Vec<String> = cp["partials"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let n = |f: &str| p[f].as_u64().unwrap_or(0) as f64 / MIB as f64;
+            let path = p["path"].as_str().unwrap_or("?");
+            format!("{path} {:.2}/{:.2}", n("verified_len"), n("size"))
+        })
+        .collect();
+    format!("{done} (backed {}) [{}]", mib(backed), partials.join(", "))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Sender,
+    Receiver,
+}
+
+/// Every JSON line of stdout; a process killed mid-line may leave a torn last line, which is
+/// ignored (any other bad line fails the test).
+fn events(out: &Output) -> Vec<Value> {
+    let lines: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let mut vals = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        match serde_json::from_str::<Value>(l) {
+            Ok(v) => vals.push(v),
+            Err(_) if i + 1 == lines.len() && out.code.is_none() => {}
+            Err(e) => panic!("stdout line is not JSON ({e}): {l:?}\n{}", out.describe()),
+        }
+    }
+    vals
+}
+
+/// A required unsigned field of a JSON event.
+fn field(v: &Value, name: &str) -> u64 {
+    v.get(name)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("event has no unsigned {name:?}: {v}"))
+}
+
+fn op_args(op: &str, n: u32) -> Vec<String> {
+    ["--operation-id", op, "--attempt", &n.to_string()]
+        .map(String::from)
+        .into()
+}
+
+/// Runs attempt `n` of operation `op` from `src` into `dst` through a fresh proxy, both sides
+/// with `--progress json`, the sender with `--bwlimit bwlimit`; injects `plan`'s fault once
+/// the proxy forwarded enough. Waits (bounded) for both processes; leftovers are killed.
+fn run_attempt(
+    src: &Path,
+    dst: &Path,
+    op: &str,
+    n: u32,
+    bwlimit: &str,
+    plan: Option<Plan>,
+    extra_recv: &[&str],
+) -> Attempt {
+    let start = Instant::now();
+    let mut recv_args = op_args(op, n);
+    recv_args.extend(["--progress", "json"].map(String::from));
+    recv_args.extend(extra_recv.iter().map(|s| s.to_string()));
+    let recv_refs: Vec<&str> = recv_args.iter().map(String::as_str).collect();
+    let mut receiver = spawn_receiver(dst, &recv_refs);
+    let proxy = Proxy::start(receiver.addr);
+    let mut send_args = op_args(op, n);
+    send_args.extend(["--progress", "json", "--bwlimit", bwlimit].map(String::from));
+    let send_refs: Vec<&str> = send_args.iter().map(String::as_str).collect();
+    let mut sender = spawn_sender(proxy.addr(), src, &send_refs);
+
+    let mut injected = None;
+    if let Some(plan) = plan {
+        // Stalled transfers get the fault anyway after a while.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while proxy.up() < plan.after
+            && !sender.exited()
+            && !receiver.proc.exited()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if !sender.exited() && !receiver.proc.exited() {
+            match plan.fault {
+                Fault::KillSender => sender.kill(),
+                Fault::KillReceiver => receiver.proc.kill(),
+                Fault::TermReceiver => receiver.proc.terminate(),
+                Fault::CutConnection => proxy.cut(),
+            }
+            injected = Some(plan.fault);
+        }
+    }
+    // Both sides must notice a fault quickly; a clean attempt gets the usual bound.
+    let limit = if injected.is_some() {
+        Duration::from_secs(30)
+    } else {
+        RUN_TIMEOUT
+    };
+    let waiting = Instant::now();
+    let (mut s_exit, mut r_exit) = (None, None);
+    while (s_exit.is_none() || r_exit.is_none()) && waiting.elapsed() < limit {
+        if s_exit.is_none() && sender.exited() {
+            s_exit = Some(waiting.elapsed());
+        }
+        if r_exit.is_none() && receiver.proc.exited() {
+            r_exit = Some(waiting.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sender = sender.wait(Duration::ZERO);
+    let receiver = receiver.wait(Duration::ZERO);
+    let (up, down) = (proxy.up(), proxy.down());
+    drop(proxy);
+    let secs = start.elapsed().as_secs_f64();
+    let checkpoint = inspect(dst)["checkpoint"].clone();
+    let backed = backed_bytes(src, dst, &checkpoint);
+    Attempt {
+        n,
+        plan,
+        injected,
+        up,
+        down,
+        sender,
+        receiver,
+        secs,
+        exit_after: (s_exit, r_exit),
+        checkpoint,
+        backed,
+    }
+}
+
+/// `mover inspect --root DST`, parsed.
+fn inspect(dst: &Path) -> Value {
+    let out = run_mover([OsStr::new("inspect"), OsStr::new("--root"), dst.as_os_str()]);
+    out.assert_ok();
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "mover inspect did not print one JSON object ({e}): {}",
+            out.describe()
+        )
+    })
+}
+
+fn describe_attempts(attempts: &[Attempt]) -> String {
+    attempts
+        .iter()
+        .map(Attempt::line)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The stderr of both sides of an attempt, for failure messages.
+fn dump(a: &Attempt) -> String {
+    format!(
+        "=== sender: {}\n=== receiver: {}",
+        a.sender.describe(),
+        a.receiver.describe()
+    )
+}
+
+#[test]
+fn fault_injection_resumes_to_identical_tree() {
+    const FAULTS: usize = 20;
+    const MAX_FAULT_ATTEMPTS: u32 = 40;
+    const MAX_CLEAN_ATTEMPTS: u32 = 10;
+    let started = Instant::now();
+    // About 88 MiB: 40 + 24 + 8 MiB of random data and 2000 files of 1-16 KiB.
+    let (_tmp, src, dst, tree) = setup(0x5eed_0001, &[40, 24, 8], 2000);
+    eprintln!(
+        "source: {} regular files, {} ({} bytes), built in {:.1}s",
+        tree.files,
+        mib(tree.bytes),
+        tree.bytes,
+        started.elapsed().as_secs_f64()
+    );
+    let kinds = [
+        Fault::KillSender,
+        Fault::KillReceiver,
+        Fault::TermReceiver,
+        Fault::CutConnection,
+    ];
+    let mut rng = Rng(0xfa17_0001);
+    let mut attempts: Vec<Attempt> = Vec::new();
+    let mut faults = 0usize;
+    let mut clean = 0u32;
+    loop {
+        let n = attempts.len() as u32 + 1;
+        let plan = (faults < FAULTS).then(|| Plan {
+            fault: kinds[faults % kinds.len()],
+            // 1-3.5 MiB per attempt: 20 attempts cannot finish an 88 MiB tree.
+            after: rng.range(MIB64, 7 * MIB64 / 2),
+        });
+        let a = run_attempt(&src, &dst, "fault-test", n, "40M", plan, &[]);
+        eprintln!("{}", a.line());
+        if a.interrupted() {
+            faults += 1;
+        }
+        if plan.is_none() {
+            clean += 1;
+        }
+        let done = a.ok();
+        attempts.push(a);
+        let log = describe_attempts(&attempts);
+        if done {
+            assert!(
+                faults >= FAULTS,
+                "the transfer completed after only {faults} interrupting faults (want {FAULTS}):\n{log}"
+            );
+            break;
+        }
+        assert!(
+            n < MAX_FAULT_ATTEMPTS || faults >= FAULTS,
+            "only {faults} of {FAULTS} faults interrupted a transfer in {n} attempts:\n{log}"
+        );
+        assert!(
+            clean < MAX_CLEAN_ATTEMPTS,
+            "no clean attempt succeeded in {clean} tries after {faults} faults:\n{log}\n{}",
+            dump(attempts.last().unwrap())
+        );
+    }
+    let log = describe_attempts(&attempts);
+    let last = attempts.last().unwrap();
+    let total: u64 = attempts.iter().map(|a| a.up).sum();
+    // The issue's bound: 1.15 x the tree plus one block (at most 128 KiB) per kill.
+    let block = mover::signature::MAX_BLOCK_LEN as u64;
+    let budget = 1.15 * tree.bytes as f64 + (faults as u64 * block) as f64;
+    let ratio = total as f64 / tree.bytes as f64;
+    let per_attempt: Vec<String> = attempts.iter().map(|a| mib(a.up)).collect();
+    eprintln!(
+        "final summaries:\n  sender:   {}\n  receiver: {}",
+        last.sender.summary(),
+        last.receiver.summary()
+    );
+    eprintln!(
+        "forwarded sender->receiver over {} attempts ({faults} faults): {} ({total} bytes) for a \
+         tree of {} ({} bytes): ratio {ratio:.3}, budget {} (1.15 x tree + {faults} blocks of 128 KiB)\n\
+         per attempt: [{}]\ntotal runtime {:.1}s",
+        attempts.len(),
+        mib(total),
+        mib(tree.bytes),
+        tree.bytes,
+        mib(budget as u64),
+        per_attempt.join(", "),
+        started.elapsed().as_secs_f64()
+    );
+
+    // (1) The destination equals the source, and the checkpoint is gone.
+    let volmig = dst.join(".volmig");
+    assert!(
+        fs::symlink_metadata(&volmig).is_err(),
+        "{} still exists after a clean finish:\n{log}",
+        volmig.display()
+    );
+    assert_trees_equal(
+        &src,
+        &dst,
+        CompareOpts::default(),
+        &format!("after {} attempts with {faults} faults", attempts.len()),
+    );
+
+    // Between attempts, the checkpoint never claimed progress the destination does not hold
+    // (a lost partial file would be re-sent while progress says it is done).
+    assert_checkpoints_backed(&attempts, &log);
+
+    // (2) Little was sent twice.
+    assert!(
+        (total as f64) <= budget,
+        "forwarded {total} bytes sender->receiver (ratio {ratio:.3}) > budget {budget:.0}:\n{log}"
+    );
+
+    // (3) The final summary covers the whole tree.
+    assert_eq!(
+        last.sender.stat("bytes_total"),
+        tree.bytes,
+        "sender's final summary: {}",
+        last.sender.summary()
+    );
+    let rs = last.receiver.summary();
+    if let Some(b) = rs.get("bytes_total").and_then(Value::as_u64) {
+        assert_eq!(b, tree.bytes, "receiver's final summary: {rs}");
+    }
+
+    // No attempt hung, and no attempt without a fault failed.
+    let bad: Vec<String> = attempts
+        .iter()
+        .filter(|a| a.hung() || (a.injected.is_none() && !a.ok()))
+        .map(|a| format!("{}\n{}", a.line(), dump(a)))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "attempts that hung or failed without a fault:\n{}\n\nall attempts:\n{log}",
+        bad.join("\n")
+    );
+}
+
+/// One progress event, reduced to the numbers the checks need.
+#[derive(Debug, Clone, Copy)]
+struct Prog {
+    done: u64,
+    total: u64,
+    files_done: u64,
+    files_total: u64,
+    resumed: u64,
+}
+
+impl Prog {
+    fn of(v: &Value) -> Prog {
+        Prog {
+            done: field(v, "bytes_done"),
+            total: field(v, "bytes_total"),
+            files_done: field(v, "files_done"),
+            files_total: field(v, "files_total"),
+            resumed: field(v, "bytes_resumed"),
+        }
+    }
+}
+
+fn render(seq: &[(u32, Side, Vec<Prog>)], attempts: &[Attempt]) -> String {
+    let mut out = String::new();
+    for (n, side, evs) in seq {
+        let a = &attempts[*n as usize - 1];
+        let head = match side {
+            Side::Sender => format!("{}\n  S:", a.line()),
+            Side::Receiver => "  R:".to_string(),
+        };
+        let body: Vec<String> = evs
+            .iter()
+            .map(|p| {
+                format!(
+                    "{:.1}/{:.1}{}",
+                    p.done as f64 / MIB as f64,
+                    p.total as f64 / MIB as f64,
+                    if p.resumed > 0 {
+                        format!("(r{:.1})", p.resumed as f64 / MIB as f64)
+                    } else {
+                        String::new()
+                    }
+                )
+            })
+            .collect();
+        out.push_str(&format!("{head} {}\n", body.join(" ")));
+    }
+    out
+}
+
+#[test]
+fn progress_is_monotonic_across_attempts() {
+    const FAULTS: usize = 6;
+    // About 29 MiB: 16 + 8 MiB of random data and 600 files of 1-16 KiB.
+    let (_tmp, src, dst, tree) = setup(0x5eed_0002, &[16, 8], 600);
+    let kinds = [Fault::KillSender, Fault::KillReceiver, Fault::CutConnection];
+    let mut rng = Rng(0xfa17_0002);
+    let mut attempts: Vec<Attempt> = Vec::new();
+    let mut faults = 0;
+    loop {
+        let n = attempts.len() as u32 + 1;
+        let plan = (faults < FAULTS).then(|| Plan {
+            fault: kinds[faults % kinds.len()],
+            // 2.5-4 MiB at 2 MiB/s: over a second per attempt (progress comes ~2/s), and six
+            // attempts cannot finish a 29 MiB tree.
+            after: rng.range(5 * MIB64 / 2, 4 * MIB64),
+        });
+        let a = run_attempt(&src, &dst, "progress-test", n, "2M", plan, &[]);
+        eprintln!("{}", a.line());
+        faults += usize::from(a.interrupted());
+        let done = a.ok();
+        attempts.push(a);
+        if done {
+            break;
+        }
+        assert!(
+            n < 20,
+            "no success in {n} attempts:\n{}\n{}",
+            describe_attempts(&attempts),
+            dump(attempts.last().unwrap())
+        );
+    }
+    assert!(
+        faults >= FAULTS,
+        "only {faults} faults interrupted the transfer before it completed:\n{}",
+        describe_attempts(&attempts)
+    );
+
+    let mut seq: Vec<(u32, Side, Vec<Prog>)> = Vec::new();
+    for a in &attempts {
+        for side in [Side::Sender, Side::Receiver] {
+            seq.push((a.n, side, a.progress(side).iter().map(Prog::of).collect()));
+        }
+    }
+    let shown = render(&seq, &attempts);
+    eprintln!("progress (MiB done/total, (r = resumed)):\n{shown}");
+
+    // Within an attempt, per side: bytes_done <= bytes_total, and no real step back.
+    for (n, side, evs) in &seq {
+        for p in evs {
+            assert!(
+                p.done <= p.total,
+                "attempt {n} {side:?}: bytes_done {} > bytes_total {}:\n{shown}",
+                p.done,
+                p.total
+            );
+        }
+        for w in evs.windows(2) {
+            assert!(
+                w[1].done + MIB64 >= w[0].done,
+                "attempt {n} {side:?}: bytes_done went back from {} to {}:\n{shown}",
+                w[0].done,
+                w[1].done
+            );
+        }
+    }
+
+    // Across attempts: an attempt starts at most 4 MiB (per attempt since the last one that
+    // reported anything) below where the previous one was last seen.
+    let first_of = |n: u32| {
+        seq.iter()
+            .filter(|(m, _, evs)| *m == n && !evs.is_empty())
+            .map(|(_, _, evs)| evs[0])
+            .min_by_key(|p| p.done)
+    };
+    let last_of = |n: u32| {
+        seq.iter()
+            .filter(|(m, _, evs)| *m == n && !evs.is_empty())
+            .map(|(_, _, evs)| *evs.last().unwrap())
+            .max_by_key(|p| p.done)
+    };
+    let mut prev: Option<(u32, u64)> = None; // (attempt, last bytes_done seen)
+    let mut high = 0u64; // the most any earlier attempt reported
+    for a in &attempts {
+        if let (Some(first), Some((m, last))) = (first_of(a.n), prev) {
+            let slack = 4 * MIB64 * u64::from(a.n - m);
+            assert!(
+                first.done + slack >= last,
+                "attempt {} starts at bytes_done {} but attempt {m} was last seen at {last} \
+                 (allowed loss {slack}):\n{shown}",
+                a.n,
+                first.done
+            );
+        }
+        if a.n >= 2 && high >= 2 * MIB64 {
+            for side in [Side::Sender, Side::Receiver] {
+                if let Some(p) = a.progress(side).first().map(Prog::of) {
+                    assert!(
+                        p.resumed > 0,
+                        "attempt {} {side:?}: first event has bytes_resumed 0 although earlier \
+                         attempts reported up to {high} bytes done:\n{shown}",
+                        a.n
+                    );
+                }
+            }
+        }
+        if let Some(last) = last_of(a.n) {
+            prev = Some((a.n, last.done));
+            high = high.max(last.done);
+        }
+    }
+
+    // The successful attempt ends at 100 % on both sides.
+    let last = attempts.last().unwrap();
+    for side in [Side::Sender, Side::Receiver] {
+        let evs = last.progress(side);
+        let p = Prog::of(evs.last().unwrap_or_else(|| {
+            panic!(
+                "{side:?} printed no progress event in the successful attempt:\n{}",
+                dump(last)
+            )
+        }));
+        assert!(
+            p.done == p.total && p.files_done == p.files_total,
+            "{side:?}: last event of the successful attempt is not complete: {}:\n{shown}",
+            evs.last().unwrap()
+        );
+        assert_eq!(
+            (p.total, p.files_total),
+            (tree.bytes, tree.files),
+            "{side:?}: last event's totals vs the tree's regular files:\n{shown}"
+        );
+    }
+    assert_checkpoints_backed(&attempts, &describe_attempts(&attempts));
+    assert_trees_equal(&src, &dst, CompareOpts::default(), "after the last attempt");
+}
+
+#[test]
+fn inspect_reports_checkpoint_after_kill() {
+    // 24 MiB in one file (a partial will exist) and 50 small files.
+    let (tmp, src, dst, tree) = setup(0x5eed_0003, &[24], 50);
+    let empty = inspect(&dst);
+    assert!(
+        empty["checkpoint"].is_null(),
+        "inspect of an empty destination: {empty}"
+    );
+    let plan = Plan {
+        fault: Fault::KillReceiver,
+        after: 6 * MIB64,
+    };
+    let a = run_attempt(&src, &dst, "X", 1, "8M", Some(plan), &[]);
+    eprintln!("{}", a.line());
+    assert!(
+        a.interrupted(),
+        "attempt 1 was not interrupted:\n{}",
+        dump(&a)
+    );
+
+    let v = inspect(&dst);
+    eprintln!("inspect after SIGKILL of the receiver: {v}");
+    assert!(v.get("root").is_some(), "inspect has no \"root\": {v}");
+    let cp = &v["checkpoint"];
+    assert!(cp.is_object(), "no checkpoint after a killed attempt: {v}");
+    assert_eq!(cp["operation_id"], "X", "{v}");
+    assert_eq!(cp["attempt"], 1, "{v}");
+    assert_eq!(cp["complete"], false, "{v}");
+    assert!(field(cp, "bytes_done") > 0, "bytes_done: {v}");
+    let partials = cp["partials"]
+        .as_array()
+        .unwrap_or_else(|| panic!("partials is not an array: {v}"));
+    for p in partials {
+        let (size, verified) = (field(p, "size"), field(p, "verified_len"));
+        assert!(verified <= size, "partial with verified_len > size: {p}");
+        let temp = p["temp"]
+            .as_str()
+            .unwrap_or_else(|| panic!("partial without a temp path: {p}"));
+        assert!(
+            fs::symlink_metadata(dst.join(temp)).is_ok(),
+            "the temp file of {p} does not exist under {}",
+            dst.display()
+        );
+    }
+
+    // Attempt 2 finishes; the checkpoint is gone.
+    let args = op_args("X", 2);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (s, r) = tcp_transfer(&src, &dst, &refs, &refs);
+    assert!(
+        s.code == Some(0) && r.code == Some(0),
+        "attempt 2\n=== sender: {}\n=== receiver: {}",
+        s.describe(),
+        r.describe()
+    );
+    assert_eq!(s.stat("bytes_total"), tree.bytes, "{}", s.summary());
+    let v = inspect(&dst);
+    assert!(
+        v["checkpoint"].is_null() && v.get("problem").is_none_or(Value::is_null),
+        "inspect after a completed attempt: {v}"
+    );
+    assert_trees_equal(&src, &dst, CompareOpts::default(), "after attempt 2");
+
+    // --keep-checkpoint keeps a checkpoint marked complete, over TCP and with `sync`.
+    let kept = tmp.path().join("kept");
+    mkdirs(&kept);
+    let args = op_args("kept", 1);
+    let send: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut recv = send.clone();
+    recv.push("--keep-checkpoint");
+    let (s, r) = tcp_transfer(&src, &kept, &send, &recv);
+    assert!(
+        s.code == Some(0) && r.code == Some(0),
+        "--keep-checkpoint transfer\n=== sender: {}\n=== receiver: {}",
+        s.describe(),
+        r.describe()
+    );
+    let synced = tmp.path().join("synced");
+    let mut sync_args: Vec<OsString> = vec!["sync".into(), slash(&src), synced.clone().into()];
+    sync_args.extend(
+        ["--operation-id", "kept", "--keep-checkpoint"]
+            .iter()
+            .map(OsString::from),
+    );
+    run_mover(&sync_args).assert_ok();
+    for root in [&kept, &synced] {
+        let v = inspect(root);
+        let cp = &v["checkpoint"];
+        assert!(
+            cp.is_object(),
+            "no checkpoint kept by --keep-checkpoint: {v}"
+        );
+        assert_eq!(cp["complete"], true, "{v}");
+        assert_eq!(cp["operation_id"], "kept", "{v}");
+        assert_eq!(cp["attempt"], 1, "{v}");
+    }
+}
+
+/// Files, symlinks and directories under `root` with what identifies their contents (size,
+/// mtime and BLAKE3 of files, symlink targets); directory mtimes are left out.
+fn fingerprint(root: &Path) -> BTreeMap<Vec<u8>, String> {
+    walk(root)
+        .into_iter()
+        .map(|(rel, abs, md)| {
+            let what = if md.is_file() {
+                let data = fs::read(&abs).unwrap();
+                let (size, mtime) = (md.size(), (md.mtime(), md.mtime_nsec()));
+                format!("file {size} {mtime:?} {}", blake3::hash(&data))
+            } else if md.is_symlink() {
+                format!("symlink {:?}", fs::read_link(&abs).unwrap())
+            } else {
+                format!("{:?}", md.file_type())
+            };
+            (rel, what)
+        })
+        .collect()
+}
+
+/// `mover receive` that may refuse to start: returns the process and its address, or its
+/// output if it exited before listening.
+fn try_spawn_receiver(dst: &Path, extra: &[&str]) -> Result<(Proc, SocketAddr, Scratch), Output> {
+    let dir = scratch();
+    let addr_file = dir.path().join("addr");
+    let mut args: Vec<OsString> = vec!["receive".into(), "--listen".into(), "127.0.0.1:0".into()];
+    args.extend([OsString::from("--root"), dst.into()]);
+    args.extend(extra.iter().map(OsString::from));
+    args.extend([OsString::from("--addr-file"), addr_file.clone().into()]);
+    let mut proc = Proc::spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(addr) = fs::read_to_string(&addr_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return Ok((proc, addr, dir));
+        }
+        if proc.exited() {
+            return Err(proc.wait(Duration::ZERO));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "receiver neither listened nor exited within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn stale_attempt_is_refused() {
+    let (_tmp, src, dst, _) = setup(0x5eed_0004, &[16], 50);
+    let plan = Plan {
+        fault: Fault::KillReceiver,
+        after: 4 * MIB64,
+    };
+    let a = run_attempt(&src, &dst, "stale", 3, "8M", Some(plan), &[]);
+    eprintln!("{}", a.line());
+    assert!(
+        a.interrupted(),
+        "attempt 3 was not interrupted:\n{}",
+        dump(&a)
+    );
+    let v = inspect(&dst);
+    assert_eq!(
+        v["checkpoint"]["attempt"], 3,
+        "killed attempt 3 left no checkpoint of attempt 3: {v}"
+    );
+    let before = fingerprint(&dst);
+
+    // Attempt 2 comes too late: the receiver refuses (before or after listening).
+    let args = op_args("stale", 2);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (r, s) = match try_spawn_receiver(&dst, &refs) {
+        Err(r) => (r, None),
+        Ok((mut proc, addr, _dir)) => {
+            let s = run_sender(addr, &src, &refs);
+            (proc.wait(Duration::from_secs(30)), Some(s))
+        }
+    };
+    let sender = s
+        .as_ref()
+        .map_or("(not started)".to_string(), Output::describe);
+    let context = format!("=== receiver: {}\n=== sender: {sender}", r.describe());
+    eprintln!(
+        "stale attempt 2: receiver exit {:?}: {}",
+        r.code,
+        r.stderr.trim()
+    );
+    assert_eq!(r.code, Some(1), "stale attempt 2:\n{context}");
+    assert!(
+        r.stderr.to_lowercase().contains("attempt"),
+        "the refusal does not mention the attempt:\n{context}"
+    );
+    if let Some(s) = &s {
+        assert_ne!(
+            s.code,
+            Some(0),
+            "the sender of a refused attempt:\n{context}"
+        );
+    }
+    let summary = r.summary();
+    assert_eq!(
+        summary["retryable"], false,
+        "a stale attempt is not retryable: {summary}\n{context}"
+    );
+    let after = fingerprint(&dst);
+    let changed: Vec<String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(|k| format!("{}: {:?} -> {:?}", show(k), before.get(k), after.get(k)))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "the refused attempt changed the destination:\n  {}\n{context}",
+        changed.join("\n  ")
+    );
+    let v = inspect(&dst);
+    assert_eq!(v["checkpoint"]["attempt"], 3, "after the refusal: {v}");
+
+    // A newer attempt still resumes and finishes.
+    let args = op_args("stale", 4);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (s, r) = tcp_transfer(&src, &dst, &refs, &refs);
+    assert!(
+        s.code == Some(0) && r.code == Some(0),
+        "attempt 4\n=== sender: {}\n=== receiver: {}",
+        s.describe(),
+        r.describe()
+    );
+    assert_trees_equal(&src, &dst, CompareOpts::default(), "after attempt 4");
+}
