@@ -16,6 +16,7 @@ use rustix::fs::{AtFlags, FileType, Gid, Mode, Timespec, Timestamps, Uid, CWD};
 use serde_json::Value;
 use tempfile::TempDir;
 
+pub mod attempts;
 mod compare;
 pub mod proxy;
 mod run;
