@@ -297,3 +297,40 @@ fn keep_checkpoint_leaves_a_complete_checkpoint_and_inspect_shows_it() {
     out.assert_ok();
     assert!(!c.dst.join(".volmig").exists());
 }
+
+#[test]
+fn delete_never_removes_files_in_flight_under_an_operation() {
+    // With an operation, temp names are not marked with the process: `--delete`
+    // in a directory must still recognise the ones in flight (found by the
+    // benchmark as a rare "No such file or directory" at commit).
+    let dir = scratch();
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    for d in 0..40 {
+        let sub = src.join(format!("d{d:02}"));
+        mkdirs(&sub);
+        for f in 0..60 {
+            let data = random_bytes(&format!("{d}/{f}"), 2 * KIB + f * 97);
+            write_file(&sub.join(format!("f{f:02}")), &data, 0o644);
+        }
+    }
+    for round in 1..=3 {
+        let _ = fs::remove_dir_all(&dst);
+        let attempt = round.to_string();
+        let out = run_mover([
+            "sync".into(),
+            "--delete".into(),
+            "--operation-id".into(),
+            "delete-race".into(),
+            "--attempt".into(),
+            attempt.into(),
+            "--progress".into(),
+            "json".into(),
+            "-q".into(),
+            slash(&src),
+            slash(&dst),
+        ]);
+        out.assert_ok();
+        assert_eq!(out.stat("deleted"), 0, "round {round}: {}", out.describe());
+        assert_trees_equal(&src, &dst, CompareOpts::default(), "delete race");
+    }
+}

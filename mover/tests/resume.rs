@@ -50,7 +50,7 @@ fn fault_injection_resumes_to_identical_tree() {
             // 1-3.5 MiB per attempt: 20 attempts cannot finish an 88 MiB tree.
             after: rng.range(MIB64, 7 * MIB64 / 2),
         });
-        let a = run_attempt(&src, &dst, "fault-test", n, "40M", plan, &[]);
+        let a = run_attempt(&src, &dst, "fault-test", n, "20M", plan, &[]);
         eprintln!("{}", a.line());
         if a.interrupted() {
             faults += 1;

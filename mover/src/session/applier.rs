@@ -4,12 +4,12 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::commit::{create_keyed_temp, create_temp, CommitGroup, Committed, Finished};
+use super::commit::{create_at, create_temp, keyed_temp_path, CommitGroup, Committed, Finished};
 use super::flow::Inflight;
 use super::generator::PendingFile;
 use super::journal::{Journal, Slot};
@@ -20,6 +20,9 @@ use crate::meta::{apply_to_fd, Meta};
 use crate::patch::{OutFile, PatchError, Patcher};
 use crate::protocol::{violation, FileOutcome, Frame, WireOp};
 use crate::stats::{Counters, Summary};
+
+/// A written length and the hash of those bytes.
+type Prefix = (u64, blake3::Hasher);
 
 /// The file being rebuilt.
 struct Current {
@@ -136,32 +139,19 @@ impl Applier {
             .ok_or_else(|| violation(format!("data for file {id}, which was not requested")))?;
         let dest = pending.path.under(&self.root);
         self.counters.set_current(Some(&pending.path));
-        let (temp, mut patcher) = match self.open(&pending, &dest, meta) {
+        let (temp, patcher) = match self.open(id, &pending, &dest, meta) {
             Ok((temp, patcher)) => (temp, Ok(patcher)),
-            Err(e) if is_fatal(&e) => {
-                return Err(SessionError::local(format!("writing {}", pending.path), e))
+            Err(e) => {
+                if let Some(journal) = &self.journal {
+                    journal.end(id);
+                }
+                if is_fatal(&e) {
+                    return Err(SessionError::local(format!("writing {}", pending.path), e));
+                }
+                (None, Err(e.to_string()))
             }
-            Err(e) => (None, Err(e.to_string())),
         };
-        let mut journaled = false;
-        if let (Some(journal), Some(t), Ok(p)) = (&self.journal, &temp, &mut patcher) {
-            let name = t.file_name().map(std::os::unix::ffi::OsStrExt::as_bytes);
-            let temp_rel = name.and_then(|n| pending.path.parent().join(n).ok());
-            if let (Some(temp_rel), Ok((len, hasher))) = (temp_rel, p.prefix()) {
-                journal.begin(
-                    id,
-                    Slot {
-                        path: pending.path.clone(),
-                        temp: temp_rel,
-                        size: meta.size,
-                        mtime: meta.mtime,
-                        len,
-                        hasher: hasher.clone(),
-                    },
-                );
-                journaled = true;
-            }
-        }
+        let journaled = self.journal.is_some() && temp.is_some();
         self.current = Some(Current {
             id,
             pending,
@@ -186,15 +176,38 @@ impl Applier {
         cur.counted = 0;
     }
 
+    /// Records the temporary file `temp` for the checkpoint *before* it is
+    /// created, so that `--delete` in its directory (on the generator's
+    /// thread) never sees it unaccounted for.
+    fn reserve(&self, id: u64, pending: &PendingFile, meta: Meta, temp: &Path, prefix: Prefix) {
+        let Some(journal) = &self.journal else { return };
+        let name = temp.file_name().map(std::os::unix::ffi::OsStrExt::as_bytes);
+        let Some(temp) = name.and_then(|n| pending.path.parent().join(n).ok()) else {
+            return;
+        };
+        let (len, hasher) = prefix;
+        let slot = Slot {
+            path: pending.path.clone(),
+            temp,
+            size: meta.size,
+            mtime: meta.mtime,
+            len,
+            hasher,
+        };
+        journal.begin(id, slot);
+    }
+
     fn open(
         &self,
+        id: u64,
         pending: &PendingFile,
-        dest: &std::path::Path,
+        dest: &Path,
         meta: Meta,
     ) -> io::Result<(Option<PathBuf>, Patcher)> {
         if let (Some(r), false) = (&pending.resume, pending.redo) {
             // Continue the partial file after its verified prefix; the rest of
             // it, unverified, is the basis.
+            self.reserve(id, pending, meta, &r.temp, (r.from, r.hasher.clone()));
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -219,7 +232,12 @@ impl Applier {
             (None, OpenOptions::new().write(true).open(dest)?)
         } else {
             let (t, f) = match &self.journal {
-                Some(j) => create_keyed_temp(dest, j.operation_id())?,
+                Some(j) => {
+                    let t = keyed_temp_path(dest, j.operation_id());
+                    self.reserve(id, pending, meta, &t, (0, blake3::Hasher::new()));
+                    let f = create_at(&t)?;
+                    (t, f)
+                }
                 None => create_temp(dest)?,
             };
             (Some(t), f)

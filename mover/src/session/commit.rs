@@ -70,11 +70,11 @@ pub fn create_temp(dest: &Path) -> io::Result<(PathBuf, File)> {
     }
 }
 
-/// Creates the temporary file an operation uses for `dest`. Its name depends
-/// only on the operation and the file, so one left behind by a killed attempt
+/// The temporary file an operation uses for `dest`. Its name depends only on
+/// the operation and the file, so one left behind by a killed attempt
 /// (written after its last checkpoint) is replaced by the next attempt
 /// instead of piling up.
-pub fn create_keyed_temp(dest: &Path, key: &str) -> io::Result<(PathBuf, File)> {
+pub fn keyed_temp_path(dest: &Path, key: &str) -> PathBuf {
     let name = dest.file_name().map(|n| n.as_bytes()).unwrap_or(b"root");
     let mut h = blake3::Hasher::new();
     h.update(key.as_bytes());
@@ -86,24 +86,28 @@ pub fn create_keyed_temp(dest: &Path, key: &str) -> io::Result<(PathBuf, File)> 
     t.push(b'.');
     t.extend_from_slice(&tag.as_bytes()[..16]);
     t.extend_from_slice(TEMP_SUFFIX);
-    let temp = dest.with_file_name(std::ffi::OsStr::from_bytes(&t));
+    dest.with_file_name(std::ffi::OsStr::from_bytes(&t))
+}
+
+/// Creates the temporary file `temp`, readable and writable only by us. A
+/// leftover of that name is unlinked rather than truncated, in case it has
+/// other names.
+pub fn create_at(temp: &Path) -> io::Result<File> {
     let create = || {
         OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(&temp)
+            .open(temp)
     };
-    let file = match create() {
-        // A leftover: unlinked rather than truncated, in case it has other names.
+    match create() {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_file(&temp)?;
-            create()?
+            fs::remove_file(temp)?;
+            create()
         }
-        r => r?,
-    };
-    Ok((temp, file))
+        r => r,
+    }
 }
 
 /// Runs `make` on fresh temporary names next to `dest` until one is free,
@@ -266,9 +270,11 @@ mod tests {
         assert!(name.len() <= 255);
         assert!(!is_temp_name(b".volmig"));
         let d = tempfile::tempdir().unwrap();
-        let (t1, _) = create_keyed_temp(&d.path().join(&long), "op").unwrap();
-        let (t2, _) = create_keyed_temp(&d.path().join(&long), "op").unwrap();
-        let (t3, _) = create_keyed_temp(&d.path().join(format!("{long}y")), "op").unwrap();
+        let t1 = keyed_temp_path(&d.path().join(&long), "op");
+        create_at(&t1).unwrap();
+        let t2 = keyed_temp_path(&d.path().join(&long), "op");
+        create_at(&t2).unwrap();
+        let t3 = keyed_temp_path(&d.path().join(format!("{long}y")), "op");
         assert_eq!(t1, t2, "the same operation and file reuse one name");
         assert_ne!(t1, t3, "long names that share a prefix do not collide");
         assert!(is_temp_name(t1.file_name().unwrap().as_bytes()));

@@ -187,14 +187,17 @@ impl Journal {
     /// Whether the temporary file `name` in `dir` holds data this operation may still use.
     pub fn holds(&self, dir: &RelPath, name: &[u8]) -> bool {
         let is = |temp: &RelPath| temp.parent() == *dir && temp.file_name() == name;
-        lock(&self.slots).values().any(|s| is(&s.temp))
-            || lock(&self.loaded).values().any(|(p, _)| is(&p.temp))
+        // Both at once (slots first, as in `begin`): a partial moving from
+        // one to the other is never missed.
+        let (slots, loaded) = (lock(&self.slots), lock(&self.loaded));
+        slots.values().any(|s| is(&s.temp)) || loaded.values().any(|(p, _)| is(&p.temp))
     }
 
     /// A file's data begins: from now on its slot describes it.
     pub fn begin(&self, id: u64, slot: Slot) {
-        lock(&self.loaded).remove(&slot.path);
-        lock(&self.slots).insert(id, slot);
+        let (mut slots, mut loaded) = (lock(&self.slots), lock(&self.loaded));
+        loaded.remove(&slot.path);
+        slots.insert(id, slot);
     }
 
     pub fn update(&self, id: u64, len: u64, hasher: &blake3::Hasher) {
@@ -218,7 +221,10 @@ impl Journal {
         let elapsed = self.start.elapsed().as_millis() as u64;
         let p = counters.snapshot(elapsed);
         let (files_total, bytes_total, source) = *lock(&self.totals);
-        let mut partials: Vec<Partial> = lock(&self.slots)
+        // Both at once (slots first, as in `begin`): a partial moving from
+        // the last checkpoint's list to a slot is in exactly one of them.
+        let (slots, loaded) = (lock(&self.slots), lock(&self.loaded));
+        let mut partials: Vec<Partial> = slots
             .values()
             .map(|s| Partial {
                 path: s.path.clone(),
@@ -229,8 +235,8 @@ impl Journal {
                 prefix_hash: *s.hasher.finalize().as_bytes(),
             })
             .collect();
-        // Those of the last checkpoint not yet taken over by a slot.
-        partials.extend(lock(&self.loaded).values().map(|(p, _)| p.clone()));
+        partials.extend(loaded.values().map(|(p, _)| p.clone()));
+        drop((slots, loaded));
         partials.sort_by(|a, b| a.path.cmp(&b.path));
         Checkpoint {
             operation_id: self.operation_id.clone(),
@@ -298,4 +304,56 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A worker that panicked holding the lock cannot leave it inconsistent:
     // every critical section is a single insert, remove or copy.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rel(s: &str) -> RelPath {
+        RelPath::new(s.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_partial_is_recorded_exactly_once_from_checkpoint_to_slot() {
+        let d = tempfile::tempdir().unwrap();
+        let mut cp = Checkpoint::new("op".into(), 1);
+        cp.partials.push(Partial {
+            path: rel("a/f"),
+            temp: rel("a/.volmig-f.x.tmp"),
+            size: 10,
+            mtime: Mtime::default(),
+            verified_len: 4,
+            prefix_hash: [0; 32],
+        });
+        Store::open(d.path()).unwrap().save(&cp).unwrap();
+        let opened = Journal::open(d.path(), "op", 2, false).unwrap();
+        let (j, counters) = (opened.journal, Counters::default());
+        assert_eq!(opened.prior.bytes_done, 0);
+        let recorded = |j: &Journal| j.snapshot(&counters, false).partials.len();
+        let held = |j: &Journal| j.holds(&rel("a"), b".volmig-f.x.tmp");
+
+        // Claimed: still recorded and held until its data begins.
+        let p = j.claim(&rel("a/f")).unwrap();
+        assert!(j.claim(&rel("a/f")).is_none(), "claimed once");
+        assert_eq!((recorded(&j), held(&j)), (1, true));
+        assert_eq!(j.discard_unclaimed(d.path()), 0, "a claimed partial stays");
+        j.begin(
+            7,
+            Slot {
+                path: p.path,
+                temp: p.temp,
+                size: p.size,
+                mtime: p.mtime,
+                len: 6,
+                hasher: blake3::Hasher::new(),
+            },
+        );
+        let snap = j.snapshot(&counters, false);
+        assert_eq!(snap.partials.len(), 1, "from the slot only: {snap:?}");
+        assert_eq!(snap.partials[0].verified_len, 6);
+        assert!(held(&j));
+        j.end(7);
+        assert_eq!((recorded(&j), held(&j)), (0, false));
+    }
 }
