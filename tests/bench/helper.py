@@ -7,14 +7,24 @@ Subcommands:
   edit DIR EDITS_PER_FILE SEED       overwrite EDITS_PER_FILE random 4 KiB ranges in each file
   rsync-wire FILE                    sent+received bytes from `rsync --stats` output
   mover-wire FILE                    bytes_on_wire of the last {"event":"summary"} line
-  report TSV VFAIL_TSV JSON META_JSON         median/ratio table on stdout, results to JSON
+  watch-kill PROGRESS PID FRACTION TIMEOUT OUT_JSON
+                                     follow a `--progress json` stdout file; SIGKILL PID at the
+                                     first event with bytes_done >= FRACTION * bytes_total
+  disk-usage DIR OUT_JSON            regular files under DIR (not DIR/.volmig): count, bytes,
+                                     and how many of them are mover temp files (.volmig-*.tmp)
+  tree-bytes DIR                     "FILES BYTES" of the regular files under DIR
+  resume-record OUT_JSONL KEY=VALUE...  one resume run as a JSON line (see resume_record)
+  report TSV VFAIL_TSV JSON META_JSON [RESUME_JSONL]
+                                     median/ratio tables on stdout, results to JSON
 """
 import json
 import os
 import random
 import re
+import signal
 import statistics
 import sys
+import time
 
 KIB = 1024
 
@@ -174,6 +184,212 @@ def mover_wire(path):
     return s["bytes_on_wire"]
 
 
+def mover_events(path, kind):
+    """Every {"event": KIND, ...} line of a mover stdout file, in order."""
+    out = []
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and obj.get("event") == kind:
+                    out.append(obj)
+    except OSError:
+        pass
+    return out
+
+
+def _alive(pid):
+    """False once PID has exited (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:][:1] not in ("Z", "X")
+
+
+def watch_kill(progress_path, pid, fraction, timeout, out_json):
+    """Follows PROGRESS_PATH (a `--progress json` stdout file, being written) and sends
+    SIGKILL to PID at the first progress event with bytes_done >= FRACTION * bytes_total.
+    Writes what happened to OUT_JSON; exit status 0 when it killed, 1 otherwise."""
+    t0 = time.monotonic()
+    pos, buf, last, events = 0, "", None, 0
+    res = {"killed": False, "fraction": fraction, "pid": pid}
+
+    def finish(**kw):
+        res.update(kw)
+        res["events_seen"] = events
+        res["watch_secs"] = round(time.monotonic() - t0, 3)
+        with open(out_json, "w") as f:
+            json.dump(res, f, indent=2)
+            f.write("\n")
+        return 0 if res["killed"] else 1
+
+    while True:
+        try:
+            with open(progress_path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+        except OSError:
+            chunk = b""
+        if chunk:
+            pos += len(chunk)
+            buf += chunk.decode("utf-8", "replace")
+            *lines, buf = buf.split("\n")
+            for line in lines:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(obj, dict):
+                    continue
+                if obj.get("event") == "summary":
+                    return finish(reason="the run finished before the threshold", summary=obj,
+                                  last_event=last)
+                if obj.get("event") != "progress":
+                    continue
+                events += 1
+                done, total = obj.get("bytes_done"), obj.get("bytes_total")
+                if isinstance(done, int) and isinstance(total, int) and total > 0 \
+                        and done >= fraction * total:
+                    t_seen = time.monotonic()
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        return finish(reason="process gone at the threshold", event=obj,
+                                      previous_event=last)
+                    return finish(killed=True, reason="threshold reached", event=obj,
+                                  previous_event=last,
+                                  kill_latency_ms=round((time.monotonic() - t_seen) * 1000, 3))
+                last = obj
+        if not _alive(pid):
+            return finish(reason="process exited before the threshold", last_event=last)
+        if time.monotonic() - t0 > timeout:
+            return finish(reason="timeout after %ss" % timeout, last_event=last)
+        time.sleep(0.005)
+
+
+def disk_usage(root, out_json=None):
+    """Regular files under ROOT (skipping ROOT/.volmig): apparent bytes, allocated bytes,
+    and the share held by mover temp files (.volmig-NAME.TOKEN-SEQ.tmp)."""
+    res = {"files": 0, "bytes": 0, "alloc_bytes": 0, "temp_files": 0, "temp_bytes": 0, "temps": []}
+    for dirpath, dirnames, names in os.walk(root):
+        if dirpath == root and ".volmig" in dirnames:
+            dirnames.remove(".volmig")
+        for name in names:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            res["files"] += 1
+            res["bytes"] += st.st_size
+            res["alloc_bytes"] += st.st_blocks * 512
+            if name.startswith(".volmig-") and name.endswith(".tmp"):
+                res["temp_files"] += 1
+                res["temp_bytes"] += st.st_size
+                res["temps"].append({"path": os.path.relpath(path, root), "size": st.st_size})
+    if out_json:
+        with open(out_json, "w") as f:
+            json.dump(res, f, indent=2)
+            f.write("\n")
+    return res
+
+
+def _load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def resume_record(out_jsonl, kv):
+    """Collects one resume run into a JSON line. KEY=VALUE arguments: plain values
+    (variant, rep, status, secs, exit codes, tree sizes) and files:
+      kill=  watch-kill output            inspect= `mover inspect` stdout after attempt 1
+      disk=  disk-usage after attempt 1   a1_send= a1_recv= attempt 1 stdout of each side
+      a2_send= a2_recv= attempt 2 stdout  base_send= the restart-from-zero sender's stdout
+    """
+    a = dict(x.split("=", 1) for x in kv)
+
+    def num(key, conv=float):
+        try:
+            return conv(a[key])
+        except (KeyError, ValueError):
+            return None
+
+    kill = _load_json(a.get("kill", "")) or {}
+    insp = _load_json(a.get("inspect", "")) or {}
+    disk = _load_json(a.get("disk", "")) or {}
+    cp = insp.get("checkpoint") if isinstance(insp, dict) else None
+    a2s, a2r = mover_summary(a.get("a2_send", "")), mover_summary(a.get("a2_recv", ""))
+    a2_prog = mover_events(a.get("a2_recv", ""), "progress")
+    base = mover_summary(a.get("base_send", ""))
+    tree = num("tree_bytes", int)
+    ev = kill.get("event") or {}
+    at_kill = ev.get("bytes_done")
+    on_disk = disk.get("bytes")
+    lit2 = (a2s or {}).get("bytes_literal")
+    base_lit = (base or {}).get("bytes_literal")
+    rec = {
+        "variant": a.get("variant"), "rep": num("rep", int), "status": a.get("status"),
+        "tree_files": num("tree_files", int), "tree_bytes": tree,
+        "attempt1": {
+            "bwlimit": a.get("bwlimit"),
+            "killed": kill.get("killed"), "kill_reason": kill.get("reason"),
+            "bytes_done_at_kill": at_kill, "files_done_at_kill": ev.get("files_done"),
+            "kill_event": ev or None, "previous_event": kill.get("previous_event"),
+            "progress_events_seen": kill.get("events_seen"),
+            "killed_exit": a.get("a1_killed_rc"), "survivor_exit": num("a1_survivor_rc", int),
+            "survivor_summary": mover_summary(a.get(a.get("survivor", ""), "")),
+            "checkpoint": cp, "inspect": insp,
+            "checkpoint_bytes_done": (cp or {}).get("bytes_done"),
+            "checkpoint_partials": len((cp or {}).get("partials") or []),
+            "on_disk": disk,
+            # What the receiver wrote before the kill (committed + temp files): the work of
+            # attempt 1. The last progress event can be up to ~0.5 s stale.
+            "bytes_received": on_disk,
+        },
+        "attempt2": {
+            "secs": num("a2_secs"), "send_exit": num("a2_send_rc", int),
+            "recv_exit": num("a2_recv_rc", int), "summary": a2s, "recv_summary": a2r,
+            "bytes_literal": lit2, "bytes_on_wire": (a2s or {}).get("bytes_on_wire"),
+            "bytes_resumed": (a2s or {}).get("bytes_resumed"),
+            "files_resumed": (a2s or {}).get("files_resumed"),
+            "files_up_to_date": (a2s or {}).get("files_up_to_date"),
+            "files_transferred": (a2s or {}).get("files_transferred"),
+            "progress_bytes_resumed": a2_prog[0].get("bytes_resumed") if a2_prog else None,
+            "first_progress": a2_prog[0] if a2_prog else None,
+        },
+        "restart_from_zero": {
+            "secs": num("base_secs"), "exit": num("base_rc", int), "summary": base,
+            "bytes_literal": base_lit, "bytes_on_wire": (base or {}).get("bytes_on_wire"),
+        },
+        "verify_ok": a.get("verify") == "ok",
+    }
+    if tree and on_disk is not None and lit2 is not None:
+        rec["resent_fraction"] = lit2 / tree
+        rec["lost_bytes"] = on_disk + lit2 - tree
+        rec["lost_bytes_by_progress"] = (at_kill + lit2 - tree) if at_kill is not None else None
+    if tree and on_disk is not None and base_lit is not None:
+        rec["restart_lost_bytes"] = on_disk + base_lit - tree
+    with open(out_jsonl, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    hb, r1, r2 = human_bytes, rec["attempt1"], rec["attempt2"]
+    pct = lambda x: "n/a" if x is None or not tree else "%.1f%%" % (100.0 * x / tree)
+    print("killed=%s at bytes_done=%s (%s), received %s, checkpoint %s (%d partial); attempt 2: "
+          "%ss exit %s/%s, literal %s (%s), bytes_resumed %s, files_resumed %s; lost %s; "
+          "restart from zero: %ss literal %s" % (
+              r1["killed"], hb(at_kill), pct(at_kill), hb(on_disk), hb(r1["checkpoint_bytes_done"]),
+              r1["checkpoint_partials"], a.get("a2_secs"), r2["send_exit"], r2["recv_exit"],
+              hb(lit2), pct(lit2), hb(r2["bytes_resumed"]), r2["files_resumed"],
+              "n/a" if rec.get("lost_bytes") is None else _hb_signed(rec["lost_bytes"]),
+              a.get("base_secs"), hb(base_lit)))
+
+
 # scenario -> (label, max time ratio, max wire ratio or None)
 TARGETS = [
     ("initial_large", "1 initial copy, large random", 0.8, None),
@@ -194,7 +410,130 @@ def human_bytes(n):
     return str(n)
 
 
-def report(tsv, vfail_tsv, out_json, meta_json):
+def print_table(header, table):
+    widths = [max(len(str(r[i])) for r in [header] + table) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in table:
+        print(line(r))
+
+
+# checkpoint-overhead data sets: (runs.tsv scenario prefix, label)
+OVERHEAD_SETS = [("ckpt_large", "initial copy, large random"),
+                 ("ckpt_small", "initial copy, small files")]
+OVERHEAD_TARGET = 1.05   # "no measurable slowdown": with/without --operation-id
+RESUME_LOST_TARGET = 0.01  # work lost to a kill, as a share of the tree
+
+
+def report_overhead(rows, med, results):
+    table, all_ok = [], True
+    for key, label in OVERHEAD_SETS:
+        off, on = rows.get((key + "_off", "mover"), []), rows.get((key + "_on", "mover"), [])
+        if not off and not on:
+            continue
+        ok_runs = bool(off and on) and all(r["status"] == "ok" for r in off + on)
+        t_off, t_on = med([r["secs"] for r in off]), med([r["secs"] for r in on])
+        ratio = (t_on / t_off) if (ok_runs and t_off and t_on is not None) else None
+        met = ratio is not None and ratio <= OVERHEAD_TARGET
+        verdict = "FAIL" if not ok_runs else ("met" if met else "missed")
+        all_ok &= ok_runs
+        spread = lambda rs: "%.2f-%.2f" % (min(r["secs"] for r in rs), max(r["secs"] for r in rs)) \
+            if rs else "n/a"
+        table.append([label, len(off), "n/a" if t_off is None else "%.2f s" % t_off, spread(off),
+                      "n/a" if t_on is None else "%.2f s" % t_on, spread(on),
+                      "n/a" if ratio is None else "%.3fx" % ratio,
+                      "<=%.2fx %s" % (OVERHEAD_TARGET, "met" if met else "missed"), verdict])
+        results["checkpoint_overhead"].append(dict(
+            scenario=key, label=label, ok=ok_runs, median_secs_without=t_off,
+            median_secs_with=t_on, ratio=ratio, target_ratio=OVERHEAD_TARGET, target_met=met,
+            verdict=verdict, runs_without=off, runs_with=on,
+            last_summary_with=mover_summary(on[-1]["log"]) if on else None))
+    if table:
+        print()
+        print("checkpoint overhead: initial copy into an empty destination, without and with "
+              "--operation-id (median)")
+        print_table(["data set", "runs", "without", "range", "with --operation-id", "range",
+                     "ratio", "target", "result"], table)
+    return all_ok
+
+
+def report_resume(path, results):
+    recs = []
+    if path and os.path.exists(path):
+        recs = [json.loads(l) for l in open(path) if l.strip()]
+    if not recs:
+        return True
+    all_ok = True
+    by_variant = {}
+    for r in recs:
+        by_variant.setdefault(r["variant"], []).append(r)
+
+    def med(vals):
+        vals = [v for v in vals if v is not None]
+        return statistics.median(vals) if vals else None
+
+    hb = human_bytes
+    pct = lambda x, t: "n/a" if x is None or not t else "%.1f%%" % (100.0 * x / t)
+    table = []
+    for variant, rs in by_variant.items():
+        ok = all(r["status"] == "ok" for r in rs)
+        all_ok &= ok
+        tree = rs[0]["tree_bytes"]
+        g = lambda *keys: med([_dig(r, keys) for r in rs])
+        kill_at, recvd = g("attempt1", "bytes_done_at_kill"), g("attempt1", "bytes_received")
+        cp_at = g("attempt1", "checkpoint_bytes_done")
+        lit2, res2 = g("attempt2", "bytes_literal"), g("attempt2", "bytes_resumed")
+        fres2 = g("attempt2", "files_resumed")
+        t2, t0 = g("attempt2", "secs"), g("restart_from_zero", "secs")
+        lit0 = g("restart_from_zero", "bytes_literal")
+        lost, lost0 = g("lost_bytes"), g("restart_lost_bytes")
+        met = lost is not None and tree and lost <= RESUME_LOST_TARGET * tree
+        verdict = "FAIL" if not ok else ("met" if met else "missed")
+        exits = sorted({"%s/%s" % (r["attempt2"]["send_exit"], r["attempt2"]["recv_exit"]) for r in rs})
+        table.append([
+            variant, len(rs), ",".join(exits), "%s (%s)" % (hb(kill_at), pct(kill_at, tree)),
+            "%s (%s)" % (hb(recvd), pct(recvd, tree)), "%s (%s)" % (hb(cp_at), pct(cp_at, tree)),
+            "%s (%s)" % (hb(lit2), pct(lit2, tree)), hb(res2),
+            "n/a" if fres2 is None else "%d" % fres2,
+            "n/a" if t2 is None else "%.2f s" % t2,
+            "n/a" if t0 is None else "%.2f s" % t0, hb(lit0),
+            "n/a" if lost is None else "%s (%s)" % (_hb_signed(lost), pct(lost, tree)),
+            "n/a" if lost0 is None else "%s (%s)" % (hb(lost0), pct(lost0, tree)),
+            verdict])
+        results["resume"].append(dict(
+            variant=variant, ok=ok, tree_bytes=tree, median_bytes_done_at_kill=kill_at,
+            median_bytes_received_attempt1=recvd, median_checkpoint_bytes_done=cp_at,
+            median_attempt2_bytes_literal=lit2, median_attempt2_bytes_resumed=res2,
+            median_attempt2_files_resumed=fres2, median_attempt2_secs=t2,
+            median_restart_secs=t0, median_restart_bytes_literal=lit0,
+            median_lost_bytes=lost, median_restart_lost_bytes=lost0,
+            target_lost_fraction=RESUME_LOST_TARGET, target_met=bool(met), verdict=verdict,
+            runs=rs))
+    print()
+    print("resume after SIGKILL at >= 90%% of the bytes (attempt 1 paced by --bwlimit), "
+          "attempt 2 vs restart from zero (median); lost = attempt 1 received + attempt 2 "
+          "literal - tree (target <= %d%% of the tree)" % round(RESUME_LOST_TARGET * 100))
+    print_table(["kill", "runs", "attempt 2 exit", "bytes_done at kill", "received by kill", "checkpoint at kill",
+                 "attempt 2 literal", "bytes_resumed", "files_resumed", "attempt 2 time",
+                 "restart time", "restart literal", "lost (resume)", "lost (restart)", "result"],
+                table)
+    return all_ok
+
+
+def _dig(obj, keys):
+    for k in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj
+
+
+def _hb_signed(n):
+    return ("-" + human_bytes(-n)) if n < 0 else human_bytes(n)
+
+
+def report(tsv, vfail_tsv, out_json, meta_json, resume_jsonl=None):
     meta = json.load(open(meta_json))
     vfail = {tuple(l.split()) for l in open(vfail_tsv) if l.strip()}
     rows = {}
@@ -253,17 +592,16 @@ def report(tsv, vfail_tsv, out_json, meta_json):
             time_ratio=t_ratio, wire_ratio=w_ratio, target_time_ratio=t_target,
             target_wire_ratio=w_target, time_target_met=t_met, wire_target_met=w_met,
             verdict=verdict))
+    if table:
+        print_table(header, table)
+    results["checkpoint_overhead"] = []
+    results["resume"] = []
+    all_ok &= report_overhead(rows, med, results)
+    all_ok &= report_resume(resume_jsonl, results)
     results["all_ok"] = all_ok
     with open(out_json, "w") as f:
         json.dump(results, f, indent=2)
         f.write("\n")
-
-    widths = [max(len(str(r[i])) for r in [header] + table) for i in range(len(header))]
-    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"
-    print(line(header))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in table:
-        print(line(r))
 
 
 def main(argv):
@@ -278,8 +616,17 @@ def main(argv):
         print(rsync_wire(argv[2]))
     elif cmd == "mover-wire":
         print(mover_wire(argv[2]))
+    elif cmd == "watch-kill":
+        sys.exit(watch_kill(argv[2], int(argv[3]), float(argv[4]), float(argv[5]), argv[6]))
+    elif cmd == "disk-usage":
+        disk_usage(argv[2], argv[3])
+    elif cmd == "tree-bytes":
+        d = disk_usage(argv[2])
+        print(d["files"], d["bytes"])
+    elif cmd == "resume-record":
+        resume_record(argv[2], argv[3:])
     elif cmd == "report":
-        report(argv[2], argv[3], argv[4], argv[5])
+        report(argv[2], argv[3], argv[4], argv[5], argv[6] if len(argv) > 6 else None)
     else:
         sys.exit("unknown subcommand %r" % cmd)
 

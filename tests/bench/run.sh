@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/bench/run.sh — side-by-side benchmark of `mover` vs rsync (daemon mode) on loopback.
 #
-#   tests/bench/run.sh [--mover PATH] [--work DIR] [--quick] [--keep] [--repeat N]
+#   tests/bench/run.sh [--mover PATH] [--work DIR] [--quick] [--keep] [--repeat N] [--only CASES]
 #
 # Run by hand (or from a report), never as a timed test. See tests/bench/README.md.
 set -euo pipefail
@@ -10,16 +10,20 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 HELPER="$HERE/helper.py"
 
-MOVER="" WORK="" QUICK=0 KEEP=0 REPEAT=1
+MOVER="" WORK="" QUICK=0 KEEP=0 REPEAT=1 REPEAT_SET=0 ONLY="compare,resume,checkpoint-overhead"
 
 usage() {
     cat <<'EOF'
-usage: tests/bench/run.sh [--mover PATH] [--work DIR] [--quick] [--keep] [--repeat N]
+usage: tests/bench/run.sh [--mover PATH] [--work DIR] [--quick] [--keep] [--repeat N] [--only CASES]
   --mover PATH  mover binary to test (default: cargo build --release -p mover, use target/release/mover)
   --work DIR    work directory for data, destinations, logs and results.json (default: fresh /tmp dir)
   --quick       scale the data sets down 8x for a fast smoke run
   --keep        keep data and destinations at exit (logs and results.json are always kept)
-  --repeat N    run every measurement N times and report the median (default 1)
+  --repeat N    run every measurement N times and report the median (default 1;
+                checkpoint-overhead defaults to 3)
+  --only CASES  comma-separated subset of: compare (scenarios 1-4, mover vs rsync),
+                resume (SIGKILL at 90% + resume vs restart from zero),
+                checkpoint-overhead (initial copies without/with --operation-id); default: all
 EOF
 }
 
@@ -29,12 +33,23 @@ while [[ $# -gt 0 ]]; do
         --work) WORK=$2; shift 2 ;;
         --quick) QUICK=1; shift ;;
         --keep) KEEP=1; shift ;;
-        --repeat) REPEAT=$2; shift 2 ;;
+        --repeat) REPEAT=$2; REPEAT_SET=1; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; exit 1 ;;
     esac
 done
 [[ $REPEAT =~ ^[1-9][0-9]*$ ]] || { echo "--repeat needs a positive integer" >&2; exit 1; }
+CASES=" "
+for c in ${ONLY//,/ }; do
+    case $c in
+        compare | resume | checkpoint-overhead) CASES+="$c " ;;
+        overhead) CASES+="checkpoint-overhead " ;;
+        *) echo "--only: unknown case '$c' (compare, resume, checkpoint-overhead)" >&2; exit 1 ;;
+    esac
+done
+[[ $CASES != " " ]] || { echo "--only needs at least one case" >&2; exit 1; }
+want() { [[ $CASES == *" $1 "* ]]; }
 
 log() { printf '[bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -66,14 +81,15 @@ else
     WORK=$(realpath "$WORK")
 fi
 SRC=$WORK/src DST=$WORK/dst SNAP=$WORK/snap LOGS=$WORK/logs
-rm -rf "$SRC" "$DST" "$SNAP" "$LOGS" "$WORK"/{runs.tsv,verify_failures.tsv,results.json,meta.json,table.md}
+rm -rf "$SRC" "$DST" "$SNAP" "$LOGS" "$WORK"/{runs.tsv,verify_failures.tsv,resume.jsonl,results.json,meta.json,table.md}
 mkdir -p "$SRC" "$DST/rsync" "$DST/mover" "$LOGS"
-touch "$WORK/verify_failures.tsv"
+touch "$WORK/verify_failures.tsv" "$WORK/runs.tsv"
 
-DAEMON_PID="" RECV_PID=""
+DAEMON_PID="" RECV_PID="" SEND_PID=""
 cleanup() {
     # Every background process runs under setsid, so its id is also its process group's.
     if [[ -n $RECV_PID ]]; then kill -- "-$RECV_PID" 2>/dev/null || true; fi
+    if [[ -n $SEND_PID ]]; then kill -- "-$SEND_PID" 2>/dev/null || true; fi
     if [[ -n $DAEMON_PID ]]; then kill -- "-$DAEMON_PID" 2>/dev/null || true; fi
     rm -f "$WORK/mover.addr"
     if [[ $KEEP == 0 ]]; then rm -rf "$SRC" "$DST" "$SNAP"; fi
@@ -199,17 +215,26 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 log "load average at start: $LOAD_START (other work on the machine skews the numbers)"
 log "generating data sets (scale 1/$SCALE)"
 t_gen=$(usec)
+log "cases:$CASES"
+SETS=("$SRC/large")   # every case uses `large`
 mkdir -p "$SRC/large"
 for ((i = 0; i < LARGE_FILES; i++)); do
     head -c "$LARGE_SIZE" /dev/urandom >"$SRC/large/blob$i.bin"
 done
-python3 "$HELPER" small "$SRC/small" "$SMALL_FILES" "$SMALL_DIRS" 1
-python3 "$HELPER" logs "$SRC/logs" "$LOG_BYTES" "$LOG_FILES" 2
-log "data generated in $(secs_since "$t_gen")s: $(du -sh "$SRC/large" "$SRC/small" "$SRC/logs" | awk '{printf "%s=%s ", $2, $1}')"
+if want compare || want checkpoint-overhead; then
+    python3 "$HELPER" small "$SRC/small" "$SMALL_FILES" "$SMALL_DIRS" 1
+    SETS+=("$SRC/small")
+fi
+if want compare; then
+    python3 "$HELPER" logs "$SRC/logs" "$LOG_BYTES" "$LOG_FILES" 2
+    SETS+=("$SRC/logs")
+fi
+log "data generated in $(secs_since "$t_gen")s: $(du -sh "${SETS[@]}" | awk '{printf "%s=%s ", $2, $1}')"
 if [[ $DROP_OK == 1 ]]; then log "page cache: dropped before every run"
 else log "page cache: cannot drop (/proc/sys/vm/drop_caches not writable) — runs are warm-cache"; fi
 
 # ---------------------------------------------------------------- rsync daemon
+if want compare; then
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 {
     echo "pid file = $WORK/rsyncd.pid"
@@ -231,8 +256,10 @@ for ((i = 0; i < 100; i++)); do
     sleep 0.1
 done
 log "rsync daemon on 127.0.0.1:$PORT ($(rsync --version | head -n1))"
+fi
 
 # ---------------------------------------------------------------- scenarios
+if want compare; then
 log "scenario 1: initial copy of large random files"
 for ((r = 1; r <= REPEAT; r++)); do
     rm -rf "$DST/rsync/large" "$DST/mover/large"
@@ -283,11 +310,192 @@ for ((r = 1; r <= REPEAT; r++)); do
 done
 verify compressed_logs rsync "$SRC/logs" "$DST/rsync/logs"
 verify compressed_logs mover "$SRC/logs" "$DST/mover/logs"
+rm -rf "$DST/rsync/logs" "$DST/mover/logs"
+fi
+
+# ---------------------------------------------------------------- checkpoint / resume cases
+# start_receiver OUT DST [receive args...]: a receiver under setsid (RECV_PID), stdout and
+# stderr in OUT.out / OUT.err; returns once it has written its address to $WORK/mover.addr.
+start_receiver() {
+    local out=$1 dst=$2 addr=$WORK/mover.addr i
+    shift 2
+    rm -f "$addr"
+    mkdir -p "$dst"
+    setsid "$MOVER" receive --listen 127.0.0.1:0 --addr-file "$addr" --root "$dst" "$@" \
+        >"$out.out" 2>"$out.err" &
+    RECV_PID=$!
+    for ((i = 0; i < 300; i++)); do   # wait up to 30 s for the bound address
+        [[ -s $addr ]] && return 0
+        kill -0 "$RECV_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -- "-$RECV_PID" 2>/dev/null || true
+    wait "$RECV_PID" 2>/dev/null || true
+    RECV_PID=""
+    return 1
+}
+
+# reap PID SECS: wait up to SECS for background PID to exit; REAP_RC = its exit status, or
+# "timeout" (after a SIGKILL to its process group).
+reap() {
+    local pid=$1 n=$(($2 * 200)) i
+    REAP_RC=0
+    for ((i = 0; i < n; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.005
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -KILL -- "-$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        REAP_RC=timeout
+        return 0
+    fi
+    wait "$pid" 2>/dev/null || REAP_RC=$?
+}
+
+# run_pair OUT SRC DST "RECV ARGS" "SEND ARGS": a receiver, then a timed sender;
+# timed like run_mover, from the start of `send` until both sides have exited.
+# Sets PAIR_SECS, PAIR_SEND_RC, PAIR_RECV_RC.
+run_pair() {
+    local out=$1 src=$2 dst=$3 rargs=$4 sargs=$5 t0
+    PAIR_SECS=-1 PAIR_SEND_RC=none PAIR_RECV_RC=none
+    drop_caches
+    # shellcheck disable=SC2086 # argument strings are intentionally word-split
+    start_receiver "$out.recv" "$dst" $rargs || return 0
+    t0=$(usec)
+    PAIR_SEND_RC=0
+    # shellcheck disable=SC2086
+    timeout 3600 "$MOVER" send --to "$(cat "$WORK/mover.addr")" --root "$src" $sargs \
+        >"$out.send.out" 2>"$out.send.err" || PAIR_SEND_RC=$?
+    [[ $PAIR_SEND_RC == 0 ]] || kill -- "-$RECV_PID" 2>/dev/null || true
+    reap "$RECV_PID" 120
+    PAIR_SECS=$(secs_since "$t0")
+    PAIR_RECV_RC=$REAP_RC RECV_PID=""
+}
+
+# verified SCENARIO TOOL SRC DST: verify, then say "ok" or "failed" on stdout.
+verified() {
+    local before after
+    before=$(wc -l <"$WORK/verify_failures.tsv")
+    verify "$@" >&2
+    after=$(wc -l <"$WORK/verify_failures.tsv")
+    if [[ $before == "$after" ]]; then echo ok; else echo failed; fi
+}
+
+# Resume: attempt 1 is paced with --bwlimit so that it would take ~RESUME_SECS: progress
+# events come every ~0.5 s, so the kill lands within ~5% (full) / ~8% (quick) of the threshold
+# (unpaced, 1 GiB crosses 90% between two events and often finishes before the kill).
+RESUME_FRACTION=0.9 RESUME_SECS=10 RESUME_OP=bench-resume
+[[ $QUICK == 1 ]] && RESUME_SECS=6
+read -r TREE_FILES TREE_BYTES < <(python3 "$HELPER" tree-bytes "$SRC/large")
+RESUME_BWLIMIT=$((TREE_BYTES / 1024 / RESUME_SECS))   # KiB/s
+
+# resume_run VARIANT REP BASE_OUT BASE_SECS BASE_RC: VARIANT kill-receiver | kill-sender |
+# kill-receiver-delete. Attempt 1 (paced) is SIGKILLed on the side VARIANT names once the
+# receiver's progress shows bytes_done >= RESUME_FRACTION * bytes_total; attempt 2 (unpaced,
+# timed) completes it. Both attempts send with --delete only in the *-delete variant.
+resume_run() {
+    local variant=$1 rep=$2 base_out=$3 base_secs=$4 base_rc=$5
+    local out=$LOGS/resume.$variant.$rep dst=$DST/resume/$variant victim survivor
+    local a1_send_rc a1_recv_rc vrc k1 s1 st=ok vst=failed line
+    local -a args=(--operation-id "$RESUME_OP" --progress json) sargs
+    sargs=("${args[@]}")
+    [[ $variant == *-delete ]] && sargs+=(--delete)
+    rm -rf "$dst"
+    drop_caches
+    if ! start_receiver "$out.a1.recv" "$dst" "${args[@]}" --attempt 1; then
+        fail "resume $variant: receiver did not write its address (see $out.a1.recv.err)"
+        return 0
+    fi
+    setsid "$MOVER" send --to "$(cat "$WORK/mover.addr")" --root "$SRC/large" "${sargs[@]}" \
+        --attempt 1 --bwlimit "$RESUME_BWLIMIT" >"$out.a1.send.out" 2>"$out.a1.send.err" &
+    SEND_PID=$!
+    if [[ $variant == kill-receiver* ]]; then victim=$RECV_PID survivor=a1_send
+    else victim=$SEND_PID survivor=a1_recv; fi
+    # Not a job any more: bash would report "Killed" for it. `reap` still sees it exit (kill -0),
+    # its status is the SIGKILL (or, if the kill missed, its summary line's exit_code).
+    disown "$victim"
+    python3 "$HELPER" watch-kill "$out.a1.recv.out" "$victim" "$RESUME_FRACTION" \
+        $((RESUME_SECS * 6 + 60)) "$out.kill.json" || st=kill-missed
+    reap "$SEND_PID" 120; a1_send_rc=$REAP_RC SEND_PID=""
+    reap "$RECV_PID" 120; a1_recv_rc=$REAP_RC RECV_PID=""
+    if [[ $st == ok ]]; then vrc=SIGKILL; else vrc="exited-before-kill"; fi
+    if [[ $variant == kill-receiver* ]]; then a1_recv_rc=$vrc; else a1_send_rc=$vrc; fi
+    [[ $st == ok ]] || fail "resume $variant #$rep: no kill ($(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("reason"))' "$out.kill.json"))"
+    "$MOVER" inspect --root "$dst" >"$out.inspect.json" 2>"$out.inspect.err" ||
+        fail "resume $variant #$rep: mover inspect exited $? (see $out.inspect.err)"
+    python3 "$HELPER" disk-usage "$dst" "$out.disk.json"
+    log "  resume $variant #$rep attempt 1: send exit $a1_send_rc, receive exit $a1_recv_rc; inspect: $(head -c 600 "$out.inspect.json")"
+
+    run_pair "$out.a2" "$SRC/large" "$dst" "${args[*]} --attempt 2" "${sargs[*]} --attempt 2"
+    if [[ $PAIR_SEND_RC != 0 || $PAIR_RECV_RC != 0 ]]; then
+        [[ $st == ok ]] && st="attempt2-exit-$PAIR_SEND_RC/$PAIR_RECV_RC"
+        fail "resume $variant #$rep: attempt 2 exited send=$PAIR_SEND_RC receive=$PAIR_RECV_RC (see $out.a2.*.err)"
+    fi
+    vst=$(verified "resume_$variant" mover "$SRC/large" "$dst")
+    [[ $vst == ok || $st != ok ]] || st=verify-failed
+    if [[ $variant == kill-receiver* ]]; then k1=$a1_recv_rc s1=$a1_send_rc
+    else k1=$a1_send_rc s1=$a1_recv_rc; fi
+    line=$(python3 "$HELPER" resume-record "$WORK/resume.jsonl" variant="$variant" rep="$rep" \
+        status="$st" verify="$vst" tree_files="$TREE_FILES" tree_bytes="$TREE_BYTES" \
+        bwlimit="${RESUME_BWLIMIT}K" kill="$out.kill.json" inspect="$out.inspect.json" \
+        disk="$out.disk.json" a1_send="$out.a1.send.out" a1_recv="$out.a1.recv.out" \
+        survivor="$survivor" a1_killed_rc="$k1" a1_survivor_rc="$s1" \
+        a2_send="$out.a2.send.out" a2_recv="$out.a2.recv.out" a2_secs="$PAIR_SECS" \
+        a2_send_rc="$PAIR_SEND_RC" a2_recv_rc="$PAIR_RECV_RC" \
+        base_send="$base_out.send.out" base_secs="$base_secs" base_rc="$base_rc")
+    log "  resume $variant #$rep: $line $st"
+    rm -rf "$dst"
+}
+
+if want resume; then
+    log "resume: $TREE_FILES files, $TREE_BYTES bytes; attempt 1 paced at ${RESUME_BWLIMIT} KiB/s, SIGKILL at >= ${RESUME_FRACTION} of bytes_total"
+    for ((r = 1; r <= REPEAT; r++)); do
+        # Restart from zero (what a tool without checkpoints does after a failure): a fresh,
+        # empty destination and a full copy, without --operation-id.
+        base=$LOGS/resume.restart.$r
+        rm -rf "$DST/resume/restart"
+        run_pair "$base" "$SRC/large" "$DST/resume/restart" "" "--delete"
+        base_secs=$PAIR_SECS base_rc=$PAIR_SEND_RC/$PAIR_RECV_RC
+        [[ $base_rc == 0/0 ]] || fail "resume: restart-from-zero copy exited $base_rc (see $base.*.err)"
+        [[ $(verified resume_restart mover "$SRC/large" "$DST/resume/restart") == ok ]] ||
+            base_rc="verify-failed"
+        log "  restart from zero #$r: ${base_secs}s exit $base_rc wire=$(python3 "$HELPER" mover-wire "$base.send.out")"
+        rm -rf "$DST/resume/restart"
+        for variant in kill-receiver kill-sender kill-receiver-delete; do
+            resume_run "$variant" "$r" "$base" "$base_secs" "$base_rc"
+        done
+    done
+fi
+
+if want checkpoint-overhead; then
+    OVH_REPEAT=$REPEAT; [[ $REPEAT_SET == 1 ]] || OVH_REPEAT=3
+    for set in large small; do
+        log "checkpoint overhead: initial copy of $set without and with --operation-id, $OVH_REPEAT runs each"
+        for ((r = 1; r <= OVH_REPEAT; r++)); do
+            # alternate the order (ABBA...) so a drifting machine does not favour one side
+            if ((r % 2)); then order="off on"; else order="on off"; fi
+            for mode in $order; do
+                rm -rf "$DST/ovh/$set-$mode"
+                if [[ $mode == on ]]; then
+                    run_mover "ckpt_${set}_on" "$r" "$SRC/$set" "$DST/ovh/$set-on" \
+                        --operation-id "bench-ovh-$set-$r"
+                else
+                    run_mover "ckpt_${set}_off" "$r" "$SRC/$set" "$DST/ovh/$set-off"
+                fi
+            done
+        done
+        verify "ckpt_${set}_off" mover "$SRC/$set" "$DST/ovh/$set-off"
+        verify "ckpt_${set}_on" mover "$SRC/$set" "$DST/ovh/$set-on"
+        rm -rf "$DST/ovh/$set-off" "$DST/ovh/$set-on"
+    done
+fi
 
 # ---------------------------------------------------------------- report
 META_RSYNC=$(rsync --version | head -n1) META_MOVER_VERSION=$("$MOVER" --version 2>/dev/null | head -n1 || true) \
 META_LOAD=$LOAD_START META_MOVER=$MOVER META_QUICK=$QUICK META_SCALE=$SCALE META_REPEAT=$REPEAT META_DROP=$DROP_OK \
 META_LARGE="$LARGE_FILES $LARGE_SIZE $EDITS" META_SMALL="$SMALL_FILES $SMALL_DIRS" META_LOGS="$LOG_FILES $LOG_BYTES" \
+META_CASES="$CASES" META_RESUME="$RESUME_FRACTION $RESUME_BWLIMIT $RESUME_SECS" META_OVH_REPEAT="${OVH_REPEAT:-0}" \
     python3 - "$WORK/meta.json" <<'EOF'
 import json, os, sys, time
 e = os.environ
@@ -302,11 +510,22 @@ json.dump({
     "large": {"files": large[0], "file_bytes": large[1], "edits_per_file": large[2]},
     "small": {"files": small[0], "dirs": small[1]},
     "logs": {"files": logs[0], "bytes": logs[1]},
+    "cases": e["META_CASES"].split(),
+    "resume": dict(zip(("kill_fraction", "attempt1_bwlimit_kib_s", "attempt1_target_secs"),
+                       map(float, e["META_RESUME"].split()))),
+    "checkpoint_overhead_repeat": int(e["META_OVH_REPEAT"]),
 }, open(sys.argv[1], "w"), indent=2)
 EOF
 echo
-echo "mover vs rsync (daemon, loopback), $([[ $QUICK == 1 ]] && echo "QUICK 1/$SCALE scale" || echo "full scale"), median of $REPEAT, page cache $([[ $DROP_OK == 1 ]] && echo dropped || echo warm)"
-python3 "$HELPER" report "$WORK/runs.tsv" "$WORK/verify_failures.tsv" "$WORK/results.json" "$WORK/meta.json" | tee "$WORK/table.md"
+SCALE_TXT=$([[ $QUICK == 1 ]] && echo "QUICK 1/$SCALE scale" || echo "full scale")
+CACHE_TXT="page cache $([[ $DROP_OK == 1 ]] && echo dropped || echo warm)"
+if want compare; then
+    echo "mover vs rsync (daemon, loopback), $SCALE_TXT, median of $REPEAT, $CACHE_TXT"
+else
+    echo "mover checkpoint/resume cases:$CASES($SCALE_TXT, $CACHE_TXT, $(nproc) cores)"
+fi
+python3 "$HELPER" report "$WORK/runs.tsv" "$WORK/verify_failures.tsv" "$WORK/results.json" "$WORK/meta.json" \
+    "$WORK/resume.jsonl" | tee "$WORK/table.md"
 echo
 echo "results: $WORK/results.json   logs: $LOGS"
 if [[ $FAILED != 0 ]]; then
