@@ -3,6 +3,11 @@
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
+use tokio::sync::mpsc;
+
+use super::SessionError;
+use crate::protocol::{violation, Frame};
+
 /// Credit granted by the receiver for list frames.
 #[derive(Debug, Default)]
 pub struct Credits {
@@ -52,21 +57,53 @@ impl Credits {
     }
 }
 
-/// List frames received but not yet consumed by the generator: the receiver's
-/// check that the sender keeps within its credit.
+/// List frames consumed before credit is returned to the sender.
+const CREDIT_BATCH: u32 = 1024;
+
+/// List frames received but not yet consumed (by the generator, or the
+/// verifier): the receiver's check that the sender keeps within its credit,
+/// and the consumer's count of credit not yet returned.
 #[derive(Debug, Default)]
-pub struct ListWindow(std::sync::atomic::AtomicU64);
+pub struct ListWindow {
+    inflight: std::sync::atomic::AtomicU64,
+    unreturned: std::sync::atomic::AtomicU32,
+}
 
 impl ListWindow {
     /// Counts `n` frames in; false if that exceeds what was credited.
     pub fn admit(&self, n: u64) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         // ListEnd is sent without credit.
-        self.0.fetch_add(n, Relaxed) + n <= crate::protocol::INITIAL_CREDIT as u64 + 1
+        self.inflight.fetch_add(n, Relaxed) + n <= crate::protocol::INITIAL_CREDIT as u64 + 1
     }
 
-    pub fn consumed(&self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    /// Admits a batch of list frames and hands it to the consumer. The sender
+    /// may not exceed its credit, so the consumer's queue never blocks.
+    pub fn hand_on(
+        &self,
+        batch: Vec<Frame>,
+        tx: &mpsc::Sender<Vec<Frame>>,
+    ) -> Result<(), SessionError> {
+        let exceeded = || violation("sender exceeded its list credit").into();
+        if !self.admit(batch.len() as u64) {
+            return Err(exceeded());
+        }
+        tx.try_send(batch).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => exceeded(),
+            mpsc::error::TrySendError::Closed(_) => SessionError::Cancelled,
+        })
+    }
+
+    /// One frame consumed; returns the credit to grant the sender, once a
+    /// batch's worth has been consumed.
+    pub fn consumed(&self) -> Option<u32> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.inflight.fetch_sub(1, Relaxed);
+        let n = self.unreturned.fetch_add(1, Relaxed) + 1;
+        (n >= CREDIT_BATCH).then(|| {
+            self.unreturned.store(0, Relaxed);
+            n
+        })
     }
 }
 

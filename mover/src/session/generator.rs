@@ -4,10 +4,10 @@
 //! sender with block signatures of the existing file.
 
 use std::collections::HashSet;
-use std::fs::{self, File, Metadata, OpenOptions};
-use std::io::{self, Read};
+use std::fs::{self, Metadata};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -18,21 +18,18 @@ use super::commit::{create_and_replace, is_own_temp};
 use super::flow::{Inflight, ListWindow, Wake};
 use super::journal::Journal;
 use super::outbox::{recv_or_flush, Out, Outbox};
+use super::resume::{self, sign_basis, Resume, Signed};
 use super::{cancelled, is_fatal, warn, SessionError};
 use crate::checkpoint::{Fingerprint, Partial};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
 use crate::path::RelPath;
 use crate::protocol::{
-    violation, Entry, Frame, ListStats, Request, SessionOptions, MAX_BLOCKS_PER_FILE,
-    SIGS_PER_FRAME,
+    violation, Entry, Frame, ListStats, Request, SessionOptions, SIGS_PER_FRAME,
 };
-use crate::signature::{self, BlockSig, SigShape};
+use crate::signature::SigShape;
 use crate::stats::{Counters, Summary};
 use crate::walk::{file_hash, is_temp_name, STATE_DIR};
-
-/// List frames consumed before credit is returned to the sender.
-const CREDIT_BATCH: u32 = 1024;
 
 /// A file requested from the sender.
 #[derive(Debug, Clone)]
@@ -45,19 +42,6 @@ pub struct PendingFile {
     /// Continues a partial file an earlier attempt left.
     pub resume: Option<Resume>,
 }
-
-/// A partial file whose prefix was verified and is reused.
-#[derive(Debug, Clone)]
-pub struct Resume {
-    pub temp: PathBuf,
-    /// Bytes reused.
-    pub from: u64,
-    /// The hash of those bytes, to go on from.
-    pub hasher: blake3::Hasher,
-}
-
-/// A basis signature to send with a request.
-type Signed = (SigShape, Vec<BlockSig>);
 
 /// What the generator leaves for the final pass.
 #[derive(Debug, Default)]
@@ -95,7 +79,6 @@ pub struct Generator {
     /// Threads used to sign large basis files.
     threads: usize,
     next_id: u64,
-    consumed: u32,
     /// Names listed so far in the directory being listed.
     children: Option<(RelPath, HashSet<Vec<u8>>)>,
     /// Directories listed whose children may still come.
@@ -134,7 +117,6 @@ impl Generator {
             window,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             next_id: 0,
-            consumed: 0,
             children: None,
             open_dirs: HashSet::new(),
             broken_dirs: HashSet::new(),
@@ -166,11 +148,8 @@ impl Generator {
                         )))
                     }
                 }
-                self.window.consumed();
-                self.consumed += 1;
-                if self.consumed >= CREDIT_BATCH {
-                    self.send(Frame::Credit(self.consumed))?;
-                    self.consumed = 0;
+                if let Some(n) = self.window.consumed() {
+                    self.send(Frame::Credit(n))?;
                 }
             }
             self.send_redo()?;
@@ -469,57 +448,17 @@ impl Generator {
         self.failed(&e.path, err)
     }
 
-    /// Checks a partial file an earlier attempt left for `e`: the source must
-    /// be unchanged and the recorded prefix must hash as recorded. Then the
-    /// prefix is reused, and the unverified rest serves as a delta basis.
-    /// Otherwise the partial file is removed and the file sent as usual.
+    /// Continues the partial file an earlier attempt left for `e`, if it
+    /// checks out; otherwise it is reported and removed, and `e` is sent as usual.
     fn reuse_partial(&self, e: &Entry, p: Partial) -> Option<(Resume, Option<Signed>)> {
-        let temp = p.temp.under(&self.root);
-        let checked = (|| {
-            if p.size != e.meta.size || p.mtime != e.meta.mtime {
-                return Err("the source file changed since".to_string());
-            }
-            let file = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&temp)
-                .map_err(|e| e.to_string())?;
-            let md = file.metadata().map_err(|e| e.to_string())?;
-            if !md.is_file() {
-                return Err("not a regular file".into());
-            }
-            if md.len() < p.verified_len {
-                return Err(format!(
-                    "shorter ({} bytes) than recorded ({})",
-                    md.len(),
-                    p.verified_len
-                ));
-            }
-            let mut hasher = blake3::Hasher::new();
-            let read = io::copy(&mut (&file).take(p.verified_len), &mut hasher);
-            if read.map_err(|e| e.to_string())? != p.verified_len
-                || *hasher.finalize().as_bytes() != p.prefix_hash
-            {
-                return Err("modified since it was recorded".into());
-            }
-            let tail = md.len().min(p.size) - p.verified_len;
-            let basis = (tail > 0 && !self.opts.whole_file)
-                .then(|| sign_open(&file, p.verified_len, tail, self.threads))
-                .flatten();
-            let resume = Resume {
-                temp: temp.clone(),
-                from: p.verified_len,
-                hasher,
-            };
-            Ok((resume, basis))
-        })();
+        let checked = resume::check(&self.root, e, &p, !self.opts.whole_file, self.threads);
         checked
             .inspect_err(|why| {
                 warn(format_args!(
                     "{}: partial file of an earlier attempt not reused: {why}",
                     e.path
                 ));
-                let _ = fs::remove_file(&temp);
+                let _ = fs::remove_file(p.temp.under(&self.root));
                 if let Some(j) = &self.journal {
                     j.drop_claim(&e.path);
                 }
@@ -696,25 +635,6 @@ impl Generator {
         }
         Ok(())
     }
-}
-
-/// The signature of the destination file as it is now, if it can be read.
-fn sign_basis(dest: &Path, threads: usize) -> Option<Signed> {
-    let f = File::open(dest).ok()?;
-    let len = f.metadata().ok()?.len();
-    sign_open(&f, 0, len, threads)
-}
-
-/// The signature of `len` bytes of `f` from `offset`, if they can be read.
-fn sign_open(f: &File, offset: u64, len: u64, threads: usize) -> Option<Signed> {
-    let shape = SigShape::for_len(len);
-    if len == 0 || shape.block_count() > MAX_BLOCKS_PER_FILE {
-        return None;
-    }
-    Some((
-        shape,
-        signature::sign_file_from(f, offset, shape, threads).ok()?,
-    ))
 }
 
 /// Removes a directory and everything in it. Without root, a read-only

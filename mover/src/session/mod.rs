@@ -19,6 +19,7 @@ pub mod local;
 mod outbox;
 mod peer;
 pub mod receiver;
+mod resume;
 pub mod sender;
 mod serve;
 mod supervise;

@@ -443,16 +443,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
             }
         }
         if !to_gen.is_empty() {
-            // The sender may not exceed its credit, so this queue never blocks.
-            if !window.admit(to_gen.len() as u64) {
-                return Err(violation("sender exceeded its list credit").into());
-            }
-            gen_tx.try_send(to_gen).map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    violation("sender exceeded its list credit").into()
-                }
-                mpsc::error::TrySendError::Closed(_) => SessionError::Cancelled,
-            })?;
+            window.hand_on(to_gen, &gen_tx)?;
         }
         for (tx, frames) in app_txs.iter().zip(to_app) {
             if !frames.is_empty() {
@@ -511,15 +502,7 @@ async fn read_listing<R: AsyncRead + Unpin>(
         for frame in &batch {
             state = state.step(frame)?.0;
         }
-        if !window.admit(batch.len() as u64) {
-            return Err(violation("sender exceeded its list credit").into());
-        }
-        tx.try_send(batch).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => {
-                violation("sender exceeded its list credit").into()
-            }
-            mpsc::error::TrySendError::Closed(_) => SessionError::Cancelled,
-        })?;
+        window.hand_on(batch, &tx)?;
     }
     Ok(())
 }

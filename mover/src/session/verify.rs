@@ -25,8 +25,6 @@ use crate::protocol::{Entry, Frame};
 use crate::stats::VerifyResult;
 use crate::walk::{is_temp_name, TreeRoot, STATE_DIR};
 
-/// List frames consumed before credit is returned to the sender.
-const CREDIT_BATCH: u32 = 1024;
 /// Differences described one by one on stderr; the rest are only counted.
 const REPORT_AT_MOST: u64 = 50;
 
@@ -39,7 +37,6 @@ pub struct Verifier {
     opts: ManifestOptions,
     out: Outbox,
     window: Arc<ListWindow>,
-    consumed: u32,
     /// Names listed so far in the directory being listed.
     children: Option<(RelPath, HashSet<Vec<u8>>)>,
     manifest: blake3::Hasher,
@@ -68,7 +65,6 @@ impl Verifier {
             },
             out: Outbox::new(out),
             window,
-            consumed: 0,
             children: None,
             manifest: blake3::Hasher::new(),
             result: VerifyResult::default(),
@@ -99,11 +95,8 @@ impl Verifier {
                         )))
                     }
                 }
-                self.window.consumed();
-                self.consumed += 1;
-                if self.consumed >= CREDIT_BATCH {
-                    self.out.push(Frame::Credit(self.consumed))?;
-                    self.consumed = 0;
+                if let Some(n) = self.window.consumed() {
+                    self.out.push(Frame::Credit(n))?;
                 }
             }
         }
