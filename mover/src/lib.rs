@@ -10,6 +10,8 @@
 //!   machines, over TCP or an in-memory pipe ([`session::local`]);
 //! - [`checkpoint`]: the receiver's durable record of an interrupted operation;
 //! - [`stats`]: progress events and the final summary;
+//! - [`tls`]: the authenticated channel between the two sides (TLS 1.3,
+//!   per-operation key material);
 //! - [`manifest`]: a BLAKE3 manifest of a tree, to prove two trees identical.
 
 pub mod checkpoint;
@@ -24,4 +26,5 @@ pub mod rolling;
 pub mod session;
 pub mod signature;
 pub mod stats;
+pub mod tls;
 pub mod walk;

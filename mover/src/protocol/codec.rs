@@ -50,6 +50,9 @@ impl Decoder for FrameCodec {
     type Error = ProtocolError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, ProtocolError> {
+        if self.decoded == 0 && looks_like_tls(src) {
+            return Err(ProtocolError::PeerSpeaksTls);
+        }
         let Some(payload) = self.inner.decode(src).map_err(frame_too_big)? else {
             return Ok(None);
         };
@@ -111,6 +114,13 @@ fn first_frame_error(payload: &[u8], e: postcard::Error) -> ProtocolError {
     }
 }
 
+/// A TLS record header (handshake or alert, version 3.x) where a first
+/// frame's length would be: such a length is far over [`MAX_FRAME_LEN`], so
+/// no mover frame is mistaken for it.
+fn looks_like_tls(src: &[u8]) -> bool {
+    matches!(src, [0x15 | 0x16, 0x03, 0x00..=0x04, ..])
+}
+
 fn frame_too_big(e: std::io::Error) -> ProtocolError {
     if e.kind() == std::io::ErrorKind::InvalidData {
         super::violation(format!("frame longer than {MAX_FRAME_LEN} bytes"))
@@ -123,6 +133,17 @@ fn frame_too_big(e: std::io::Error) -> ProtocolError {
 mod tests {
     use super::*;
     use crate::protocol::{Hello, SessionOptions, MAGIC};
+
+    #[test]
+    fn a_tls_record_first_is_recognised() {
+        let mut codec = FrameCodec::new(WireCounter::default());
+        // A TLS alert record, as a TLS receiver answers a plain client.
+        let mut buf = BytesMut::from(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32][..]);
+        assert!(matches!(
+            codec.decode(&mut buf),
+            Err(ProtocolError::PeerSpeaksTls)
+        ));
+    }
 
     #[test]
     fn round_trip_and_count() {

@@ -54,6 +54,9 @@ pub enum ProtocolError {
     Decode(#[from] postcard::Error),
     #[error("peer is not a volmig mover (bad magic in its first frame)")]
     NotMover,
+    /// The peer opened with a TLS record: it runs with `--tls-dir`, this side with `--insecure`.
+    #[error("the peer speaks TLS but this side runs with --insecure: give both sides --tls-dir (the same operation's key material)")]
+    PeerSpeaksTls,
     #[error("incompatible peer: it speaks protocol {peer_min}..={peer}, this mover speaks {MIN_PROTOCOL_VERSION}..={PROTOCOL_VERSION}; run the same mover version on both sides")]
     Incompatible { peer: u16, peer_min: u16 },
     #[error("protocol violation: {0}")]

@@ -46,6 +46,8 @@ pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 pub enum SessionError {
     #[error(transparent)]
     Protocol(#[from] ProtocolError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     #[error("the peer ended the session: {}", .0.message)]
     PeerAbort(AbortReason),
     #[error("{context}: {source}")]
@@ -76,6 +78,7 @@ impl SessionError {
         match self {
             SessionError::Protocol(p) => p.is_retryable(),
             SessionError::PeerAbort(r) => r.retryable,
+            SessionError::Tls(t) => t.is_retryable(),
             SessionError::Local { source, .. } => !matches!(
                 source.raw_os_error().map(Errno::from_raw_os_error),
                 Some(
@@ -97,8 +100,11 @@ impl SessionError {
     pub fn exit_code(&self) -> i32 {
         match self {
             SessionError::Usage(_) => 1,
+            SessionError::Tls(t) => t.exit_code(),
             SessionError::Protocol(
-                ProtocolError::NotMover | ProtocolError::Incompatible { .. },
+                ProtocolError::NotMover
+                | ProtocolError::Incompatible { .. }
+                | ProtocolError::PeerSpeaksTls,
             ) => 2,
             SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_)) => 10,
             SessionError::Local { .. } => 11,

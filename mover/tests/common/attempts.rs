@@ -430,6 +430,7 @@ pub fn try_spawn_receiver(
     let mut args: Vec<OsString> = vec!["receive".into(), "--listen".into(), "127.0.0.1:0".into()];
     args.extend([OsString::from("--root"), dst.into()]);
     args.extend(extra.iter().map(OsString::from));
+    args.extend(security(extra));
     args.extend([OsString::from("--addr-file"), addr_file.clone().into()]);
     let mut proc = Proc::spawn(&args);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -163,6 +163,11 @@ pub fn run_mover<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Output {
     Proc::spawn(args).wait(RUN_TIMEOUT)
 }
 
+/// Plain TCP (`--insecure`) unless the test brings key material (`--tls-dir`).
+pub fn security(extra: &[&str]) -> Option<OsString> {
+    (!extra.contains(&"--tls-dir")).then(|| "--insecure".into())
+}
+
 /// A `mover receive` process listening on an ephemeral port of 127.0.0.1.
 pub struct Receiver {
     pub addr: SocketAddr,
@@ -178,6 +183,7 @@ pub fn spawn_receiver(root: &Path, extra: &[&str]) -> Receiver {
         .into();
     args.push(root.into());
     args.extend(extra.iter().map(OsString::from));
+    args.extend(security(extra));
     let dir = TempDir::new().unwrap();
     let addr_file = dir.path().join("addr");
     args.extend([OsString::from("--addr-file"), addr_file.clone().into()]);
@@ -219,6 +225,7 @@ pub fn spawn_sender(addr: SocketAddr, src: &Path, extra: &[&str]) -> Proc {
     let mut args: Vec<OsString> = vec!["send".into(), "--to".into(), addr.to_string().into()];
     args.extend([OsString::from("--root"), src.into()]);
     args.extend(extra.iter().map(OsString::from));
+    args.extend(security(extra));
     Proc::spawn(&args)
 }
 

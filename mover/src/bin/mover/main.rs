@@ -1,0 +1,313 @@
+//! `mover`: copy and re-sync directory trees, locally or between two hosts.
+
+mod args;
+mod net;
+mod output;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use args::{
+    parse_duration, parse_operation_id, parse_rate, ConnectionArgs, OperationArgs, OutputArgs,
+    TransferArgs,
+};
+use clap::{Parser, Subcommand};
+use mover::session::local;
+use mover::session::receiver::ReceiverConfig;
+use output::{finish, progress_sink};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+/// Chunked, resumable rsync-style delta transfer of directory trees (volmig's data mover).
+///
+/// Exit codes: 0 ok; 1 usage; 2 incompatible peer; 3 authentication refused (TLS); 10 connection; 11 local file I/O;
+/// 12 protocol error; 13 the peer failed; 14 internal error; 20 interrupted (SIGTERM,
+/// SIGINT); 23 partial transfer (some entries failed); 24 partial transfer (source files
+/// vanished or kept changing).
+#[derive(Parser, Debug)]
+#[command(name = "mover", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Copy or re-sync the contents of SRC into DST on this machine.
+    Sync {
+        src: PathBuf,
+        dst: PathBuf,
+        #[command(flatten)]
+        transfer: TransferArgs,
+        #[command(flatten)]
+        operation: OperationArgs,
+        /// Keep the checkpoint (marked complete) after a clean finish.
+        #[arg(long, requires = "operation_id")]
+        keep_checkpoint: bool,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Send the tree at --root to a receiver.
+    Send {
+        /// The receiver's address, HOST:PORT.
+        #[arg(long, value_name = "ADDR")]
+        to: String,
+        /// The source directory.
+        #[arg(long)]
+        root: PathBuf,
+        #[command(flatten)]
+        transfer: TransferArgs,
+        #[command(flatten)]
+        operation: OperationArgs,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Receive a tree into --root from one sender (or more with --keep-serving).
+    Receive {
+        /// Address to listen on, IP:PORT (port 0 picks a free port).
+        #[arg(long, value_name = "ADDR")]
+        listen: SocketAddr,
+        /// The destination directory (created if missing).
+        #[arg(long)]
+        root: PathBuf,
+        /// Serve one session after another instead of exiting after the first.
+        #[arg(long)]
+        keep_serving: bool,
+        /// Write the bound address to this file once listening.
+        #[arg(long, value_name = "PATH")]
+        addr_file: Option<PathBuf>,
+        /// Outgoing bandwidth cap (see `send --bwlimit`).
+        #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+        bwlimit: Option<u64>,
+        /// Serve only this operation (by default: whatever operation the sender names).
+        #[arg(long, value_name = "ID", value_parser = parse_operation_id)]
+        operation_id: Option<String>,
+        /// Serve only this attempt of the operation.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        attempt: Option<u32>,
+        /// Keep the checkpoint (marked complete) after a clean finish.
+        #[arg(long)]
+        keep_checkpoint: bool,
+        #[command(flatten)]
+        connection: ConnectionArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Create the key material of one operation (a CA that signs a sender and a
+    /// receiver certificate, then is forgotten) for `--tls-dir`.
+    Keygen {
+        /// Directory to write into (created, mode 0700); existing files are never overwritten.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The operation the material is for.
+        #[arg(long, value_name = "ID", value_parser = parse_operation_id)]
+        operation_id: String,
+        /// How long the certificates stay valid: seconds, or with s, m, h, d.
+        #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
+        valid_for: Duration,
+    },
+    /// Print what a destination holds of an operation (its checkpoint) as JSON.
+    Inspect {
+        /// The destination directory.
+        #[arg(long)]
+        root: PathBuf,
+    },
+}
+
+/// Cancels `token` on SIGTERM (a pod being deleted) or SIGINT: the session
+/// then stops cleanly, removes its temporary files, tells its peer, exits 20.
+fn cancel_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("mover: cannot watch for SIGTERM: {e}");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        eprintln!("mover: interrupted, stopping");
+        token.cancel();
+        // A second signal means now.
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        eprintln!("mover: interrupted again, exiting");
+        std::process::exit(20);
+    });
+}
+
+async fn run(cli: Cli) -> u8 {
+    let cancel = CancellationToken::new();
+    cancel_on_signal(cancel.clone());
+    match cli.command {
+        Command::Sync {
+            src,
+            dst,
+            transfer,
+            operation,
+            keep_checkpoint,
+            output,
+        } => {
+            let result = local::sync(
+                src,
+                dst,
+                transfer.options(true, &operation),
+                local::LocalConfig {
+                    bwlimit: transfer.bwlimit,
+                    progress: progress_sink(output.progress),
+                    keep_checkpoint,
+                    cancel,
+                },
+            )
+            .await;
+            finish(result, &output)
+        }
+        Command::Inspect { root } => inspect(&root),
+        Command::Send {
+            to,
+            root,
+            transfer,
+            operation,
+            connection,
+            output,
+        } => {
+            let job = net::SendJob {
+                to,
+                root,
+                options: transfer.options(false, &operation),
+                bwlimit: transfer.bwlimit,
+            };
+            net::run_send(job, connection, output, cancel).await
+        }
+        Command::Receive {
+            listen,
+            root,
+            keep_serving,
+            addr_file,
+            bwlimit,
+            operation_id,
+            attempt,
+            keep_checkpoint,
+            connection,
+            output,
+        } => {
+            let mut cfg = ReceiverConfig::new(root);
+            cfg.bwlimit = bwlimit;
+            cfg.operation_id = operation_id;
+            cfg.attempt = attempt;
+            cfg.keep_checkpoint = keep_checkpoint;
+            let job = net::ReceiveJob {
+                listen,
+                keep_serving,
+                addr_file,
+                cfg,
+            };
+            net::run_receive(job, connection, output, cancel).await
+        }
+        Command::Keygen {
+            out,
+            operation_id,
+            valid_for,
+        } => net::keygen(&out, &operation_id, valid_for),
+    }
+}
+
+/// `mover inspect`: the checkpoint at a destination, as one JSON object.
+fn inspect(root: &Path) -> u8 {
+    if let Err(e) = std::fs::read_dir(root) {
+        eprintln!("mover: error: {}: {e}", root.display());
+        return 11;
+    }
+    let root_text = root.display().to_string();
+    let value = match mover::checkpoint::read(root) {
+        Ok(cp) => serde_json::json!({
+            "root": root_text,
+            "checkpoint": cp.map(|cp| cp.describe()),
+        }),
+        Err(mover::checkpoint::CheckpointError::Io(e)) => {
+            eprintln!("mover: error: reading the checkpoint: {e}");
+            return 11;
+        }
+        Err(e) => serde_json::json!({
+            "root": root_text,
+            "checkpoint": null,
+            "problem": e.to_string(),
+        }),
+    };
+    println!("{value}");
+    0
+}
+
+/// Appliers, prefetch lanes and commit groups keep files open at once: use the
+/// hard limit on open files, since the soft one is often a low 1024.
+fn raise_open_files_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+}
+
+fn main() -> ExitCode {
+    raise_open_files_limit();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mover: error: cannot start the runtime: {e}");
+            return ExitCode::from(14);
+        }
+    };
+    ExitCode::from(runtime.block_on(run(cli)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_defaults_to_whole_file_and_send_to_delta() {
+        let cli = Cli::try_parse_from(["mover", "sync", "a", "b"]).unwrap();
+        let Command::Sync {
+            transfer,
+            operation,
+            ..
+        } = cli.command
+        else {
+            panic!()
+        };
+        assert!(transfer.options(true, &operation).whole_file);
+        assert!(!transfer.options(false, &operation).whole_file);
+        let cli =
+            Cli::try_parse_from(["mover", "sync", "--no-whole-file", "-z", "a", "b"]).unwrap();
+        let Command::Sync {
+            transfer,
+            operation,
+            ..
+        } = cli.command
+        else {
+            panic!()
+        };
+        assert!(!transfer.options(true, &operation).whole_file);
+        assert_eq!(transfer.options(true, &operation).compress, Some(1));
+    }
+}

@@ -1,0 +1,259 @@
+//! The networked subcommands: `send`, `receive`, and `keygen` for the key
+//! material that authenticates them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mover::protocol::{ProtocolError, SessionOptions};
+use mover::session::receiver::{receive, ReceiverConfig};
+use mover::session::sender::{send, SenderConfig};
+use mover::session::SessionError;
+use mover::stats::Summary;
+use mover::tls::{self, Identity, KeyMaterial, Role};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{ConnectionArgs, OutputArgs};
+use crate::output::{finish, progress_sink};
+
+/// What `send` needs besides the connection.
+pub struct SendJob {
+    pub to: String,
+    pub root: PathBuf,
+    pub options: SessionOptions,
+    pub bwlimit: Option<u64>,
+}
+
+/// `mover keygen`: per-operation key material into `out`.
+pub fn keygen(out: &Path, operation_id: &str, valid_for: Duration) -> u8 {
+    let written = KeyMaterial::generate(operation_id, valid_for).and_then(|m| m.write(out));
+    match written {
+        Ok(()) => {
+            eprintln!(
+                "mover: key material for operation {operation_id} in {} (valid for {}h); \
+                 give the sender and the receiver --tls-dir with it",
+                out.display(),
+                valid_for.as_secs() / 3600
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("mover: error: {e}");
+            e.exit_code() as u8
+        }
+    }
+}
+
+/// Loads this side's identity when TLS is on, and settles the operation id:
+/// the material's, which an explicit `--operation-id` must agree with.
+fn identity(
+    conn: &ConnectionArgs,
+    role: Role,
+    operation_id: &mut Option<String>,
+) -> Result<Option<Identity>, SessionError> {
+    let Some(dir) = &conn.tls_dir else {
+        return Ok(None);
+    };
+    let id = Identity::load(dir, role)?;
+    match operation_id {
+        Some(given) if *given != id.operation_id => {
+            return Err(SessionError::Usage(format!(
+                "--operation-id {given} but the key material in {} is for operation {}",
+                dir.display(),
+                id.operation_id
+            )));
+        }
+        _ => *operation_id = Some(id.operation_id.clone()),
+    }
+    Ok(Some(id))
+}
+
+pub async fn run_send(
+    mut job: SendJob,
+    conn: ConnectionArgs,
+    output: OutputArgs,
+    cancel: CancellationToken,
+) -> u8 {
+    let identity = match identity(&conn, Role::Sender, &mut job.options.operation_id) {
+        Ok(id) => id,
+        Err(e) => return finish(Err(e), &output),
+    };
+    // A missing source is the user's to fix: say so before touching the network.
+    if let Err(e) = std::fs::read_dir(&job.root) {
+        let err = SessionError::local(format!("source {}", job.root.display()), e);
+        return finish(Err(err), &output);
+    }
+    let to = job.to;
+    let connected = tokio::select! {
+        c = TcpStream::connect(&to) => c,
+        () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
+    };
+    let stream = match connected {
+        Ok(s) => s,
+        Err(e) => {
+            let err = SessionError::Protocol(
+                std::io::Error::new(e.kind(), format!("cannot connect to {to}: {e}")).into(),
+            );
+            return finish(Err(err), &output);
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let cfg = SenderConfig {
+        root: job.root,
+        options: job.options,
+        bwlimit: job.bwlimit,
+        progress: progress_sink(output.progress),
+        timeout: conn.timeout(),
+        cancel: cancel.clone(),
+    };
+    let Some(identity) = identity else {
+        return finish(send(stream, cfg).await, &output);
+    };
+    let config = match identity.client_config() {
+        Ok(c) => c,
+        Err(e) => return finish(Err(e.into()), &output),
+    };
+    let handshake = tokio::select! {
+        h = tls::connect(config, stream, &to, conn.handshake_timeout()) => h,
+        () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
+    };
+    match handshake {
+        Ok(stream) => {
+            let result = send(stream, cfg).await;
+            finish(late_refusal(result, &to, Role::Sender), &output)
+        }
+        Err(e) => finish(Err(e.into()), &output),
+    }
+}
+
+/// What `receive` needs besides the connection.
+pub struct ReceiveJob {
+    pub listen: SocketAddr,
+    pub keep_serving: bool,
+    pub addr_file: Option<PathBuf>,
+    pub cfg: ReceiverConfig,
+}
+
+pub async fn run_receive(
+    mut job: ReceiveJob,
+    conn: ConnectionArgs,
+    output: OutputArgs,
+    cancel: CancellationToken,
+) -> u8 {
+    let tls = match identity(&conn, Role::Receiver, &mut job.cfg.operation_id).and_then(|id| {
+        id.map(|id| id.server_config())
+            .transpose()
+            .map_err(Into::into)
+    }) {
+        Ok(tls) => tls,
+        Err(e) => return finish(Err(e), &output),
+    };
+    let listen = job.listen;
+    let listener = match TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            let err = SessionError::Protocol(
+                std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")).into(),
+            );
+            return finish(Err(err), &output);
+        }
+    };
+    let addr = listener.local_addr().unwrap_or(listen);
+    eprintln!(
+        "mover: listening on {addr} ({})",
+        if tls.is_some() {
+            "TLS 1.3, peer certificate required"
+        } else {
+            "plain TCP, --insecure"
+        }
+    );
+    if let Some(path) = &job.addr_file {
+        if let Err(e) = write_addr_file(path, addr) {
+            let err = SessionError::local(format!("writing {}", path.display()), e);
+            return finish(Err(err), &output);
+        }
+    }
+    let mut cfg = job.cfg;
+    cfg.progress = progress_sink(output.progress);
+    cfg.timeout = conn.timeout();
+    cfg.cancel = cancel.clone();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                let code = finish(Err(SessionError::Protocol(e.into())), &output);
+                if job.keep_serving {
+                    continue;
+                }
+                return code;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let peer = peer.to_string();
+        let result = match &tls {
+            None => {
+                if !output.quiet {
+                    eprintln!("mover: session from {peer}");
+                }
+                receive(stream, cfg.clone()).await
+            }
+            Some(config) => {
+                let handshake = tokio::select! {
+                    h = tls::accept(config.clone(), stream, &peer, conn.handshake_timeout()) => h,
+                    () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
+                };
+                match handshake {
+                    Ok(stream) => {
+                        if !output.quiet {
+                            eprintln!("mover: authenticated session from {peer}");
+                        }
+                        late_refusal(receive(stream, cfg.clone()).await, &peer, Role::Receiver)
+                    }
+                    // Whoever could not prove to be this operation's sender
+                    // never reached the tree: keep waiting for the real one.
+                    Err(e) => {
+                        eprintln!("mover: refused a connection: {e}");
+                        continue;
+                    }
+                }
+            }
+        };
+        let code = finish(result, &output);
+        if !job.keep_serving {
+            return code;
+        }
+        // Serving stops on a signal even when the last session completed.
+        if cancel.is_cancelled() {
+            return 20;
+        }
+    }
+}
+
+/// A session that failed on a TLS alert was refused by its peer: say so in
+/// those words rather than as a connection error.
+fn late_refusal(
+    result: Result<Summary, SessionError>,
+    peer: &str,
+    me: Role,
+) -> Result<Summary, SessionError> {
+    match result {
+        Err(SessionError::Protocol(ProtocolError::Io(e))) => match tls::refusal(&e, peer, me) {
+            Some(refused) => Err(refused.into()),
+            None => Err(SessionError::Protocol(ProtocolError::Io(e))),
+        },
+        other => other,
+    }
+}
+
+/// Writes `addr` to `path` atomically.
+fn write_addr_file(path: &Path, addr: SocketAddr) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&tmp, addr.to_string())?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,93 @@
+//! What a run reports: JSON events on stdout, a human line on stderr, the exit code.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use mover::session::{ProgressFn, SessionError};
+use mover::stats::{Progress, Summary};
+use serde::Serialize;
+
+use crate::args::{OutputArgs, ProgressMode};
+
+/// A JSON line on stdout: `{"event": ..., fields...}`.
+#[derive(Serialize)]
+struct Event<'a, T: Serialize> {
+    event: &'a str,
+    #[serde(flatten)]
+    data: T,
+}
+
+#[derive(Serialize)]
+struct Outcome<'a> {
+    ok: bool,
+    exit_code: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retryable: Option<bool>,
+    #[serde(flatten)]
+    summary: Option<&'a Summary>,
+}
+
+pub fn emit<T: Serialize>(event: &str, data: T) {
+    if let Ok(line) = serde_json::to_string(&Event { event, data }) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+pub fn progress_sink(mode: ProgressMode) -> Option<ProgressFn> {
+    (mode == ProgressMode::Json).then(|| {
+        let last = Arc::new(Mutex::new(None::<Progress>));
+        Arc::new(move |p: &Progress| {
+            // Identical consecutive events carry no news.
+            if let Ok(mut last) = last.lock() {
+                if last.as_ref() == Some(p) {
+                    return;
+                }
+                *last = Some(p.clone());
+            }
+            emit("progress", p);
+        }) as ProgressFn
+    })
+}
+
+/// Reports a session's end and returns the exit code.
+pub fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 {
+    match result {
+        Ok(summary) => {
+            let code = summary.exit_code();
+            emit(
+                "summary",
+                Outcome {
+                    ok: code == 0,
+                    exit_code: code,
+                    error: None,
+                    retryable: None,
+                    summary: Some(&summary),
+                },
+            );
+            if !output.quiet {
+                eprintln!("mover: {}", summary.human());
+            }
+            code as u8
+        }
+        Err(e) => {
+            let code = e.exit_code();
+            let msg = e.to_string();
+            emit(
+                "summary",
+                Outcome {
+                    ok: false,
+                    exit_code: code,
+                    error: Some(&msg),
+                    retryable: Some(e.is_retryable()),
+                    summary: None,
+                },
+            );
+            eprintln!("mover: error: {msg}");
+            code as u8
+        }
+    }
+}
