@@ -3,6 +3,7 @@
 //! The library has no Kubernetes in it. Its parts, from the bottom up:
 //!
 //! - [`path`], [`meta`], [`filter`], [`walk`]: the tree and what is preserved;
+//! - [`beneath`]: a peer's paths resolved strictly inside the root;
 //! - [`rolling`], [`signature`], [`delta`], [`patch`]: the delta algorithm,
 //!   streaming and bounded for untrusted input;
 //! - [`protocol`]: versioned frames on a tokio-util codec;
@@ -14,6 +15,7 @@
 //!   per-operation key material);
 //! - [`manifest`]: a BLAKE3 manifest of a tree, to prove two trees identical.
 
+pub mod beneath;
 pub mod checkpoint;
 pub mod delta;
 pub mod filter;

@@ -244,75 +244,6 @@ pub fn open_source(path: &std::path::Path) -> io::Result<File> {
     }
 }
 
-/// The root of a tree, held open so that paths a peer names are resolved
-/// strictly inside it: never above the root, never through a symlink.
-#[derive(Debug)]
-pub struct TreeRoot {
-    dir: std::os::fd::OwnedFd,
-}
-
-impl std::os::fd::AsFd for TreeRoot {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.dir.as_fd()
-    }
-}
-
-impl TreeRoot {
-    pub fn open(root: &std::path::Path) -> io::Result<TreeRoot> {
-        use rustix::fs::{Mode, OFlags};
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let dir = rustix::fs::open(root, flags, Mode::empty())?;
-        Ok(TreeRoot { dir })
-    }
-
-    /// `openat2` beneath the root without symlinks. Kernels before 5.6 have
-    /// no `openat2`: there only the flags apply (`O_NOFOLLOW` protects the
-    /// last component).
-    fn resolve(
-        &self,
-        path: &RelPath,
-        flags: rustix::fs::OFlags,
-    ) -> rustix::io::Result<std::os::fd::OwnedFd> {
-        use rustix::fs::{Mode, ResolveFlags};
-        let name = std::ffi::OsStr::from_bytes(if path.is_root() {
-            b"."
-        } else {
-            path.as_bytes()
-        });
-        let resolve =
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        match rustix::fs::openat2(&self.dir, name, flags, Mode::empty(), resolve) {
-            Err(rustix::io::Errno::NOSYS) => {
-                rustix::fs::openat(&self.dir, name, flags, Mode::empty())
-            }
-            other => other,
-        }
-    }
-
-    /// Opens `path` read-only (a source file a receiver asked for). Access
-    /// times are left alone where the kernel allows.
-    pub fn open_file(&self, path: &RelPath) -> io::Result<File> {
-        use rustix::fs::OFlags;
-        // NONBLOCK: a file swapped for a FIFO since the listing must not hang the open.
-        let base =
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK;
-        let fd = match self.resolve(path, base | OFlags::NOATIME) {
-            Err(rustix::io::Errno::PERM) => self.resolve(path, base),
-            other => other,
-        };
-        Ok(File::from(fd?))
-    }
-
-    /// Checks that `path` resolves inside the root without following any
-    /// symlink, the last component included, so a link made through it stays
-    /// in the tree.
-    pub fn check_beneath(&self, path: &RelPath) -> io::Result<()> {
-        use rustix::fs::OFlags;
-        self.resolve(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
-        Ok(())
-    }
-}
-
 /// BLAKE3 of a file's contents.
 pub fn file_hash(path: &std::path::Path) -> io::Result<[u8; 32]> {
     let mut hasher = blake3::Hasher::new();
@@ -400,22 +331,6 @@ mod tests {
         )];
         close_listing(&mut listing, d);
         assert!(!matches!(listing.last(), Some(WalkItem::DirDone(_))));
-    }
-
-    #[test]
-    fn source_root_refuses_links_and_escapes() {
-        let t = tempfile::tempdir().unwrap();
-        let r = t.path().join("src");
-        fs::create_dir(&r).unwrap();
-        fs::write(t.path().join("secret"), b"s").unwrap();
-        fs::write(r.join("f"), b"f").unwrap();
-        std::os::unix::fs::symlink("../secret", r.join("link")).unwrap();
-        std::os::unix::fs::symlink("..", r.join("up")).unwrap();
-        let root = TreeRoot::open(&r).unwrap();
-        let p = |s: &str| RelPath::new(s.as_bytes().to_vec()).unwrap();
-        assert!(root.open_file(&p("f")).is_ok());
-        assert!(root.open_file(&p("link")).is_err());
-        assert!(root.open_file(&p("up/secret")).is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::generator::PendingFile;
 use super::journal::{Journal, Slot};
 use super::receiver::DataBatch;
 use super::{cancelled, is_fatal, warn, SessionError};
+use crate::beneath::{Placed, Placer, TreeRoot};
 use crate::delta::{Op, LITERAL_CHUNK};
 use crate::meta::{apply_to_fd, Meta};
 use crate::patch::{OutFile, PatchError, Patcher};
@@ -29,7 +30,9 @@ struct Current {
     id: u64,
     pending: PendingFile,
     meta: Meta,
-    dest: PathBuf,
+    /// Where the file goes; `None` when it could not be placed (`patcher` then says why).
+    dest: Option<Placed>,
+    /// Next to `dest`, reached through the same directory handle.
     temp: Option<PathBuf>,
     /// The rebuild, or why it failed locally (the rest of the file's data is then skipped).
     patcher: Result<Patcher, String>,
@@ -51,8 +54,18 @@ impl Drop for Current {
     }
 }
 
+/// Opens an existing destination file without following a symlink in its
+/// place (a basis to read, or a file to update in place).
+fn open_nofollow(dest: &Path, write: bool) -> io::Result<File> {
+    OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dest)
+}
+
 pub struct Applier {
-    root: PathBuf,
+    placer: Placer,
     inplace: bool,
     owner: bool,
     inflight: Arc<Inflight<PendingFile>>,
@@ -66,7 +79,7 @@ pub struct Applier {
 
 impl Applier {
     pub fn new(
-        root: PathBuf,
+        tree: Arc<TreeRoot>,
         inplace: bool,
         owner: bool,
         inflight: Arc<Inflight<PendingFile>>,
@@ -74,7 +87,7 @@ impl Applier {
         journal: Option<Arc<Journal>>,
     ) -> io::Result<Applier> {
         Ok(Applier {
-            root,
+            placer: Placer::new(tree),
             inplace,
             owner,
             inflight,
@@ -137,10 +150,11 @@ impl Applier {
             .inflight
             .get(id)
             .ok_or_else(|| violation(format!("data for file {id}, which was not requested")))?;
-        let dest = pending.path.under(&self.root);
         self.counters.set_current(Some(&pending.path));
-        let (temp, patcher) = match self.open(id, &pending, &dest, meta) {
-            Ok((temp, patcher)) => (temp, Ok(patcher)),
+        let placed = self.placer.place(&pending.path);
+        let opened = placed.and_then(|dest| Ok((self.open(id, &pending, &dest, meta)?, dest)));
+        let (temp, patcher, dest) = match opened {
+            Ok(((temp, patcher), dest)) => (temp, Ok(patcher), Some(dest)),
             Err(e) => {
                 if let Some(journal) = &self.journal {
                     journal.end(id);
@@ -148,7 +162,7 @@ impl Applier {
                 if is_fatal(&e) {
                     return Err(SessionError::local(format!("writing {}", pending.path), e));
                 }
-                (None, Err(e.to_string()))
+                (None, Err(e.to_string()), None)
             }
         };
         let journaled = self.journal.is_some() && temp.is_some();
@@ -201,7 +215,7 @@ impl Applier {
         &self,
         id: u64,
         pending: &PendingFile,
-        dest: &Path,
+        dest: &Placed,
         meta: Meta,
     ) -> io::Result<(Option<PathBuf>, Patcher)> {
         if let (Some(r), false) = (&pending.resume, pending.redo) {
@@ -212,24 +226,26 @@ impl Applier {
                 .read(true)
                 .write(true)
                 .custom_flags(libc::O_NOFOLLOW)
-                .open(&r.temp)?;
+                .open(&*r.temp)?;
             let basis = match pending.basis {
                 Some(shape) => Some((file.try_clone()?, shape)),
                 None => None,
             };
             let out = OutFile::resume(file, r.from);
             let patcher = Patcher::resume(basis, r.from, out, meta.size, r.hasher.clone());
-            return Ok((Some(r.temp.clone()), patcher));
+            // The same file, named through the handle `dest` keeps open.
+            let temp = r.temp.file_name().map(|n| dest.with_file_name(n));
+            return Ok((temp, patcher));
         }
         let basis = match pending.basis {
-            Some(shape) if !pending.redo => Some((File::open(dest)?, shape)),
+            Some(shape) if !pending.redo => Some((open_nofollow(dest, false)?, shape)),
             _ => None,
         };
         // In place only into a file with one name: another hard link to it
         // must not change along.
         let single = || fs::symlink_metadata(dest).is_ok_and(|md| md.is_file() && md.nlink() == 1);
         let (temp, file) = if self.inplace && single() {
-            (None, OpenOptions::new().write(true).open(dest)?)
+            (None, open_nofollow(dest, true)?)
         } else {
             let (t, f) = match &self.journal {
                 Some(j) => {
@@ -361,8 +377,11 @@ impl Applier {
 
     fn finish(&mut self, mut cur: Current, hash: [u8; 32]) -> Result<(), SessionError> {
         let (id, size, path) = (cur.id, cur.meta.size, cur.pending.path.clone());
-        let patcher = match std::mem::replace(&mut cur.patcher, Err(String::new())) {
-            Ok(p) => p,
+        let (patcher, dest) = match std::mem::replace(&mut cur.patcher, Err(String::new())) {
+            Ok(p) => match cur.dest.clone() {
+                Some(dest) => (p, dest),
+                None => return Err(SessionError::Internal("a file without a place".into())),
+            },
             Err(msg) => {
                 self.discard(cur);
                 return self.file_failed(id, &path, io::Error::other(msg));
@@ -389,7 +408,7 @@ impl Applier {
             id,
             path,
             temp: cur.temp.take(),
-            dest: cur.dest.clone(),
+            dest,
             file,
             size,
         };

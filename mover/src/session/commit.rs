@@ -13,6 +13,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::beneath::Placed;
 use crate::path::RelPath;
 
 use crate::walk::{is_temp_name, TEMP_PREFIX, TEMP_SUFFIX};
@@ -137,8 +138,9 @@ pub struct Finished {
     pub id: u64,
     pub path: RelPath,
     /// The temporary file, or `None` when the destination was written in place.
+    /// Next to `dest`, named through the directory handle `dest` holds.
     pub temp: Option<PathBuf>,
-    pub dest: PathBuf,
+    pub dest: Placed,
     pub file: File,
     pub size: u64,
 }
@@ -171,7 +173,7 @@ struct Waiting {
     id: u64,
     path: RelPath,
     temp: Option<PathBuf>,
-    dest: PathBuf,
+    dest: Placed,
 }
 
 impl CommitGroup {
@@ -225,7 +227,7 @@ impl CommitGroup {
                 out.done.push((item.id, item.path));
                 continue;
             };
-            match fs::rename(temp, &item.dest) {
+            match fs::rename(temp, &*item.dest) {
                 Ok(()) => out.done.push((item.id, item.path)),
                 Err(e) => {
                     let _ = fs::remove_file(temp);
@@ -284,7 +286,8 @@ mod tests {
     #[test]
     fn group_commits_atomically_and_cleans_up() {
         let d = tempfile::tempdir().unwrap();
-        let dest = d.path().join("f");
+        let placer = crate::beneath::Placer::open(d.path()).unwrap();
+        let dest = placer.place(&RelPath::new(b"f".to_vec()).unwrap()).unwrap();
         let (temp, mut file) = create_temp(&dest).unwrap();
         io::Write::write_all(&mut file, b"data").unwrap();
         let mut g = CommitGroup::default();
@@ -302,7 +305,7 @@ mod tests {
         assert!(!dest.exists());
         let r = g.commit().unwrap();
         assert_eq!(r.done.len(), 1);
-        assert_eq!(fs::read(&dest).unwrap(), b"data");
+        assert_eq!(fs::read(&*dest).unwrap(), b"data");
         assert!(!temp.exists());
 
         let (temp, file) = create_temp(&dest).unwrap();

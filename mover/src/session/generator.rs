@@ -8,7 +8,7 @@ use std::fs::{self, Metadata};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rustix::fs::{FileType, Mode, CWD};
@@ -20,6 +20,7 @@ use super::journal::Journal;
 use super::outbox::{recv_or_flush, Out, Outbox};
 use super::resume::{self, sign_basis, Resume, Signed};
 use super::{cancelled, is_fatal, warn, SessionError};
+use crate::beneath::{Placer, TreeRoot};
 use crate::checkpoint::{Fingerprint, Partial};
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
@@ -55,7 +56,7 @@ pub struct GenOutput {
 
 /// What the generator works on.
 pub struct GenConfig {
-    pub root: PathBuf,
+    pub tree: Arc<TreeRoot>,
     pub opts: SessionOptions,
     pub filter: Filter,
     /// Preserve owner and group.
@@ -65,7 +66,8 @@ pub struct GenConfig {
 }
 
 pub struct Generator {
-    root: PathBuf,
+    /// Where listed entries go: every path through a parent resolved beneath the root.
+    placer: Placer,
     opts: SessionOptions,
     filter: Filter,
     owner: bool,
@@ -98,14 +100,14 @@ impl Generator {
         window: Arc<ListWindow>,
     ) -> Generator {
         let GenConfig {
-            root,
+            tree,
             opts,
             filter,
             owner,
             journal,
         } = cfg;
         Generator {
-            root,
+            placer: Placer::new(tree),
             opts,
             filter,
             owner,
@@ -199,7 +201,7 @@ impl Generator {
                 digest: *self.fingerprint.finalize().as_bytes(),
             };
             j.listed(s.files_total, s.bytes_total, source);
-            let gone = j.discard_unclaimed(&self.root);
+            let gone = j.discard_unclaimed(&self.placer);
             self.counters.lost_prior(gone);
         }
     }
@@ -230,7 +232,10 @@ impl Generator {
             self.result.summary.files_failed += 1;
             return Ok(());
         }
-        let dest = e.path.under(&self.root);
+        let dest = match self.placer.place(&e.path) {
+            Ok(dest) => dest,
+            Err(err) => return self.entry_failed(&e, err),
+        };
         let have = match fs::symlink_metadata(&dest) {
             Ok(md) => Some(md),
             Err(err) if err.kind() == io::ErrorKind::NotFound => None,
@@ -451,14 +456,16 @@ impl Generator {
     /// Continues the partial file an earlier attempt left for `e`, if it
     /// checks out; otherwise it is reported and removed, and `e` is sent as usual.
     fn reuse_partial(&self, e: &Entry, p: Partial) -> Option<(Resume, Option<Signed>)> {
-        let checked = resume::check(&self.root, e, &p, !self.opts.whole_file, self.threads);
+        let checked = resume::check(&self.placer, e, &p, !self.opts.whole_file, self.threads);
         checked
             .inspect_err(|why| {
                 warn(format_args!(
                     "{}: partial file of an earlier attempt not reused: {why}",
                     e.path
                 ));
-                let _ = fs::remove_file(p.temp.under(&self.root));
+                if let Ok(temp) = self.placer.place(&p.temp) {
+                    let _ = fs::remove_file(&*temp);
+                }
                 if let Some(j) = &self.journal {
                     j.drop_claim(&e.path);
                 }
@@ -552,7 +559,7 @@ impl Generator {
 
     /// `--delete`: removes what the source directory no longer has.
     fn delete_extraneous(&mut self, dir: &RelPath, keep: &HashSet<Vec<u8>>) -> io::Result<()> {
-        let rd = match fs::read_dir(dir.under(&self.root)) {
+        let rd = match self.placer.place(dir).and_then(|d| fs::read_dir(&*d)) {
             Ok(rd) => rd,
             Err(e)
                 if matches!(
@@ -588,12 +595,13 @@ impl Generator {
     /// (and so is the directory holding them), as rsync does. Only fatal
     /// errors are returned; others are reported and counted.
     fn delete(&mut self, path: &RelPath, is_dir: bool) -> io::Result<()> {
-        let full = path.under(&self.root);
-        let r = if is_dir {
-            self.delete_dir(path, &full)
-        } else {
-            fs::remove_file(&full)
-        };
+        let r = self.placer.place(path).and_then(|full| {
+            if is_dir {
+                self.delete_dir(path, &full)
+            } else {
+                fs::remove_file(&*full)
+            }
+        });
         match r {
             Ok(()) => self.result.summary.deleted += 1,
             Err(err) if is_fatal(&err) => return Err(err),

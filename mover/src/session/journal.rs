@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{warn, SessionError};
+use crate::beneath::Placer;
 use crate::checkpoint::{Checkpoint, CheckpointError, Fingerprint, Partial, Store};
 use crate::meta::Mtime;
 use crate::path::RelPath;
@@ -172,11 +173,13 @@ impl Journal {
 
     /// Removes the partial files no listed file claimed (their source is gone
     /// or excluded); returns the bytes they held.
-    pub fn discard_unclaimed(&self, root: &Path) -> u64 {
+    pub fn discard_unclaimed(&self, placer: &Placer) -> u64 {
         let mut gone = 0;
         lock(&self.loaded).retain(|_, (p, claimed)| {
             if !*claimed {
-                let _ = std::fs::remove_file(p.temp.under(root));
+                if let Ok(temp) = placer.place(&p.temp) {
+                    let _ = std::fs::remove_file(&*temp);
+                }
                 gone += p.verified_len;
             }
             *claimed
@@ -337,7 +340,8 @@ mod tests {
         let p = j.claim(&rel("a/f")).unwrap();
         assert!(j.claim(&rel("a/f")).is_none(), "claimed once");
         assert_eq!((recorded(&j), held(&j)), (1, true));
-        assert_eq!(j.discard_unclaimed(d.path()), 0, "a claimed partial stays");
+        let placer = Placer::open(d.path()).unwrap();
+        assert_eq!(j.discard_unclaimed(&placer), 0, "a claimed partial stays");
         j.begin(
             7,
             Slot {

@@ -22,6 +22,7 @@ use super::peer::{first_frame, next_frames};
 use super::supervise::{drain, tell_peer, Supervisor};
 use super::verify::Verifier;
 use super::{is_fatal, warn, writer, ProgressFn, SessionError};
+use crate::beneath::{Placer, TreeRoot};
 use crate::checkpoint::check_operation_id;
 use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
@@ -31,7 +32,6 @@ use crate::protocol::{
     INITIAL_CREDIT, MAX_EXCLUDES,
 };
 use crate::stats::{Counters, Prior, Summary, VerifyResult};
-use crate::walk::TreeRoot;
 
 /// Batches queued for each applier.
 const APPLIER_QUEUE: usize = 32;
@@ -195,6 +195,10 @@ where
     // Every path below is under the resolved root: a root that is a symlink
     // to a directory is followed once, here, as rsync's DST/ is.
     let cfg = ReceiverConfig { root, ..cfg };
+    // Every write below goes through this handle (see `beneath`).
+    let tree = Arc::new(
+        TreeRoot::open(&cfg.root).map_err(|e| SessionError::local("opening the destination", e))?,
+    );
     if !cfg.preserve_owner {
         // Said once per session, not per file (as rsync would without root).
         warn("not running as root: owner and group are not preserved");
@@ -220,7 +224,7 @@ where
     let (gen_tx, gen_rx) = mpsc::channel(INITIAL_CREDIT as usize + 1);
     let window = Arc::new(ListWindow::default());
     let gen_cfg = GenConfig {
-        root: cfg.root.clone(),
+        tree: tree.clone(),
         opts: opts.clone(),
         filter: filter.clone(),
         owner: cfg.preserve_owner,
@@ -240,7 +244,7 @@ where
     for _ in 0..applier_count() {
         let (tx, rx) = mpsc::channel(APPLIER_QUEUE);
         let applier = Applier::new(
-            cfg.root.clone(),
+            tree.clone(),
             opts.inplace,
             cfg.preserve_owner,
             inflight.clone(),
@@ -305,10 +309,10 @@ where
             j.stop();
             sup.join(w).await?;
         }
-        let (root, owner) = (cfg.root.clone(), cfg.preserve_owner);
+        let (tree, owner) = (tree.clone(), cfg.preserve_owner);
         let done = journal.clone().map(|j| (j, counters.clone()));
         let finished =
-            tokio::task::spawn_blocking(move || finish(&root, owner, gen, applied, done)).await;
+            tokio::task::spawn_blocking(move || finish(tree, owner, gen, applied, done)).await;
         finished.map_err(|e| SessionError::Internal(e.to_string()))?
     };
     let mut summary = match completed.await {
@@ -323,7 +327,16 @@ where
         }
     };
     if opts.verify {
-        let verified = verify(&mut frames, &out_tx, &cfg, &opts, filter, &mut sup).await;
+        let verified = verify(
+            &mut frames,
+            &out_tx,
+            &cfg,
+            &opts,
+            tree.clone(),
+            filter,
+            &mut sup,
+        )
+        .await;
         match verified {
             Ok(v) => summary.verify = Some(v),
             Err(e) => return Err(tell_peer(e, out_tx, writer).await),
@@ -461,12 +474,13 @@ async fn verify<R: AsyncRead + Unpin>(
     out: &Out,
     cfg: &ReceiverConfig,
     opts: &SessionOptions,
+    tree: Arc<TreeRoot>,
     filter: Filter,
     sup: &mut Supervisor,
 ) -> Result<VerifyResult, SessionError> {
     let window = Arc::new(ListWindow::default());
     let verifier = Verifier::new(
-        cfg.root.clone(),
+        tree,
         filter,
         opts.delete,
         cfg.preserve_owner,
@@ -531,7 +545,7 @@ async fn report_progress(
 /// deepest first (the state directory's removal changes the root), then one
 /// last sync.
 fn finish(
-    root: &std::path::Path,
+    tree: Arc<TreeRoot>,
     owner: bool,
     gen: GenOutput,
     applied: Summary,
@@ -539,10 +553,9 @@ fn finish(
 ) -> Result<Summary, SessionError> {
     let mut s = gen.summary;
     s.add_applied(&applied);
-    let tree =
-        TreeRoot::open(root).map_err(|e| SessionError::local("opening the destination", e))?;
+    let placer = Placer::new(tree);
     for (path, target) in &gen.links {
-        if let Err(e) = hard_link(&tree, root, path, target) {
+        if let Err(e) = hard_link(&placer, path, target) {
             if is_fatal(&e) {
                 return Err(SessionError::local(format!("linking {path}"), e));
             }
@@ -556,25 +569,19 @@ fn finish(
     let mut dirs = gen.dirs;
     dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.depth()));
     for (path, meta) in &dirs {
-        if let Err(e) = apply_to_path(&path.under(root), &Kind::Dir, meta, owner) {
+        let placed = placer.place(path);
+        if let Err(e) = placed.and_then(|dir| apply_to_path(&dir, &Kind::Dir, meta, owner)) {
             warn(format_args!("{path}: {e}"));
             s.files_failed += 1;
         }
     }
-    rustix::fs::syncfs(&tree).map_err(|e| SessionError::local("syncing", e.into()))?;
+    rustix::fs::syncfs(&**placer.tree()).map_err(|e| SessionError::local("syncing", e.into()))?;
     Ok(s)
 }
 
-fn hard_link(
-    tree: &TreeRoot,
-    root: &std::path::Path,
-    path: &RelPath,
-    target: &RelPath,
-) -> io::Result<()> {
-    // Both names must be in the tree, reached without symlinks.
-    tree.check_beneath(target)?;
-    tree.check_beneath(&path.parent())?;
-    let (dest, src) = (path.under(root), target.under(root));
+fn hard_link(placer: &Placer, path: &RelPath, target: &RelPath) -> io::Result<()> {
+    // Both names are placed in the tree; `src` must be a file there, not a symlink.
+    let (dest, src) = (placer.place(path)?, placer.place(target)?);
     let want = fs::symlink_metadata(&src)?;
     if !want.is_file() {
         return Err(io::Error::other(format!("{target} is not a regular file")));

@@ -4,8 +4,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use crate::beneath::{Placed, Placer};
 use crate::checkpoint::Partial;
 use crate::protocol::{Entry, MAX_BLOCKS_PER_FILE};
 use crate::signature::{self, BlockSig, SigShape};
@@ -13,7 +14,7 @@ use crate::signature::{self, BlockSig, SigShape};
 /// A partial file whose prefix was verified and is reused.
 #[derive(Debug, Clone)]
 pub struct Resume {
-    pub temp: PathBuf,
+    pub temp: Placed,
     /// Bytes reused.
     pub from: u64,
     /// The hash of those bytes, to go on from.
@@ -28,7 +29,7 @@ pub type Signed = (SigShape, Vec<BlockSig>);
 /// reused, and (with `delta`) the unverified rest is signed as a basis.
 /// The error says why it cannot be used.
 pub fn check(
-    root: &Path,
+    placer: &Placer,
     e: &Entry,
     p: &Partial,
     delta: bool,
@@ -37,11 +38,11 @@ pub fn check(
     if p.size != e.meta.size || p.mtime != e.meta.mtime {
         return Err("the source file changed since".to_string());
     }
-    let temp = p.temp.under(root);
+    let temp = placer.place(&p.temp).map_err(|e| e.to_string())?;
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&temp)
+        .open(&*temp)
         .map_err(|e| e.to_string())?;
     let md = file.metadata().map_err(|e| e.to_string())?;
     if !md.is_file() {
@@ -75,7 +76,11 @@ pub fn check(
 
 /// The signature of the destination file as it is now, if it can be read.
 pub fn sign_basis(dest: &Path, threads: usize) -> Option<Signed> {
-    let f = File::open(dest).ok()?;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dest)
+        .ok()?;
     let len = f.metadata().ok()?.len();
     sign_open(&f, 0, len, threads)
 }

@@ -17,6 +17,7 @@ use super::peer::{first_frame, next_frame, next_frames};
 use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
 use super::supervise::{drain, tell_peer, Supervisor};
 use super::{cancelled, warn, writer, ProgressFn, SessionError};
+use crate::beneath::TreeRoot;
 use crate::filter::Filter;
 use crate::protocol::{
     violation, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
@@ -24,7 +25,7 @@ use crate::protocol::{
 };
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
-use crate::walk::{TreeRoot, WalkItem, Walker};
+use crate::walk::{WalkItem, Walker};
 
 /// Most frames handed on at once by the reader.
 const READ_BATCH: usize = 256;

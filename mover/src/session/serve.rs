@@ -10,13 +10,14 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::outbox::{recv_or_flush, FrameOut, Outbox};
 use super::{cancelled, warn, SessionError};
+use crate::beneath::TreeRoot;
 use crate::delta::{delta_with, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
 use crate::meta::Meta;
 use crate::path::RelPath;
 use crate::protocol::{violation, FileOutcome, Frame, Request, SessionOptions, WireOp};
 use crate::signature::{BlockSig, Index};
-use crate::walk::{TreeRoot, STATE_DIR};
+use crate::walk::STATE_DIR;
 
 /// Complete requests queued for the delta thread (so their files can be
 /// prefetched while earlier ones are sent).

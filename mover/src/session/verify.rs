@@ -9,7 +9,6 @@ use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -17,20 +16,20 @@ use tokio::sync::mpsc;
 use super::flow::ListWindow;
 use super::outbox::{recv_or_flush, Out, Outbox};
 use super::{cancelled, warn, SessionError};
+use crate::beneath::{Placer, TreeRoot};
 use crate::filter::Filter;
 use crate::manifest::{describe, ManifestOptions};
 use crate::meta::{kind_of, Kind, Meta};
 use crate::path::RelPath;
 use crate::protocol::{Entry, Frame};
 use crate::stats::VerifyResult;
-use crate::walk::{is_temp_name, TreeRoot, STATE_DIR};
+use crate::walk::{is_temp_name, STATE_DIR};
 
 /// Differences described one by one on stderr; the rest are only counted.
 const REPORT_AT_MOST: u64 = 50;
 
 pub struct Verifier {
-    root: PathBuf,
-    tree: TreeRoot,
+    placer: Placer,
     filter: Filter,
     /// Extra entries at the destination are differences (`--delete` was asked for).
     delete: bool,
@@ -45,18 +44,15 @@ pub struct Verifier {
 
 impl Verifier {
     pub fn new(
-        root: PathBuf,
+        tree: Arc<TreeRoot>,
         filter: Filter,
         delete: bool,
         owner: bool,
         out: Out,
         window: Arc<ListWindow>,
     ) -> Result<Verifier, SessionError> {
-        let tree =
-            TreeRoot::open(&root).map_err(|e| SessionError::local("opening the destination", e))?;
         Ok(Verifier {
-            root,
-            tree,
+            placer: Placer::new(tree),
             filter,
             delete,
             opts: ManifestOptions {
@@ -129,7 +125,9 @@ impl Verifier {
             if e.kind == Kind::File && same_meta {
                 // Same metadata, other contents: only removal makes the next
                 // attempt's quick check send it again.
-                let _ = fs::remove_file(e.path.under(&self.root));
+                if let Ok(dest) = self.placer.place(&e.path) {
+                    let _ = fs::remove_file(&*dest);
+                }
             }
         }
         Ok(())
@@ -137,14 +135,12 @@ impl Verifier {
 
     /// The destination's line for a listed entry, described like the source's.
     fn observe(&self, e: &Entry) -> io::Result<String> {
-        self.tree.check_beneath(&e.path)?;
-        let path = e.path.under(&self.root);
+        let path = self.placer.place(&e.path)?;
         let md = fs::symlink_metadata(&path)?;
         let meta = Meta::from_fs(&md);
         let kind = match &e.kind {
             Kind::HardLink(target) => {
-                self.tree.check_beneath(target)?;
-                let t = fs::symlink_metadata(target.under(&self.root))?;
+                let t = fs::symlink_metadata(&*self.placer.place(target)?)?;
                 if md.is_file() && (t.dev(), t.ino()) == (md.dev(), md.ino()) {
                     Kind::HardLink(target.clone())
                 } else {
@@ -156,7 +152,7 @@ impl Verifier {
         let content = match kind {
             Kind::File => {
                 let mut hasher = blake3::Hasher::new();
-                hasher.update_reader(self.tree.open_file(&e.path)?)?;
+                hasher.update_reader(self.placer.tree().open_file(&e.path)?)?;
                 Some(*hasher.finalize().as_bytes())
             }
             _ => None,
@@ -194,10 +190,7 @@ impl Verifier {
                 HashSet::new()
             }
         };
-        if self.tree.check_beneath(&dir).is_err() {
-            return;
-        }
-        let Ok(rd) = fs::read_dir(dir.under(&self.root)) else {
+        let Ok(rd) = self.placer.place(&dir).and_then(|d| fs::read_dir(&*d)) else {
             return;
         };
         for de in rd.flatten() {
