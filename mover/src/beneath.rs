@@ -125,9 +125,7 @@ impl TreeRoot {
                 // O_DIRECTORY says "not a directory" of a symlink, too.
                 let last = self.resolve(dir, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC);
                 match last.and_then(rustix::fs::fstat) {
-                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
-                        symlink()
-                    }
+                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => symlink(),
                     _ => io::Error::new(
                         io::ErrorKind::NotADirectory,
                         format!("{dir} is not a directory"),

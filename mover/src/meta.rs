@@ -111,9 +111,16 @@ pub fn kind_of(path: &Path, md: &fs::Metadata) -> io::Result<Kind> {
     })
 }
 
-/// Whether this process may give files away to other owners (rsync: "am root").
+/// Whether this process may give files away to other owners: it holds
+/// CAP_CHOWN in its effective set. rsync asks "am I root?"; in a container
+/// root may have had its capabilities dropped, and a non-root user may have
+/// been granted this one.
 pub fn can_preserve_owner() -> bool {
-    rustix::process::geteuid().is_root()
+    use rustix::thread::{capabilities, CapabilitySet};
+    match capabilities(None) {
+        Ok(caps) => caps.effective.contains(CapabilitySet::CHOWN),
+        Err(_) => rustix::process::geteuid().is_root(),
+    }
 }
 
 fn ts(m: Mtime) -> Timestamps {

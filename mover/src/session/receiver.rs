@@ -201,7 +201,7 @@ where
     );
     if !cfg.preserve_owner {
         // Said once per session, not per file (as rsync would without root).
-        warn("not running as root: owner and group are not preserved");
+        warn("no CAP_CHOWN (not root, or capabilities dropped): owner and group are not preserved");
     }
 
     let (out_tx, writer) = writer::start(sink, cfg.bwlimit, tx_count.clone());

@@ -88,8 +88,16 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Proc {
+        Proc::spawn_program(MOVER, args)
+    }
+
+    /// Runs `program ARGS...` (a wrapper such as `setpriv` that runs the mover).
+    pub fn spawn_program<S: AsRef<OsStr>>(
+        program: impl AsRef<OsStr>,
+        args: impl IntoIterator<Item = S>,
+    ) -> Proc {
         let logs = TempDir::new().unwrap();
-        let mut cmd = Command::new(MOVER);
+        let mut cmd = Command::new(program);
         cmd.args(args).stdin(Stdio::null());
         cmd.stdout(fs::File::create(logs.path().join("out")).unwrap());
         cmd.stderr(fs::File::create(logs.path().join("err")).unwrap());
