@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
@@ -151,20 +150,8 @@ impl Walker {
 
     /// Lists one directory into `ready`.
     fn list(&mut self, dir: RelPath) {
-        let mut names: Vec<Vec<u8>> = match fs::read_dir(dir.under(&self.root)) {
-            Ok(rd) => {
-                let mut names = Vec::new();
-                for de in rd {
-                    match de {
-                        Ok(de) => names.push(de.file_name().as_bytes().to_vec()),
-                        Err(e) => {
-                            self.ready.push(WalkItem::Failed(dir, e));
-                            return;
-                        }
-                    }
-                }
-                names
-            }
+        let mut names: Vec<Vec<u8>> = match list_names(&dir.under(&self.root)) {
+            Ok(names) => names,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 self.ready.push(WalkItem::Vanished(dir));
                 return;
@@ -227,6 +214,25 @@ fn close_listing(items: &mut Vec<WalkItem>, dir: RelPath) {
     if !items.iter().any(|i| matches!(i, WalkItem::Failed(..))) {
         items.push(WalkItem::DirDone(dir));
     }
+}
+
+/// The names in a directory, read without updating its access time where
+/// the kernel allows (as [`open_source`] does for files).
+fn list_names(path: &std::path::Path) -> io::Result<Vec<Vec<u8>>> {
+    use rustix::fs::{Dir, Mode, OFlags, CWD};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(CWD, path, flags | OFlags::NOATIME, Mode::empty()) {
+        Err(rustix::io::Errno::PERM) => rustix::fs::openat(CWD, path, flags, Mode::empty())?,
+        other => other?,
+    };
+    let mut names = Vec::new();
+    for entry in Dir::read_from(&fd)? {
+        let name = entry?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(name);
+        }
+    }
+    Ok(names)
 }
 
 /// Opens a source file read-only without updating its access time where the

@@ -514,3 +514,61 @@ fn a_silent_client_does_not_hold_a_receiver_forever() {
         "nothing written"
     );
 }
+
+/// The source is opened read-only and left as it was: contents, mtimes,
+/// inode change times, and access times too (O_NOATIME, which root may use
+/// on any file), through a copy, a checksum re-sync and a verification.
+#[test]
+fn the_source_is_left_exactly_as_it_was_access_times_included() {
+    if !is_root() {
+        eprintln!("skipped: O_NOATIME on files of any owner needs root (CAP_FOWNER)");
+        return;
+    }
+    let (_tmp, src, dst) = setup();
+    // Access times older than a day and newer than mtimes: under the common
+    // `relatime` mount option any read would move them.
+    let day = 86_400;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    // Listed once, before the times are set: reading a directory is an access.
+    let entries: Vec<_> = walk(&src)
+        .into_iter()
+        .filter(|(_, _, md)| !md.file_type().is_symlink())
+        .map(|(rel, path, _)| (rel, path))
+        .collect();
+    for (_, path) in &entries {
+        set_times(path, now - 3 * day, now - 4 * day);
+    }
+    let before = stamps(&entries);
+    tcp_transfer_ok(&src, &dst, &["--verify"]);
+    tcp_transfer_ok(&src, &dst, &["--checksum", "--verify", "--delete"]);
+    assert_eq!(stamps(&entries), before, "the source changed");
+    assert_same(&src, &dst, "after the copies");
+}
+
+fn set_times(path: &Path, atime: i64, mtime: i64) {
+    use rustix::fs::{AtFlags, Timespec, Timestamps, CWD};
+    let ts = |sec| Timespec {
+        tv_sec: sec,
+        tv_nsec: 0,
+    };
+    let times = Timestamps {
+        last_access: ts(atime),
+        last_modification: ts(mtime),
+    };
+    rustix::fs::utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+}
+
+/// (path, atime, mtime, ctime) of each entry, by `lstat` (which reads nothing).
+fn stamps(entries: &[(Vec<u8>, PathBuf)]) -> Vec<(String, i64, i64, i64, i64)> {
+    entries
+        .iter()
+        .map(|(rel, path)| {
+            let md = fs::symlink_metadata(path).unwrap();
+            let c = (md.ctime(), md.ctime_nsec());
+            (show(rel), md.atime(), md.mtime(), c.0, c.1)
+        })
+        .collect()
+}
