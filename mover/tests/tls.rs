@@ -63,6 +63,13 @@ fn authenticated_transfer_copies_the_tree_under_the_material_operation() {
         "{}",
         received.describe()
     );
+    // A later attempt of the operation needs nothing but the material.
+    let second = ["--tls-dir", &keys, "--attempt", "2"];
+    let (sent, received) = tcp_transfer(&src, &dst, &second, &tls(&keys));
+    sent.assert_ok();
+    received.assert_ok();
+    assert_eq!(received.summary()["attempt"], 2);
+    assert_eq!(sent.stat("files_up_to_date"), 2);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use mover::protocol::SessionOptions;
-use mover::session::MIN_TIMEOUT;
+use mover::session::{SessionError, MIN_TIMEOUT};
 
 #[derive(Args, Debug)]
 pub struct OperationArgs {
@@ -14,12 +14,24 @@ pub struct OperationArgs {
     #[arg(long, value_name = "ID", value_parser = parse_operation_id)]
     pub operation_id: Option<String>,
     /// The attempt number; an attempt older than the checkpoint's is refused.
-    #[arg(long, value_name = "N", default_value_t = 1, requires = "operation_id",
+    /// Needs an operation: --operation-id, or --tls-dir whose material names one.
+    #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub attempt: u32,
     /// After the transfer, compare both trees entry by entry (contents by BLAKE3 and metadata).
     #[arg(long)]
     pub verify: bool,
+}
+
+/// An attempt after the first is an attempt of some operation.
+pub fn check_attempt(opts: &SessionOptions) -> Result<(), SessionError> {
+    if opts.attempt > 1 && opts.operation_id.is_none() {
+        return Err(SessionError::Usage(format!(
+            "--attempt {} needs an operation: --operation-id, or --tls-dir with its key material",
+            opts.attempt
+        )));
+    }
+    Ok(())
 }
 
 pub fn parse_operation_id(s: &str) -> Result<String, String> {

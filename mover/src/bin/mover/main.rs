@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use args::{
-    parse_duration, parse_operation_id, parse_rate, ConnectionArgs, OperationArgs, OutputArgs,
-    TransferArgs,
+    check_attempt, parse_duration, parse_operation_id, parse_rate, ConnectionArgs, OperationArgs,
+    OutputArgs, TransferArgs,
 };
 use clap::{Parser, Subcommand};
 use mover::session::local;
@@ -157,10 +157,14 @@ async fn run(cli: Cli) -> u8 {
             keep_checkpoint,
             output,
         } => {
+            let options = transfer.options(true, &operation);
+            if let Err(e) = check_attempt(&options) {
+                return finish(Err(e), &output);
+            }
             let result = local::sync(
                 src,
                 dst,
-                transfer.options(true, &operation),
+                options,
                 local::LocalConfig {
                     bwlimit: transfer.bwlimit,
                     progress: progress_sink(output.progress),

@@ -14,7 +14,7 @@ use mover::tls::{self, Identity, KeyMaterial, Role};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{ConnectionArgs, OutputArgs};
+use crate::args::{check_attempt, ConnectionArgs, OutputArgs};
 use crate::output::{finish, progress_sink};
 
 /// What `send` needs besides the connection.
@@ -75,7 +75,9 @@ pub async fn run_send(
     output: OutputArgs,
     cancel: CancellationToken,
 ) -> u8 {
-    let identity = match identity(&conn, Role::Sender, &mut job.options.operation_id) {
+    let identity = identity(&conn, Role::Sender, &mut job.options.operation_id)
+        .and_then(|id| check_attempt(&job.options).map(|()| id));
+    let identity = match identity {
         Ok(id) => id,
         Err(e) => return finish(Err(e), &output),
     };
