@@ -14,7 +14,7 @@ Subcommands:
                                      and how many of them are mover temp files (.volmig-*.tmp)
   tree-bytes DIR                     "FILES BYTES" of the regular files under DIR
   resume-record OUT_JSONL KEY=VALUE...  one resume run as a JSON line (see resume_record)
-  report TSV VFAIL_TSV JSON META_JSON [RESUME_JSONL]
+  report TSV VFAIL_TSV JSON META_JSON [RESUME_JSONL [TLS_TSV]]
                                      median/ratio tables on stdout, results to JSON
 """
 import json
@@ -521,6 +521,124 @@ def report_resume(path, results):
     return all_ok
 
 
+# tls case: (tls.tsv case, label, MiB/s meaningful, min tls/insecure throughput ratio or None)
+TLS_CASES = [
+    ("initial", "initial copy", True, 0.8),
+    ("resync", "delta re-sync, contents unchanged (mtimes bumped)", True, None),
+    ("noop", "no-op re-sync (nothing changed)", False, None),
+]
+TLS_MODES = [("insecure", "insecure"), ("insecure-op", "insecure --operation-id"), ("tls", "tls")]
+
+
+def report_tls(path, vfail, meta, results):
+    """tls.tsv (one line per run, see run.sh tls_run) -> result lines, a table, results["tls"]."""
+    runs = {}
+    if path and os.path.exists(path):
+        for line in open(path):
+            if not line.strip():
+                continue
+            f = line.rstrip("\n").split("\t")
+            case, mode, rep, secs, wire, rss_s, rss_r, us, ss, ur, sr, status, log = f
+            if status == "ok" and ("tls_%s_%s" % (case, mode), "mover") in vfail:
+                status = "verify-failed"
+            runs.setdefault((case, mode), []).append(dict(
+                rep=int(rep), secs=float(secs), wire=int(wire), rss_send_kb=int(rss_s),
+                rss_recv_kb=int(rss_r), cpu_send=_cpu(us, ss), cpu_recv=_cpu(ur, sr),
+                cpu_user_send=float(us), cpu_sys_send=float(ss), cpu_user_recv=float(ur),
+                cpu_sys_recv=float(sr), status=status, log=log))
+    if not runs:
+        return True
+    tree = None
+    for rs in runs.values():
+        for r in rs:
+            s = mover_summary(r["log"]) or {}
+            if isinstance(s.get("bytes_total"), int):
+                tree = s["bytes_total"]
+    large = meta.get("large") or {}
+    tree = tree or (large.get("files", 0) * large.get("file_bytes", 0)) or None
+    mib = lambda secs: (tree / secs / (1 << 20)) if (tree and secs) else None
+    med = lambda vals: statistics.median(vals) if vals else None
+    all_ok, lines, table = True, [], []
+    for case, label, rate, target in TLS_CASES:
+        per = {}
+        for mode, _ in TLS_MODES:
+            rs = runs.get((case, mode), [])
+            ok = bool(rs) and all(r["status"] == "ok" for r in rs)
+            secs = [r["secs"] for r in rs if r["secs"] >= 0]
+            cs = [r["cpu_send"] for r in rs if r["cpu_send"] is not None]
+            cr = [r["cpu_recv"] for r in rs if r["cpu_recv"] is not None]
+            per[mode] = dict(ok=ok, runs=rs, median_secs=med(secs),
+                             min_secs=min(secs) if secs else None, max_secs=max(secs) if secs else None,
+                             median_mib_s=mib(med(secs)) if secs else None,
+                             median_cpu_send=med(cs), median_cpu_recv=med(cr),
+                             median_wire=med([r["wire"] for r in rs if r["wire"] >= 0]),
+                             peak_rss_kb=max([max(r["rss_send_kb"], r["rss_recv_kb"]) for r in rs] or [-1]))
+        if not any(p["runs"] for p in per.values()):
+            continue
+        ok = all(p["ok"] for p in per.values() if p["runs"]) and per["insecure"]["runs"] \
+            and per["tls"]["runs"]
+        all_ok &= bool(ok)
+        ti, to, tt = (per[m]["median_secs"] for m in ("insecure", "insecure-op", "tls"))
+        ratio = (ti / tt) if (ok and ti and tt) else None          # tls / insecure throughput
+        ratio_op = (to / tt) if (ok and to and tt) else None       # tls / insecure --operation-id
+        met = None if target is None else (ratio is not None and ratio >= target)
+        verdict = "FAIL" if not ok else ("-" if met is None else ("met" if met else "missed"))
+        size = "" if not tree else " %s" % ("%.2f GiB" % (tree / float(1 << 30)) if tree >= 1 << 30
+                                            else human_bytes(tree))
+
+        def t(mode, with_rate=rate):
+            p = per[mode]
+            if p["median_secs"] is None:
+                return "n/a"
+            return "%.2f s" % p["median_secs"] + (" (%.0f MiB/s)" % p["median_mib_s"]
+                                                  if with_rate and p["median_mib_s"] else "")
+
+        tgt = "" if target is None else " (target >= %.1f%s)" % (
+            target, "" if met is None else ", " + ("met" if met else "MISSED"))
+        lines.append("tls: %s%s: insecure %s, tls %s, ratio %s%s%s" % (
+            label, size, t("insecure"), t("tls"), "n/a" if ratio is None else "%.2f" % ratio, tgt,
+            "" if ok else "  FAIL (a run failed or a destination differs)"))
+        cpu = lambda m: "n/a" if per[m]["median_cpu_send"] is None else "%.2f/%.2f s" % (
+            per[m]["median_cpu_send"], per[m]["median_cpu_recv"])
+        lines.append("     cpu user+sys send/receive: insecure %s, insecure --operation-id %s, tls %s;"
+                     " insecure --operation-id %s, tls vs it %s" % (
+                         cpu("insecure"), cpu("insecure-op"), cpu("tls"), t("insecure-op"),
+                         "n/a" if ratio_op is None else "%.2f" % ratio_op))
+        rng = lambda m: "n/a" if per[m]["min_secs"] is None else "%.2f-%.2f" % (
+            per[m]["min_secs"], per[m]["max_secs"])
+        cell = lambda m: "%s [%s]" % (t(m), rng(m))
+        table.append([label, len(per["tls"]["runs"]), cell("insecure"), cell("insecure-op"),
+                      cell("tls"), "n/a" if ratio is None else "%.3f" % ratio,
+                      "n/a" if ratio_op is None else "%.3f" % ratio_op,
+                      cpu("insecure"), cpu("insecure-op"), cpu("tls"),
+                      "%s / %s" % (human_bytes(per["insecure"]["median_wire"]),
+                                   human_bytes(per["tls"]["median_wire"])),
+                      "-" if target is None else ">=%.1f" % target, verdict])
+        results["tls"].append(dict(
+            case=case, label=label, ok=bool(ok), tree_bytes=tree, ratio_tls_insecure=ratio,
+            ratio_tls_insecure_operation_id=ratio_op, target_ratio=target, target_met=met,
+            verdict=verdict, modes=per))
+    print()
+    print("tls: --tls-dir (TLS 1.3, mutual auth; implies the material's --operation-id) vs "
+          "--insecure, loopback, median; ratio = tls throughput / insecure throughput")
+    for l in lines:
+        print(l)
+    print()
+    print_table(["case", "runs", "insecure [range]", "insecure --operation-id [range]", "tls [range]",
+                 "ratio tls/insecure", "ratio tls/insecure-op", "cpu s/r insecure",
+                 "cpu s/r insecure-op", "cpu s/r tls", "wire insecure / tls", "target", "result"],
+                table)
+    return all_ok
+
+
+def _cpu(user, sys_):
+    try:
+        u, s = float(user), float(sys_)
+    except ValueError:
+        return None
+    return None if u < 0 or s < 0 else u + s
+
+
 def _dig(obj, keys):
     for k in keys:
         if not isinstance(obj, dict):
@@ -533,7 +651,7 @@ def _hb_signed(n):
     return ("-" + human_bytes(-n)) if n < 0 else human_bytes(n)
 
 
-def report(tsv, vfail_tsv, out_json, meta_json, resume_jsonl=None):
+def report(tsv, vfail_tsv, out_json, meta_json, resume_jsonl=None, tls_tsv=None):
     meta = json.load(open(meta_json))
     vfail = {tuple(l.split()) for l in open(vfail_tsv) if l.strip()}
     rows = {}
@@ -596,8 +714,10 @@ def report(tsv, vfail_tsv, out_json, meta_json, resume_jsonl=None):
         print_table(header, table)
     results["checkpoint_overhead"] = []
     results["resume"] = []
+    results["tls"] = []
     all_ok &= report_overhead(rows, med, results)
     all_ok &= report_resume(resume_jsonl, results)
+    all_ok &= report_tls(tls_tsv, vfail, meta, results)
     results["all_ok"] = all_ok
     with open(out_json, "w") as f:
         json.dump(results, f, indent=2)
@@ -626,7 +746,8 @@ def main(argv):
     elif cmd == "resume-record":
         resume_record(argv[2], argv[3:])
     elif cmd == "report":
-        report(argv[2], argv[3], argv[4], argv[5], argv[6] if len(argv) > 6 else None)
+        report(argv[2], argv[3], argv[4], argv[5], argv[6] if len(argv) > 6 else None,
+               argv[7] if len(argv) > 7 else None)
     else:
         sys.exit("unknown subcommand %r" % cmd)
 

@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 HELPER="$HERE/helper.py"
 
-MOVER="" WORK="" QUICK=0 KEEP=0 REPEAT=1 REPEAT_SET=0 ONLY="compare,resume,checkpoint-overhead"
+MOVER="" WORK="" QUICK=0 KEEP=0 REPEAT=1 REPEAT_SET=0 ONLY="compare,resume,checkpoint-overhead,tls"
 
 usage() {
     cat <<'EOF'
@@ -20,10 +20,11 @@ usage: tests/bench/run.sh [--mover PATH] [--work DIR] [--quick] [--keep] [--repe
   --quick       scale the data sets down 8x for a fast smoke run
   --keep        keep data and destinations at exit (logs and results.json are always kept)
   --repeat N    run every measurement N times and report the median (default 1;
-                checkpoint-overhead defaults to 3)
+                checkpoint-overhead and tls default to 3)
   --only CASES  comma-separated subset of: compare (scenarios 1-4, mover vs rsync),
                 resume (SIGKILL at 90% + resume vs restart from zero),
-                checkpoint-overhead (initial copies without/with --operation-id); default: all
+                checkpoint-overhead (initial copies without/with --operation-id),
+                tls (--tls-dir vs --insecure on the large set); default: all
 EOF
 }
 
@@ -43,9 +44,9 @@ done
 CASES=" "
 for c in ${ONLY//,/ }; do
     case $c in
-        compare | resume | checkpoint-overhead) CASES+="$c " ;;
+        compare | resume | checkpoint-overhead | tls) CASES+="$c " ;;
         overhead) CASES+="checkpoint-overhead " ;;
-        *) echo "--only: unknown case '$c' (compare, resume, checkpoint-overhead)" >&2; exit 1 ;;
+        *) echo "--only: unknown case '$c' (compare, resume, checkpoint-overhead, tls)" >&2; exit 1 ;;
     esac
 done
 [[ $CASES != " " ]] || { echo "--only needs at least one case" >&2; exit 1; }
@@ -71,7 +72,12 @@ MOVER=$(realpath "$MOVER")
 [[ -x $MOVER ]] || die "mover binary not found: $MOVER"
 if ! "$MOVER" send --help 2>&1 | grep -q -- '--to'; then
     log "WARNING: '$MOVER send --help' does not look like the mover CLI; mover runs will likely FAIL"
+elif ! "$MOVER" send --help 2>&1 | grep -q -- '--insecure'; then
+    log "WARNING: '$MOVER send' has no --insecure (a mover from before TLS?); mover runs will FAIL"
 fi
+# How every `mover send` / `mover receive` connects: plain TCP unless a case says otherwise
+# (the tls case sets it to --tls-dir DIR for its TLS runs).
+CONN=(--insecure)
 
 # ---------------------------------------------------------------- work dir and cleanup
 if [[ -z $WORK ]]; then
@@ -81,9 +87,11 @@ else
     WORK=$(realpath "$WORK")
 fi
 SRC=$WORK/src DST=$WORK/dst SNAP=$WORK/snap LOGS=$WORK/logs
-rm -rf "$SRC" "$DST" "$SNAP" "$LOGS" "$WORK"/{runs.tsv,verify_failures.tsv,resume.jsonl,results.json,meta.json,table.md}
+TLS_DIR=$WORK/tls-keys
+rm -rf "$SRC" "$DST" "$SNAP" "$LOGS" "$TLS_DIR" \
+    "$WORK"/{runs.tsv,verify_failures.tsv,resume.jsonl,tls.tsv,results.json,meta.json,table.md}
 mkdir -p "$SRC" "$DST/rsync" "$DST/mover" "$LOGS"
-touch "$WORK/verify_failures.tsv" "$WORK/runs.tsv"
+touch "$WORK/verify_failures.tsv" "$WORK/runs.tsv" "$WORK/tls.tsv"
 
 DAEMON_PID="" RECV_PID="" SEND_PID=""
 cleanup() {
@@ -92,7 +100,7 @@ cleanup() {
     if [[ -n $SEND_PID ]]; then kill -- "-$SEND_PID" 2>/dev/null || true; fi
     if [[ -n $DAEMON_PID ]]; then kill -- "-$DAEMON_PID" 2>/dev/null || true; fi
     rm -f "$WORK/mover.addr"
-    if [[ $KEEP == 0 ]]; then rm -rf "$SRC" "$DST" "$SNAP"; fi
+    if [[ $KEEP == 0 ]]; then rm -rf "$SRC" "$DST" "$SNAP" "$TLS_DIR"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -100,9 +108,17 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------- helpers
 usec() { echo "${EPOCHREALTIME/./}"; }
 secs_since() { local d=$(( $(usec) - $1 )); printf '%d.%06d' $((d / 1000000)) $((d % 1000000)); }
-# Last line of a `/usr/bin/time -f %M -o FILE` output (peak RSS in KiB), or -1.
-rss_of() { if [[ -s $1 ]]; then tail -n1 "$1" | tr -dc '0-9'; else echo -1; fi; }
-time_prefix() { if [[ $HAVE_TIME == 1 ]]; then echo "/usr/bin/time -f %M -o $1"; fi; }
+# The last line of a `/usr/bin/time -f %M,%U,%S -o FILE` output: peak RSS in KiB, user and
+# system CPU seconds (of the process and its children: `timeout` waits for mover).
+rss_of() { if [[ -s $1 ]]; then tail -n1 "$1" | cut -d, -f1 | tr -dc '0-9'; else echo -1; fi; }
+# cpu_of FILE: "USER SYS" seconds, or "-1 -1".
+cpu_of() {
+    local l
+    if [[ -s $1 ]] && l=$(tail -n1 "$1") && [[ $l =~ ^[0-9]+,([0-9.]+),([0-9.]+)$ ]]; then
+        echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+    else echo "-1 -1"; fi
+}
+time_prefix() { if [[ $HAVE_TIME == 1 ]]; then echo "/usr/bin/time -f %M,%U,%S -o $1"; fi; }
 
 DROP_OK=0
 if { sync && echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then DROP_OK=1; fi
@@ -131,17 +147,19 @@ run_rsync() {
     log "  rsync $sc #$rep: ${secs}s wire=$wire $st"
 }
 
-# run_mover SCENARIO REP SRC_DIR DEST_DIR [extra send args...]: fresh receiver, then sender.
+# run_mover SCENARIO REP SRC_DIR DEST_DIR [extra send args...]: fresh receiver, then sender,
+# both with "${CONN[@]}". Also sets LAST_SECS, LAST_WIRE, LAST_STATUS and LAST_OUT (log prefix).
 run_mover() {
     local sc=$1 rep=$2 src=$3 dst=$4 out addr rc=0 rrc=0 t0 secs wire st=ok i
     shift 4
     out=$LOGS/$sc.mover.$rep addr=$WORK/mover.addr
+    LAST_SECS=-1 LAST_WIRE=-1 LAST_STATUS=receiver-no-addr LAST_OUT=$out
     rm -f "$addr"
     mkdir -p "$dst"
     drop_caches
     # shellcheck disable=SC2046
     setsid $(time_prefix "$out.recv.rss") timeout 3600 "$MOVER" receive --listen 127.0.0.1:0 \
-        --addr-file "$addr" --root "$dst" >"$out.recv.out" 2>"$out.recv.err" &
+        --addr-file "$addr" --root "$dst" "${CONN[@]}" >"$out.recv.out" 2>"$out.recv.err" &
     RECV_PID=$!
     for ((i = 0; i < 300; i++)); do   # wait up to 30 s for the bound address
         [[ -s $addr ]] && break
@@ -159,7 +177,7 @@ run_mover() {
     t0=$(usec)
     # shellcheck disable=SC2046
     $(time_prefix "$out.send.rss") timeout 3600 "$MOVER" send --to "$(cat "$addr")" --root "$src" \
-        --delete "$@" >"$out.send.out" 2>"$out.send.err" || rc=$?
+        "${CONN[@]}" --delete "$@" >"$out.send.out" 2>"$out.send.err" || rc=$?
     # The run ends when both sides have exited; give the receiver 120 s after the sender.
     [[ $rc == 0 ]] || kill -- "-$RECV_PID" 2>/dev/null || true
     for ((i = 0; i < 24000; i++)); do
@@ -180,6 +198,7 @@ run_mover() {
     fi
     record "$sc" mover "$rep" "$secs" "$wire" "$(rss_of "$out.send.rss")" "$(rss_of "$out.recv.rss")" \
         "$st" "$out.send.out"
+    LAST_SECS=$secs LAST_WIRE=$wire LAST_STATUS=$st
     log "  mover $sc #$rep: ${secs}s wire=$wire $st"
 }
 
@@ -321,7 +340,7 @@ start_receiver() {
     shift 2
     rm -f "$addr"
     mkdir -p "$dst"
-    setsid "$MOVER" receive --listen 127.0.0.1:0 --addr-file "$addr" --root "$dst" "$@" \
+    setsid "$MOVER" receive --listen 127.0.0.1:0 --addr-file "$addr" --root "$dst" "${CONN[@]}" "$@" \
         >"$out.out" 2>"$out.err" &
     RECV_PID=$!
     for ((i = 0; i < 300; i++)); do   # wait up to 30 s for the bound address
@@ -365,7 +384,7 @@ run_pair() {
     t0=$(usec)
     PAIR_SEND_RC=0
     # shellcheck disable=SC2086
-    timeout 3600 "$MOVER" send --to "$(cat "$WORK/mover.addr")" --root "$src" $sargs \
+    timeout 3600 "$MOVER" send --to "$(cat "$WORK/mover.addr")" --root "$src" "${CONN[@]}" $sargs \
         >"$out.send.out" 2>"$out.send.err" || PAIR_SEND_RC=$?
     [[ $PAIR_SEND_RC == 0 ]] || kill -- "-$RECV_PID" 2>/dev/null || true
     reap "$RECV_PID" 120
@@ -407,8 +426,8 @@ resume_run() {
         fail "resume $variant: receiver did not write its address (see $out.a1.recv.err)"
         return 0
     fi
-    setsid "$MOVER" send --to "$(cat "$WORK/mover.addr")" --root "$SRC/large" "${sargs[@]}" \
-        --attempt 1 --bwlimit "$RESUME_BWLIMIT" >"$out.a1.send.out" 2>"$out.a1.send.err" &
+    setsid "$MOVER" send --to "$(cat "$WORK/mover.addr")" --root "$SRC/large" "${CONN[@]}" \
+        "${sargs[@]}" --attempt 1 --bwlimit "$RESUME_BWLIMIT" >"$out.a1.send.out" 2>"$out.a1.send.err" &
     SEND_PID=$!
     if [[ $variant == kill-receiver* ]]; then victim=$RECV_PID survivor=a1_send
     else victim=$SEND_PID survivor=a1_recv; fi
@@ -491,11 +510,82 @@ if want checkpoint-overhead; then
     done
 fi
 
+# ---------------------------------------------------------------- tls
+# tls_run CASE MODE REP DEST [extra send args...]: run_mover with MODE's connection
+# (insecure: --insecure; insecure-op: --insecure plus send --operation-id $TLS_OP, the checkpoint
+# a --tls-dir run keeps, without the encryption; tls: --tls-dir $TLS_DIR on both sides, whose
+# material implies --operation-id $TLS_OP), then one line in tls.tsv with both sides' CPU time.
+tls_run() {
+    local case=$1 mode=$2 rep=$3 dst=$4 us ss ur sr
+    shift 4
+    local -a extra=()
+    case $mode in
+        insecure) CONN=(--insecure) ;;
+        insecure-op) CONN=(--insecure) extra=(--operation-id "$TLS_OP") ;;
+        tls) CONN=(--tls-dir "$TLS_DIR") ;;
+    esac
+    run_mover "tls_${case}_$mode" "$rep" "$SRC/large" "$dst" "${extra[@]}" "$@"
+    CONN=(--insecure)
+    read -r us ss < <(cpu_of "$LAST_OUT.send.rss")
+    read -r ur sr < <(cpu_of "$LAST_OUT.recv.rss")
+    # tls.tsv: case mode rep secs wire rss_send_kb rss_recv_kb user_send sys_send user_recv
+    # sys_recv status log
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$case" "$mode" "$rep" \
+        "$LAST_SECS" "$LAST_WIRE" "$(rss_of "$LAST_OUT.send.rss")" "$(rss_of "$LAST_OUT.recv.rss")" \
+        "$us" "$ss" "$ur" "$sr" "$LAST_STATUS" "$LAST_OUT.send.out" >>"$WORK/tls.tsv"
+    log "    $mode cpu: send ${us}u+${ss}s, receive ${ur}u+${sr}s"
+}
+
+if want tls; then
+    TLS_REPEAT=$REPEAT; [[ $REPEAT_SET == 1 ]] || TLS_REPEAT=3
+    TLS_OP=bench-tls TLS_MODES=(insecure insecure-op tls)
+    # One set of key material per bench run (keygen never overwrites: the dir is fresh).
+    keygen_rc=0
+    "$MOVER" keygen --out "$TLS_DIR" --operation-id "$TLS_OP" --valid-for 1d \
+        >"$LOGS/tls.keygen.out" 2>"$LOGS/tls.keygen.err" || keygen_rc=$?
+    if [[ $keygen_rc != 0 ]]; then
+        fail "tls: mover keygen exited $keygen_rc (see $LOGS/tls.keygen.err)"
+    else
+        read -r TLS_FILES TLS_BYTES < <(python3 "$HELPER" tree-bytes "$SRC/large")
+        log "tls: $TLS_FILES files, $TLS_BYTES bytes; modes ${TLS_MODES[*]}; $TLS_REPEAT runs each; key material in $TLS_DIR"
+        for ((r = 1; r <= TLS_REPEAT; r++)); do
+            # alternate the order (ABC, CBA, ...) so a drifting machine does not favour one mode
+            if ((r % 2)); then order=("${TLS_MODES[@]}")
+            else order=(); for ((i = ${#TLS_MODES[@]} - 1; i >= 0; i--)); do order+=("${TLS_MODES[i]}"); done; fi
+            # whole-file initial copy into a fresh, empty destination
+            for mode in "${order[@]}"; do
+                rm -rf "$DST/tls/$mode"
+                tls_run initial "$mode" "$r" "$DST/tls/$mode" --whole-file
+            done
+            if ((r == TLS_REPEAT)); then
+                for mode in "${TLS_MODES[@]}"; do verify "tls_initial_$mode" mover "$SRC/large" "$DST/tls/$mode"; done
+            fi
+            # no-op re-sync: nothing changed, the quick check skips every file (the time is
+            # connection set-up, handshake and file list)
+            for mode in "${order[@]}"; do
+                tls_run noop "$mode" "$r" "$DST/tls/$mode" --no-whole-file
+            done
+            # delta re-sync of unchanged contents: new mtimes on the source make every file go
+            # through the delta algorithm (signatures, rolling match, rebuild from the basis)
+            touch -d "@$(( $(date +%s) - 86400 + r ))" "$SRC/large"/*
+            for mode in "${order[@]}"; do
+                tls_run resync "$mode" "$r" "$DST/tls/$mode" --no-whole-file
+            done
+        done
+        for mode in "${TLS_MODES[@]}"; do
+            verify "tls_resync_$mode" mover "$SRC/large" "$DST/tls/$mode"
+            [[ ! -e $DST/tls/$mode/.volmig ]] || fail "tls: $DST/tls/$mode/.volmig left after a clean run"
+        done
+        rm -rf "$DST/tls"
+    fi
+fi
+
 # ---------------------------------------------------------------- report
 META_RSYNC=$(rsync --version | head -n1) META_MOVER_VERSION=$("$MOVER" --version 2>/dev/null | head -n1 || true) \
 META_LOAD=$LOAD_START META_MOVER=$MOVER META_QUICK=$QUICK META_SCALE=$SCALE META_REPEAT=$REPEAT META_DROP=$DROP_OK \
 META_LARGE="$LARGE_FILES $LARGE_SIZE $EDITS" META_SMALL="$SMALL_FILES $SMALL_DIRS" META_LOGS="$LOG_FILES $LOG_BYTES" \
 META_CASES="$CASES" META_RESUME="$RESUME_FRACTION $RESUME_BWLIMIT $RESUME_SECS" META_OVH_REPEAT="${OVH_REPEAT:-0}" \
+META_TLS_REPEAT="${TLS_REPEAT:-0}" \
     python3 - "$WORK/meta.json" <<'EOF'
 import json, os, sys, time
 e = os.environ
@@ -514,6 +604,7 @@ json.dump({
     "resume": dict(zip(("kill_fraction", "attempt1_bwlimit_kib_s", "attempt1_target_secs"),
                        map(float, e["META_RESUME"].split()))),
     "checkpoint_overhead_repeat": int(e["META_OVH_REPEAT"]),
+    "tls_repeat": int(e["META_TLS_REPEAT"]),
 }, open(sys.argv[1], "w"), indent=2)
 EOF
 echo
@@ -522,10 +613,10 @@ CACHE_TXT="page cache $([[ $DROP_OK == 1 ]] && echo dropped || echo warm)"
 if want compare; then
     echo "mover vs rsync (daemon, loopback), $SCALE_TXT, median of $REPEAT, $CACHE_TXT"
 else
-    echo "mover checkpoint/resume cases:$CASES($SCALE_TXT, $CACHE_TXT, $(nproc) cores)"
+    echo "mover cases:$CASES($SCALE_TXT, $CACHE_TXT, $(nproc) cores)"
 fi
 python3 "$HELPER" report "$WORK/runs.tsv" "$WORK/verify_failures.tsv" "$WORK/results.json" "$WORK/meta.json" \
-    "$WORK/resume.jsonl" | tee "$WORK/table.md"
+    "$WORK/resume.jsonl" "$WORK/tls.tsv" | tee "$WORK/table.md"
 echo
 echo "results: $WORK/results.json   logs: $LOGS"
 if [[ $FAILED != 0 ]]; then
