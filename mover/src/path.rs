@@ -15,9 +15,12 @@ use serde::{Deserialize, Serialize};
 
 /// Longest relative path accepted, in bytes (Linux PATH_MAX).
 pub const MAX_PATH_LEN: usize = 4096;
+/// Longest name of one component, in bytes (Linux NAME_MAX): no file system
+/// can hold a longer one, so a peer that sends one is only spending memory.
+pub const MAX_NAME_LEN: usize = 255;
 
 /// Why a path was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PathError {
     #[error("path is absolute: {0}")]
     Absolute(String),
@@ -27,6 +30,8 @@ pub enum PathError {
     Nul,
     #[error("path is {0} bytes long, longer than {MAX_PATH_LEN}")]
     TooLong(usize),
+    #[error("path has a name of {0} bytes, longer than {MAX_NAME_LEN}")]
+    NameTooLong(usize),
 }
 
 impl PathError {
@@ -66,6 +71,9 @@ impl RelPath {
             .any(|c| c.is_empty() || c == b"." || c == b"..")
         {
             return Err(PathError::BadComponent(lossy(&bytes)));
+        }
+        if let Some(long) = bytes.split(|&b| b == b'/').find(|c| c.len() > MAX_NAME_LEN) {
+            return Err(PathError::NameTooLong(long.len()));
         }
         Ok(RelPath(bytes))
     }
@@ -129,9 +137,21 @@ impl RelPath {
 
 impl TryFrom<Vec<u8>> for RelPath {
     type Error = PathError;
+    /// Decoding from the wire comes through here. The decoder (postcard)
+    /// keeps no message of a custom error, so the refusal is also kept for
+    /// [`take_refused`], to name the path in the protocol error.
     fn try_from(bytes: Vec<u8>) -> Result<Self, PathError> {
-        RelPath::new(bytes)
+        RelPath::new(bytes).inspect_err(|e| REFUSED.with(|r| *r.borrow_mut() = Some(e.clone())))
     }
+}
+
+thread_local! {
+    static REFUSED: std::cell::RefCell<Option<PathError>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The last path refused while decoding on this thread, if any (taken).
+pub fn take_refused() -> Option<PathError> {
+    REFUSED.with(|r| r.borrow_mut().take())
 }
 
 impl From<RelPath> for Vec<u8> {
@@ -196,6 +216,13 @@ mod tests {
             RelPath::new(vec![b'a'; MAX_PATH_LEN + 1]),
             Err(PathError::TooLong(_))
         ));
+        let mut long_name = b"d/".to_vec();
+        long_name.extend([b'n'; MAX_NAME_LEN + 1]);
+        assert_eq!(
+            RelPath::new(long_name),
+            Err(PathError::NameTooLong(MAX_NAME_LEN + 1))
+        );
+        assert!(RelPath::new(vec![b'n'; MAX_NAME_LEN]).is_ok());
     }
 
     #[test]

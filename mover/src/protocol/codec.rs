@@ -58,10 +58,14 @@ impl Decoder for FrameCodec {
         };
         self.counter.add(payload.len() + 4);
         self.decoded += 1;
+        crate::path::take_refused();
         match postcard::from_bytes(&payload) {
             Ok(frame) => Ok(Some(frame)),
             Err(e) if self.decoded == 1 => Err(first_frame_error(&payload, e)),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(match crate::path::take_refused() {
+                Some(path) => super::violation(format!("the peer sent an invalid path ({path})")),
+                None => e.into(),
+            }),
         }
     }
 
@@ -143,6 +147,28 @@ mod tests {
             codec.decode(&mut buf),
             Err(ProtocolError::PeerSpeaksTls)
         ));
+    }
+
+    #[test]
+    fn a_refused_path_is_named() {
+        let mut codec = FrameCodec::new(WireCounter::default());
+        let mut buf = BytesMut::new();
+        codec.encode(Frame::Credit(1), &mut buf).unwrap();
+        codec
+            .encode(Frame::DirDone(crate::path::RelPath::root()), &mut buf)
+            .unwrap();
+        // After two good frames (a bad first frame is explained otherwise),
+        // a DirDone whose path, the last field, is ".." instead of "".
+        let mut evil = BytesMut::new();
+        let payload = postcard::to_allocvec(&Frame::DirDone(crate::path::RelPath::root())).unwrap();
+        let mut p = payload[..payload.len() - 1].to_vec();
+        p.extend([2, b'.', b'.']);
+        evil.extend_from_slice(&(p.len() as u32).to_be_bytes());
+        evil.extend_from_slice(&p);
+        assert!(codec.decode(&mut buf).unwrap().is_some());
+        assert!(codec.decode(&mut buf).unwrap().is_some());
+        let err = codec.decode(&mut evil).unwrap_err().to_string();
+        assert!(err.contains("invalid path (path has a '..'"), "{err}");
     }
 
     #[test]

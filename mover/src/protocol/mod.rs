@@ -44,6 +44,15 @@ pub const MAX_BLOCKS_PER_FILE: u64 = crate::signature::MAX_BLOCKS;
 pub const INITIAL_CREDIT: u32 = 8192;
 /// Most exclude patterns a sender may propose.
 pub const MAX_EXCLUDES: usize = 4096;
+/// Most bytes of one exclude pattern, and of all of them together: each is
+/// compiled to a regex, whose size a peer must not choose freely.
+pub const MAX_EXCLUDE_LEN: usize = 4096;
+pub const MAX_EXCLUDE_BYTES: usize = 64 * 1024;
+/// Most ops in one `Ops` frame: a 3-byte op decodes to tens of bytes, so the
+/// frame size alone would let a few MiB on the wire become a lot of memory.
+pub const OPS_PER_FRAME: usize = 4096;
+/// Longest symlink target (Linux: PATH_MAX including the terminating NUL).
+pub const MAX_SYMLINK_TARGET: usize = 4095;
 
 /// Errors of the wire layer.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +78,31 @@ impl ProtocolError {
     /// Dropped connections are worth retrying; a peer that breaks the protocol is not.
     pub fn is_retryable(&self) -> bool {
         matches!(self, ProtocolError::Io(_) | ProtocolError::Closed(_))
+    }
+}
+
+/// What one frame may hold beyond its size; far above what an honest peer
+/// sends, so that a hostile one cannot turn a little wire into much memory.
+pub fn check_limits(frame: &Frame) -> Result<(), ProtocolError> {
+    match frame {
+        Frame::Ops { ops, .. } if ops.len() > OPS_PER_FRAME => Err(violation(format!(
+            "{} ops in one frame (at most {OPS_PER_FRAME})",
+            ops.len()
+        ))),
+        Frame::Entry(e) => match &e.kind {
+            crate::meta::Kind::Symlink(target)
+                if target.is_empty()
+                    || target.len() > MAX_SYMLINK_TARGET
+                    || target.contains(&0) =>
+            {
+                Err(violation(format!(
+                    "{}: a symlink target must be 1 to {MAX_SYMLINK_TARGET} bytes without NUL",
+                    e.path
+                )))
+            }
+            _ => Ok(()),
+        },
+        _ => Ok(()),
     }
 }
 

@@ -54,15 +54,15 @@ impl Outbox {
     }
 }
 
-/// Rough payload size of a frame, for batching and memory budgets.
+/// Rough decoded size of a frame, for batching and memory budgets.
 pub fn weight(frame: &Frame) -> usize {
     match frame {
         Frame::Ops { ops, .. } => ops
             .iter()
             .map(|op| match op {
                 WireOp::Plain(Op::Literal(d)) | WireOp::Zstd { data: d, .. } => d.len(),
-                _ => 8,
-            })
+                _ => 0,
+            } + std::mem::size_of::<WireOp>())
             .sum(),
         Frame::Sigs { sigs, .. } => sigs.len() * 24,
         _ => 64,

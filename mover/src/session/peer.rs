@@ -4,8 +4,9 @@
 use std::io;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 
+use super::outbox::weight;
 use super::SessionError;
 use crate::protocol::{Frame, ProtocolError};
 
@@ -74,20 +75,35 @@ where
     }
 }
 
-/// The frames the peer has sent that are ready now (at least one wait).
+/// Frames handed on together at most (one wake-up per batch downstream).
+const BATCH_FRAMES: usize = 256;
+/// Decoded size of a batch, by [`weight`], after which no more frames are
+/// added: a fast peer never has more than this plus one frame decoded and
+/// waiting here, however many frames its bytes would make.
+const BATCH_WEIGHT: usize = 1 << 20;
+
+/// The peer's next frames: the first one waited for, then those already
+/// decoded, up to [`BATCH_FRAMES`] or [`BATCH_WEIGHT`].
 pub async fn next_frames<S>(
-    batches: &mut S,
+    frames: &mut S,
     timeout: Option<Duration>,
 ) -> Result<Vec<Frame>, SessionError>
 where
-    S: Stream<Item = Vec<Result<Frame, ProtocolError>>> + Unpin,
+    S: Stream<Item = Result<Frame, ProtocolError>> + Unpin,
 {
-    let Some(batch) = within(batches.next(), timeout).await? else {
-        return Err(ProtocolError::Closed("before the transfer finished").into());
-    };
-    let mut frames = Vec::with_capacity(batch.len());
-    for frame in batch {
-        frames.extend(screen(frame)?);
+    let first = next_frame(frames, timeout, "before the transfer finished").await?;
+    let mut total = weight(&first);
+    let mut batch = vec![first];
+    while batch.len() < BATCH_FRAMES && total < BATCH_WEIGHT {
+        // Not ready, or closed: the batch ends here (a close is reported by
+        // the next call).
+        let Some(Some(frame)) = frames.next().now_or_never() else {
+            break;
+        };
+        if let Some(frame) = screen(frame)? {
+            total += weight(&frame);
+            batch.push(frame);
+        }
     }
-    Ok(frames)
+    Ok(batch)
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt, StreamExt};
+use futures::SinkExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -29,7 +29,7 @@ use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;
 use crate::protocol::{
     violation, Frame, FrameCodec, Hello, ProtocolError, SessionOptions, WireCounter,
-    INITIAL_CREDIT, MAX_EXCLUDES,
+    INITIAL_CREDIT, MAX_EXCLUDES, MAX_EXCLUDE_BYTES, MAX_EXCLUDE_LEN,
 };
 use crate::stats::{Counters, Prior, Summary, VerifyResult};
 
@@ -71,8 +71,6 @@ fn applier_count() -> usize {
 
 /// Files requested and not yet finished, at most.
 const MAX_INFLIGHT: usize = 1024;
-/// Most frames handed on at once by the reader.
-const READ_BATCH: usize = 256;
 /// How often progress is reported.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 
@@ -141,6 +139,7 @@ impl State {
     /// The next state after `frame`, and where the frame goes; an illegal frame is a protocol violation.
     pub fn step(self, frame: &Frame) -> Result<(State, Route), ProtocolError> {
         use Frame::*;
+        crate::protocol::check_limits(frame)?;
         match (self, frame) {
             (State::Listing, Entry(_) | DirDone(_)) => Ok((self, Route::List)),
             (State::Listing, ListEnd(_)) => Ok((State::Listed, Route::List)),
@@ -398,9 +397,15 @@ fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(Filter, PathB
             opts.attempt
         )));
     }
-    if opts.excludes.len() > MAX_EXCLUDES {
+    let pattern_bytes: usize = opts.excludes.iter().map(String::len).sum();
+    let longest = opts.excludes.iter().map(String::len).max().unwrap_or(0);
+    if opts.excludes.len() > MAX_EXCLUDES
+        || longest > MAX_EXCLUDE_LEN
+        || pattern_bytes > MAX_EXCLUDE_BYTES
+    {
         return Err(violation(format!(
-            "{} exclude patterns (at most {MAX_EXCLUDES})",
+            "{} exclude patterns of {pattern_bytes} bytes, the longest {longest} \
+             (at most {MAX_EXCLUDES} patterns, {MAX_EXCLUDE_LEN} bytes each, {MAX_EXCLUDE_BYTES} in all)",
             opts.excludes.len()
         ))
         .into());
@@ -430,10 +435,8 @@ async fn read_frames<R: AsyncRead + Unpin>(
 ) -> Result<(), SessionError> {
     let mut state = State::Listing;
     let budget = Arc::new(Semaphore::new(DATA_BUDGET));
-    // Frames already decoded are handed on together: one wake-up per batch.
-    let mut batches = frames.ready_chunks(READ_BATCH);
     while state != State::DataDone {
-        let batch = next_frames(&mut batches, timeout).await?;
+        let batch = next_frames(frames, timeout).await?;
         let mut to_gen = Vec::new();
         let mut to_app: Vec<Vec<Frame>> = app_txs.iter().map(|_| Vec::new()).collect();
         for frame in batch {
@@ -510,9 +513,8 @@ async fn read_listing<R: AsyncRead + Unpin>(
     timeout: Option<Duration>,
 ) -> Result<(), SessionError> {
     let mut state = State::Verifying;
-    let mut batches = frames.ready_chunks(READ_BATCH);
     while state != State::Verified {
-        let batch = next_frames(&mut batches, timeout).await?;
+        let batch = next_frames(frames, timeout).await?;
         for frame in &batch {
             state = state.step(frame)?.0;
         }

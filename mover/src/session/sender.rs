@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt, StreamExt};
+use futures::SinkExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -26,9 +26,6 @@ use crate::protocol::{
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
 use crate::walk::{WalkItem, Walker};
-
-/// Most frames handed on at once by the reader.
-const READ_BATCH: usize = 256;
 
 /// How the sender runs.
 #[derive(Clone)]
@@ -262,10 +259,9 @@ impl Reader {
         progress: Option<&ProgressFn>,
         timeout: Option<Duration>,
     ) -> Result<Ended, SessionError> {
-        let mut batches = frames.ready_chunks(READ_BATCH);
         let mut verify = false;
         loop {
-            let batch = next_frames(&mut batches, timeout).await?;
+            let batch = next_frames(frames, timeout).await?;
             for frame in batch {
                 let state = std::mem::replace(&mut self.state, State::RequestsDone);
                 let (next, action) = state.step(frame)?;

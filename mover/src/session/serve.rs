@@ -15,7 +15,9 @@ use crate::delta::{delta_with, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
 use crate::meta::Meta;
 use crate::path::RelPath;
-use crate::protocol::{violation, FileOutcome, Frame, Request, SessionOptions, WireOp};
+use crate::protocol::{
+    violation, FileOutcome, Frame, Request, SessionOptions, WireOp, OPS_PER_FRAME,
+};
 use crate::signature::{BlockSig, Index};
 use crate::walk::STATE_DIR;
 
@@ -30,8 +32,6 @@ const PREFETCH_BYTES: u64 = 1 << 20;
 const PREFETCH_THREADS: usize = 4;
 /// Reads of a file that keeps changing before it is reported as changed.
 const MAX_TRIES: usize = 3;
-/// Ops per frame at most.
-const OPS_PER_FRAME: usize = 4096;
 /// Frames between the delta thread and the packer.
 const PACK_QUEUE: usize = 16;
 
