@@ -26,6 +26,8 @@ mod frame;
 pub use codec::{FrameCodec, WireCounter};
 pub use frame::*;
 
+use crate::delta::LITERAL_CHUNK;
+
 /// Protocol version spoken by this build.
 pub const PROTOCOL_VERSION: u16 = 2;
 /// Oldest peer version this build can talk to (2 added operations,
@@ -89,6 +91,16 @@ pub fn check_limits(frame: &Frame) -> Result<(), ProtocolError> {
             "{} ops in one frame (at most {OPS_PER_FRAME})",
             ops.len()
         ))),
+        Frame::Ops { ops, .. } => match ops.iter().find_map(|op| match op {
+            WireOp::Plain(crate::delta::Op::Literal(d)) if d.len() > LITERAL_CHUNK => Some(d.len()),
+            _ => None,
+        }) {
+            // The same bound as a compressed literal's decompressed size.
+            Some(len) => Err(violation(format!(
+                "literal of {len} bytes (at most {LITERAL_CHUNK})"
+            ))),
+            None => Ok(()),
+        },
         Frame::Entry(e) => match &e.kind {
             crate::meta::Kind::Symlink(target)
                 if target.is_empty()
