@@ -19,6 +19,7 @@ use std::io;
 use std::ops::Deref;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -107,6 +108,21 @@ impl TreeRoot {
     pub fn check_beneath(&self, path: &RelPath) -> io::Result<()> {
         self.resolve(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
         Ok(())
+    }
+
+    /// Checks that `/proc/self/fd` leads to this process's open directories,
+    /// as [`Placed`] paths need (a container always mounts `/proc`; a chroot
+    /// may not).
+    pub fn check_proc(&self) -> io::Result<()> {
+        let via = format!("/proc/self/fd/{}/.", self.dir.as_raw_fd());
+        let held = rustix::fs::fstat(&self.dir)?;
+        match std::fs::metadata(&via) {
+            Ok(md) if (md.dev(), md.ino()) == (held.st_dev, held.st_ino) => Ok(()),
+            _ => Err(io::Error::other(
+                "/proc/self/fd does not lead to open directories (is /proc mounted?): \
+                 the receiver reaches every destination path through it",
+            )),
+        }
     }
 
     /// Opens the directory `dir` beneath the root for [`Placed`] paths.
@@ -260,6 +276,7 @@ mod tests {
         std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
         std::os::unix::fs::symlink("../..", root.join("a/up")).unwrap();
         let placer = Placer::open(&root).unwrap();
+        placer.tree().check_proc().unwrap();
 
         fs::write(&*placer.place(&rel("a/b/f")).unwrap(), b"x").unwrap();
         assert_eq!(fs::read(root.join("a/b/f")).unwrap(), b"x");

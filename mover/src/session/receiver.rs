@@ -195,9 +195,9 @@ where
     // to a directory is followed once, here, as rsync's DST/ is.
     let cfg = ReceiverConfig { root, ..cfg };
     // Every write below goes through this handle (see `beneath`).
-    let tree = Arc::new(
-        TreeRoot::open(&cfg.root).map_err(|e| SessionError::local("opening the destination", e))?,
-    );
+    let tree = TreeRoot::open(&cfg.root)
+        .and_then(|tree| tree.check_proc().map(|()| Arc::new(tree)))
+        .map_err(|e| SessionError::local("opening the destination", e))?;
     if !cfg.preserve_owner {
         // Said once per session, not per file (as rsync would without root).
         warn("no CAP_CHOWN (not root, or capabilities dropped): owner and group are not preserved");
