@@ -193,16 +193,23 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
             let wlen = avail.min(bl);
             let window = &buf[pos..pos + wlen];
             let out_at = self.out_offset + (pos - lit) as u64;
-            let allowed = |b: u32| !opts.inplace || idx.offset_of(b) >= out_at;
+            // In place, blocks before the write position are overwritten already.
+            let min_block = if opts.inplace {
+                out_at
+                    .div_ceil(idx.shape().block_len as u64)
+                    .min(u32::MAX as u64) as u32
+            } else {
+                0
+            };
             // Unchanged data continues with the block after the last match:
             // try that one by strong hash before computing any weak checksum.
             let next_in_run = match hint {
-                Some(h) if roll.is_none() && allowed(h) && idx.is_block(h, window) => Some(h),
+                Some(h) if roll.is_none() && h >= min_block && idx.is_block(h, window) => Some(h),
                 _ => None,
             };
             let found = next_in_run.or_else(|| {
                 let r = *roll.get_or_insert_with(|| Rolling::new(window));
-                idx.find(r.digest(), window, hint, allowed)
+                idx.find(r.digest(), window, hint, min_block)
             });
             if let Some(block) = found {
                 self.literal(&buf[lit..pos])?;

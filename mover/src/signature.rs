@@ -157,6 +157,12 @@ fn sign_range(
     Ok(sigs)
 }
 
+/// Blocks whose strong hash is compared with one window at most. Equal
+/// blocks share their strong hash too, so the first allowed one matches; only
+/// blocks that differ and share a weak checksum (rare, or forged by a peer)
+/// come in numbers, and past this they are sent as literal data instead.
+const MAX_CANDIDATES: usize = 16;
+
 /// A searchable set of block signatures.
 #[derive(Debug)]
 pub struct Index {
@@ -220,39 +226,36 @@ impl Index {
         self.bitmap[h / 64] & (1 << (h % 64)) != 0
     }
 
-    /// The block whose contents equal `window`, preferring `hint` (the block
-    /// after the previous match, so runs of unchanged blocks stay in order)
-    /// and accepting only blocks for which `allowed` is true.
-    pub fn find(
-        &self,
-        weak: u32,
-        window: &[u8],
-        hint: Option<u32>,
-        allowed: impl Fn(u32) -> bool,
-    ) -> Option<u32> {
+    /// The block whose contents equal `window`, among blocks `min_block` and
+    /// after (in place, the ones before are already overwritten), preferring
+    /// `hint` (the block after the previous match, so runs of unchanged
+    /// blocks stay in order), else the first.
+    ///
+    /// The table is sorted by (checksum, block), so both the hint and the
+    /// first allowed block are found by binary search: a basis of many equal
+    /// blocks (zeros) costs no walk over the ones that are not allowed. At
+    /// most [`MAX_CANDIDATES`] strong hashes are compared.
+    pub fn find(&self, weak: u32, window: &[u8], hint: Option<u32>, min_block: u32) -> Option<u32> {
         if !self.may_contain(weak) {
             return None;
         }
-        let first = self.table.partition_point(|&(w, _)| w < weak);
-        let candidates = self.table[first..]
-            .iter()
-            .take_while(|&&(w, _)| w == weak)
-            .map(|&(_, b)| b);
-        let mut strong_hash = None;
-        let mut best = None;
-        for block in candidates {
-            if self.shape.len_of(block as u64) != window.len() || !allowed(block) {
-                continue;
-            }
-            let s = *strong_hash.get_or_insert_with(|| strong(window));
-            if self.sigs[block as usize].strong == s {
-                if Some(block) == hint {
-                    return Some(block);
-                }
-                best.get_or_insert(block);
+        let strong_hash = std::cell::OnceCell::new();
+        let matches = |block: u32| {
+            self.shape.len_of(block as u64) == window.len()
+                && self.sigs[block as usize].strong == *strong_hash.get_or_init(|| strong(window))
+        };
+        if let Some(h) = hint.filter(|&h| h >= min_block) {
+            if self.table.binary_search(&(weak, h)).is_ok() && matches(h) {
+                return Some(h);
             }
         }
-        best
+        let first = self.table.partition_point(|&e| e < (weak, min_block));
+        self.table[first..]
+            .iter()
+            .take_while(|&&(w, _)| w == weak)
+            .take(MAX_CANDIDATES)
+            .map(|&(_, b)| b)
+            .find(|&b| matches(b))
     }
 }
 
@@ -299,11 +302,14 @@ mod tests {
         let idx = Index::new(shape, sigs);
         let w = |d: &[u8]| Rolling::new(d).digest();
         let block = &data[..700];
-        assert_eq!(idx.find(w(block), block, Some(1), |_| true), Some(1));
-        assert_eq!(idx.find(w(block), block, None, |b| b != 0), Some(1));
+        assert_eq!(idx.find(w(block), block, Some(1), 0), Some(1));
+        assert_eq!(idx.find(w(block), block, None, 0), Some(0));
+        assert_eq!(idx.find(w(block), block, None, 1), Some(1));
+        assert_eq!(idx.find(w(block), block, Some(0), 1), Some(1));
+        assert_eq!(idx.find(w(block), block, None, 2), None);
         let tail = &data[1400..];
-        assert_eq!(idx.find(w(tail), tail, None, |_| true), Some(2));
-        assert_eq!(idx.find(w(&[1; 700]), &[1; 700], None, |_| true), None);
+        assert_eq!(idx.find(w(tail), tail, None, 0), Some(2));
+        assert_eq!(idx.find(w(&[1; 700]), &[1; 700], None, 0), None);
     }
 
     #[test]
