@@ -201,6 +201,12 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
             } else {
                 0
             };
+            // In place past the basis's last block, nothing can match any
+            // more (the write position only grows): the rest is literal.
+            if min_block as usize >= idx.block_count() {
+                self.literal(&buf[lit..])?;
+                return if eof { Ok(()) } else { self.run_literal() };
+            }
             // Unchanged data continues with the block after the last match:
             // try that one by strong hash before computing any weak checksum.
             let next_in_run = match hint {
