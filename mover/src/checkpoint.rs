@@ -209,7 +209,10 @@ impl Checkpoint {
         for p in &self.partials {
             let name = p.temp.file_name();
             let reserved = p.path.as_bytes().split(|&b| b == b'/').next() == Some(STATE_DIR);
-            if p.path.is_root() || reserved || p.temp.parent() != p.path.parent() {
+            // The temp must be another name in the same directory (a source
+            // file may itself look like a temp name).
+            let beside = p.temp.parent() == p.path.parent() && p.temp != p.path;
+            if p.path.is_root() || reserved || !beside {
                 return invalid(format!("partial file {} at {}", p.path, p.temp));
             }
             if !is_temp_name(name) {
@@ -423,6 +426,7 @@ mod tests {
         let p = |s: &str| RelPath::new(s.as_bytes().to_vec()).unwrap();
         for (path, temp) in [
             ("a/big", "a/big"),
+            ("a/.volmig-x.1-0.tmp", "a/.volmig-x.1-0.tmp"),
             ("a/big", "b/.volmig-big.1-0.tmp"),
             (".volmig/x", ".volmig/.volmig-x.1-0.tmp"),
         ] {
