@@ -98,14 +98,7 @@ async fn play_file_data(root: &Path, size: u64, ops: Vec<WireOp>) -> Outcome {
         ..SessionOptions::default()
     };
     w.handshake(opts).await;
-    w.send_all(vec![
-        dir(""),
-        entry("f", Kind::File, size),
-        done(""),
-        list_end(),
-    ])
-    .await;
-    let id = w.request_for("f").await;
+    let id = w.list_one_file(size).await;
     let mut frames = vec![Frame::FileBegin {
         id,
         meta: meta(0o644, size),
@@ -200,14 +193,7 @@ async fn an_ops_frame_over_the_op_limit_is_refused() {
         let (mut w, receiver) = in_process(&root);
         w.handshake(SessionOptions::default()).await;
         let size = n as u64;
-        w.send_all(vec![
-            dir(""),
-            entry("f", Kind::File, size),
-            done(""),
-            list_end(),
-        ])
-        .await;
-        let id = w.request_for("f").await;
+        let id = w.list_one_file(size).await;
         let data = vec![0; n];
         w.send_all(vec![
             Frame::FileBegin {
@@ -367,14 +353,7 @@ async fn cut_transfer(root: &Path, cut: Cut, opts: SessionOptions) -> (Outcome, 
     let data: Vec<u8> = (0..MIB).map(|i| (i * 7 % 251) as u8).collect();
     let (mut w, receiver) = in_process(root);
     w.handshake(opts).await;
-    w.send_all(vec![
-        dir(""),
-        entry("f", Kind::File, MIB),
-        done(""),
-        list_end(),
-    ])
-    .await;
-    let id = w.request_for("f").await;
+    let id = w.list_one_file(MIB).await;
     let frames = file_frames(id, &data);
     // FileBegin, four Ops of 256 KiB, FileEnd.
     assert_eq!(frames.len(), 6);

@@ -303,14 +303,7 @@ async fn a_zstd_bomb_stays_in_bounded_memory() {
     .await;
     // 1 GiB of zeros announced: every literal below fits, so only the last op is refused.
     let size = 1 << 30;
-    w.send_all(vec![
-        dir(""),
-        entry("f", Kind::File, size),
-        done(""),
-        list_end(),
-    ])
-    .await;
-    let id = w.request_for("f").await;
+    let id = w.list_one_file(size).await;
     let zeros = zstd::bulk::compress(&vec![0; LITERAL_CHUNK], 19).unwrap();
     let chunks = size as usize / LITERAL_CHUNK;
     let zstd_op = |data| WireOp::Zstd {
@@ -405,14 +398,7 @@ async fn file_data_floods_stay_in_bounded_memory() {
         let mut w = rcv.connect().await;
         w.handshake(SessionOptions::default()).await;
         let size = 64 << 30;
-        w.send_all(vec![
-            dir(""),
-            entry("f", Kind::File, size),
-            done(""),
-            list_end(),
-        ])
-        .await;
-        let id = w.request_for("f").await;
+        let id = w.list_one_file(size).await;
         w.send(Frame::FileBegin {
             id,
             meta: meta(0o644, size),

@@ -253,6 +253,19 @@ impl<W: AsyncWrite + Unpin> Wire<W> {
         answer.expect("the receiver hung up without an answer")
     }
 
+    /// Lists a tree of one file `f` of `size` bytes and returns the id of
+    /// the receiver's request for it.
+    pub async fn list_one_file(&mut self, size: u64) -> u64 {
+        self.send_all(vec![
+            dir(""),
+            entry("f", Kind::File, size),
+            done(""),
+            list_end(),
+        ])
+        .await;
+        self.request_for("f").await
+    }
+
     /// The id of the receiver's request for `path`.
     pub async fn request_for(&mut self, path: &str) -> u64 {
         let id = self
