@@ -30,11 +30,17 @@ pub fn keygen(out: &Path, operation_id: &str, valid_for: Duration) -> u8 {
     let written = KeyMaterial::generate(operation_id, valid_for).and_then(|m| m.write(out));
     match written {
         Ok(()) => {
+            let secs = valid_for.as_secs();
+            let valid = match secs {
+                s if s % 86400 == 0 => format!("{}d", s / 86400),
+                s if s % 3600 == 0 => format!("{}h", s / 3600),
+                s if s % 60 == 0 => format!("{}m", s / 60),
+                s => format!("{s}s"),
+            };
             eprintln!(
-                "mover: key material for operation {operation_id} in {} (valid for {}h); \
+                "mover: key material for operation {operation_id} in {} (valid for {valid}); \
                  give the sender and the receiver --tls-dir with it",
                 out.display(),
-                valid_for.as_secs() / 3600
             );
             0
         }
