@@ -312,3 +312,21 @@ fn each_side_gets_only_its_own_files() {
         "Debug leaks keys"
     );
 }
+
+/// Handshakes run side by side: a client that connected first and says
+/// nothing (its handshake may last the receiver's whole 60 s timeout) does
+/// not keep out a sender that gives up after 5 s.
+#[test]
+fn a_silent_client_does_not_keep_the_sender_out() {
+    let (tmp, src, dst) = setup();
+    let keys = keygen(&tmp.path().join("keys"), "op-s");
+    let receiver = spawn_receiver(&dst, &tls(&keys));
+    let silent = TcpStream::connect(receiver.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let sent = run_sender(receiver.addr, &src, &["--tls-dir", &keys, "--timeout", "5"]);
+    sent.assert_ok();
+    let out = receiver.wait(Duration::from_secs(30));
+    out.assert_ok();
+    drop(silent);
+    assert_trees_equal(&src, &dst, CompareOpts::default(), "past a silent client");
+}

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mover::protocol::{ProtocolError, SessionOptions};
@@ -10,8 +11,11 @@ use mover::session::receiver::{receive, ReceiverConfig};
 use mover::session::sender::{send, SenderConfig};
 use mover::session::SessionError;
 use mover::stats::Summary;
-use mover::tls::{self, Identity, KeyMaterial, Role};
+use mover::tls::{self, Identity, KeyMaterial, Role, TlsError};
+use rustls::ServerConfig;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::server;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{check_attempt, ConnectionArgs, OutputArgs};
@@ -186,13 +190,13 @@ pub async fn run_receive(
     cfg.progress = progress_sink(output.progress);
     cfg.timeout = conn.timeout();
     cfg.cancel = cancel.clone();
+    let mut handshakes = JoinSet::new();
     loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
+        let next = tokio::select! {
+            n = next_incoming(&listener, tls.as_ref(), &mut handshakes, conn.handshake_timeout()) => n,
             () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
         };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
+        let result = match next {
             Err(e) => {
                 let code = finish(Err(SessionError::Protocol(e.into())), &output);
                 if job.keep_serving {
@@ -200,35 +204,17 @@ pub async fn run_receive(
                 }
                 return code;
             }
-        };
-        let _ = stream.set_nodelay(true);
-        let peer = peer.to_string();
-        let result = match &tls {
-            None => {
+            Ok((Incoming::Plain(stream), peer)) => {
                 if !output.quiet {
                     eprintln!("mover: session from {peer}");
                 }
                 receive(stream, cfg.clone()).await
             }
-            Some(config) => {
-                let handshake = tokio::select! {
-                    h = tls::accept(config.clone(), stream, &peer, conn.handshake_timeout()) => h,
-                    () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
-                };
-                match handshake {
-                    Ok(stream) => {
-                        if !output.quiet {
-                            eprintln!("mover: authenticated session from {peer}");
-                        }
-                        late_refusal(receive(stream, cfg.clone()).await, &peer, Role::Receiver)
-                    }
-                    // Whoever could not prove to be this operation's sender
-                    // never reached the tree: keep waiting for the real one.
-                    Err(e) => {
-                        eprintln!("mover: refused a connection: {e}");
-                        continue;
-                    }
+            Ok((Incoming::Tls(stream), peer)) => {
+                if !output.quiet {
+                    eprintln!("mover: authenticated session from {peer}");
                 }
+                late_refusal(receive(*stream, cfg.clone()).await, &peer, Role::Receiver)
             }
         };
         let code = finish(result, &output);
@@ -238,6 +224,59 @@ pub async fn run_receive(
         // Serving stops on a signal even when the last session completed.
         if cancel.is_cancelled() {
             return 20;
+        }
+    }
+}
+
+/// TLS handshakes in progress at most; a connection beyond them is closed.
+const MAX_HANDSHAKES: usize = 16;
+
+/// A connection ready for a session.
+enum Incoming {
+    Plain(TcpStream),
+    Tls(Box<server::TlsStream<TcpStream>>),
+}
+
+type Handshakes = JoinSet<(String, Result<server::TlsStream<TcpStream>, TlsError>)>;
+
+/// The next connection that may have a session. With TLS, handshakes run
+/// side by side, so a client that connects and says nothing cannot hold the
+/// receiver while its real sender waits behind it. Whoever cannot prove to
+/// be this operation's sender never reaches the tree: the refusal is logged
+/// and the wait goes on.
+async fn next_incoming(
+    listener: &TcpListener,
+    tls: Option<&Arc<ServerConfig>>,
+    handshakes: &mut Handshakes,
+    timeout: Duration,
+) -> std::io::Result<(Incoming, String)> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = accepted?;
+                let _ = stream.set_nodelay(true);
+                let peer = peer.to_string();
+                let Some(config) = tls else {
+                    return Ok((Incoming::Plain(stream), peer));
+                };
+                if handshakes.len() >= MAX_HANDSHAKES {
+                    eprintln!(
+                        "mover: refused a connection from {peer}: \
+                         {MAX_HANDSHAKES} handshakes already in progress"
+                    );
+                    continue;
+                }
+                let config = config.clone();
+                handshakes.spawn(async move {
+                    let result = tls::accept(config, stream, &peer, timeout).await;
+                    (peer, result)
+                });
+            }
+            Some(done) = handshakes.join_next() => match done {
+                Ok((peer, Ok(stream))) => return Ok((Incoming::Tls(Box::new(stream)), peer)),
+                Ok((_, Err(e))) => eprintln!("mover: refused a connection: {e}"),
+                Err(e) => eprintln!("mover: a handshake stopped: {e}"),
+            },
         }
     }
 }
