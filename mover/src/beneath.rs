@@ -102,14 +102,6 @@ impl TreeRoot {
         Ok(File::from(fd?))
     }
 
-    /// Checks that `path` resolves inside the root without following any
-    /// symlink, the last component included, so a link made through it stays
-    /// in the tree.
-    pub fn check_beneath(&self, path: &RelPath) -> io::Result<()> {
-        self.resolve(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
-        Ok(())
-    }
-
     /// Checks that `/proc/self/fd` leads to this process's open directories,
     /// as [`Placed`] paths need (a container always mounts `/proc`; a chroot
     /// may not).

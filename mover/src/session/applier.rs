@@ -4,7 +4,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -30,12 +30,10 @@ struct Current {
     id: u64,
     pending: PendingFile,
     meta: Meta,
-    /// Where the file goes; `None` when it could not be placed (`patcher` then says why).
-    dest: Option<Placed>,
-    /// Next to `dest`, reached through the same directory handle.
-    temp: Option<PathBuf>,
-    /// The rebuild, or why it failed locally (the rest of the file's data is then skipped).
-    patcher: Result<Patcher, String>,
+    temp: Option<Placed>,
+    /// The rebuild and where it goes, or why it failed locally (the rest of
+    /// the file's data is then skipped).
+    patcher: Result<(Patcher, Placed), String>,
     /// Bytes of this file counted as settled so far.
     counted: u64,
     /// The temporary file is in the checkpoint.
@@ -48,7 +46,7 @@ impl Drop for Current {
     fn drop(&mut self) {
         if let Some(temp) = self.temp.take() {
             if !self.journaled {
-                let _ = fs::remove_file(temp);
+                let _ = fs::remove_file(&*temp);
             }
         }
     }
@@ -153,8 +151,8 @@ impl Applier {
         self.counters.set_current(Some(&pending.path));
         let placed = self.placer.place(&pending.path);
         let opened = placed.and_then(|dest| Ok((self.open(id, &pending, &dest, meta)?, dest)));
-        let (temp, patcher, dest) = match opened {
-            Ok(((temp, patcher), dest)) => (temp, Ok(patcher), Some(dest)),
+        let (temp, patcher) = match opened {
+            Ok(((temp, patcher), dest)) => (temp, Ok((patcher, dest))),
             Err(e) => {
                 if let Some(journal) = &self.journal {
                     journal.end(id);
@@ -162,7 +160,7 @@ impl Applier {
                 if is_fatal(&e) {
                     return Err(SessionError::local(format!("writing {}", pending.path), e));
                 }
-                (None, Err(e.to_string()), None)
+                (None, Err(e.to_string()))
             }
         };
         let journaled = self.journal.is_some() && temp.is_some();
@@ -170,7 +168,6 @@ impl Applier {
             id,
             pending,
             meta,
-            dest,
             temp,
             patcher,
             counted: 0,
@@ -217,7 +214,7 @@ impl Applier {
         pending: &PendingFile,
         dest: &Placed,
         meta: Meta,
-    ) -> io::Result<(Option<PathBuf>, Patcher)> {
+    ) -> io::Result<(Option<Placed>, Patcher)> {
         if let (Some(r), false) = (&pending.resume, pending.redo) {
             // Continue the partial file after its verified prefix; the rest of
             // it, unverified, is the basis.
@@ -233,9 +230,7 @@ impl Applier {
             };
             let out = OutFile::resume(file, r.from);
             let patcher = Patcher::resume(basis, r.from, out, meta.size, r.hasher.clone());
-            // The same file, named through the handle `dest` keeps open.
-            let temp = r.temp.file_name().map(|n| dest.with_file_name(n));
-            return Ok((temp, patcher));
+            return Ok((Some(r.temp.clone()), patcher));
         }
         let basis = match pending.basis {
             Some(shape) if !pending.redo => Some((open_nofollow(dest, false)?, shape)),
@@ -256,7 +251,7 @@ impl Applier {
                 }
                 None => create_temp(dest)?,
             };
-            (Some(t), f)
+            (t.file_name().map(|name| dest.sibling(name)), f)
         };
         // Zero runs become holes (rsync -S); OutFile turns that off in place.
         let out = OutFile::new(file, true, temp.is_none());
@@ -291,7 +286,7 @@ impl Applier {
                     Op::Literal(raw)
                 }
             };
-            let Ok(patcher) = &mut cur.patcher else {
+            let Ok((patcher, _)) = &mut cur.patcher else {
                 continue;
             };
             let before = patcher.written();
@@ -320,7 +315,8 @@ impl Applier {
                 Err(e) => cur.patcher = Err(e.to_string()),
             }
         }
-        if let (Some(journal), true, Ok(p)) = (&self.journal, cur.journaled, &mut cur.patcher) {
+        if let (Some(journal), true, Ok((p, _))) = (&self.journal, cur.journaled, &mut cur.patcher)
+        {
             if let Ok((len, hasher)) = p.prefix() {
                 journal.update(id, len, hasher);
             }
@@ -378,10 +374,7 @@ impl Applier {
     fn finish(&mut self, mut cur: Current, hash: [u8; 32]) -> Result<(), SessionError> {
         let (id, size, path) = (cur.id, cur.meta.size, cur.pending.path.clone());
         let (patcher, dest) = match std::mem::replace(&mut cur.patcher, Err(String::new())) {
-            Ok(p) => match cur.dest.clone() {
-                Some(dest) => (p, dest),
-                None => return Err(SessionError::Internal("a file without a place".into())),
-            },
+            Ok(rebuild) => rebuild,
             Err(msg) => {
                 self.discard(cur);
                 return self.file_failed(id, &path, io::Error::other(msg));

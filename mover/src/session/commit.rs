@@ -138,8 +138,7 @@ pub struct Finished {
     pub id: u64,
     pub path: RelPath,
     /// The temporary file, or `None` when the destination was written in place.
-    /// Next to `dest`, named through the directory handle `dest` holds.
-    pub temp: Option<PathBuf>,
+    pub temp: Option<Placed>,
     pub dest: Placed,
     pub file: File,
     pub size: u64,
@@ -172,7 +171,7 @@ pub struct CommitGroup {
 struct Waiting {
     id: u64,
     path: RelPath,
-    temp: Option<PathBuf>,
+    temp: Option<Placed>,
     dest: Placed,
 }
 
@@ -227,10 +226,10 @@ impl CommitGroup {
                 out.done.push((item.id, item.path));
                 continue;
             };
-            match fs::rename(temp, &*item.dest) {
+            match fs::rename(&**temp, &*item.dest) {
                 Ok(()) => out.done.push((item.id, item.path)),
                 Err(e) => {
-                    let _ = fs::remove_file(temp);
+                    let _ = fs::remove_file(&**temp);
                     out.failed.push((item.id, item.path, e));
                 }
             }
@@ -248,7 +247,7 @@ impl Drop for CommitGroup {
         }
         for item in &self.items {
             if let Some(temp) = &item.temp {
-                let _ = fs::remove_file(temp);
+                let _ = fs::remove_file(&**temp);
             }
         }
     }
@@ -295,7 +294,7 @@ mod tests {
             .push(Finished {
                 id: 0,
                 path: RelPath::new(b"f".to_vec()).unwrap(),
-                temp: Some(temp.clone()),
+                temp: Some(dest.sibling(temp.file_name().unwrap())),
                 dest: dest.clone(),
                 file,
                 size: 4,
@@ -313,7 +312,7 @@ mod tests {
         g.push(Finished {
             id: 1,
             path: RelPath::root(),
-            temp: Some(temp.clone()),
+            temp: Some(dest.sibling(temp.file_name().unwrap())),
             dest,
             file,
             size: 0,
