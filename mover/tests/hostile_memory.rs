@@ -33,10 +33,7 @@ const MIB: u64 = common::MIB as u64;
 async fn a_million_entries_without_credit_stay_in_bounded_memory() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("dst");
-    let rcv = MoverReceiver::spawn(&root);
-    let idle = rcv.peak();
-    let mut w = rcv.connect().await;
-    w.handshake(delete()).await;
+    let (rcv, idle, mut w) = MoverReceiver::with_session(&root, delete()).await;
     w.send(dir("")).await;
     // Names of 247 bytes: the whole list is over 250 MB on the wire, and more
     // in memory, so a receiver that buffered it would blow the limit.
@@ -112,10 +109,8 @@ async fn send_within_credit<W: AsyncWrite + Unpin>(
 /// frames); returns the receiver's peak RSS, and its peak before the session.
 async fn list_within_credit(what: &str, count: u64, frame: impl Fn(u64) -> Vec<u8>) -> (u64, u64) {
     let t = tempfile::tempdir().unwrap();
-    let rcv = MoverReceiver::spawn(&t.path().join("dst"));
-    let idle = rcv.peak();
-    let mut w = rcv.connect().await;
-    w.handshake(SessionOptions::default()).await;
+    let (rcv, idle, mut w) =
+        MoverReceiver::with_session(&t.path().join("dst"), SessionOptions::default()).await;
     let list = std::iter::once(encode(dir(""))).chain((0..count).map(frame));
     let started = Instant::now();
     let (sent, mut granted) = send_within_credit(&mut w, list).await;
@@ -140,10 +135,7 @@ async fn list_within_credit(what: &str, count: u64, frame: impl Fn(u64) -> Vec<u
 async fn names_longer_than_255_bytes_are_refused_in_bounded_memory() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("dst");
-    let rcv = MoverReceiver::spawn(&root);
-    let idle = rcv.peak();
-    let mut w = rcv.connect().await;
-    w.handshake(SessionOptions::default()).await;
+    let (rcv, idle, mut w) = MoverReceiver::with_session(&root, SessionOptions::default()).await;
     let stem = "n".repeat(4000);
     let count = 80_000;
     let list = std::iter::once(encode(dir(""))).chain((0..count).map(|i| {
@@ -214,10 +206,7 @@ async fn hard_links_with_the_longest_targets_are_kept_until_the_end() {
 async fn huge_symlink_targets_are_refused_in_bounded_memory() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("dst");
-    let rcv = MoverReceiver::spawn(&root);
-    let idle = rcv.peak();
-    let mut w = rcv.connect().await;
-    w.handshake(delete()).await;
+    let (rcv, idle, mut w) = MoverReceiver::with_session(&root, delete()).await;
     let mut list = vec![dir("")];
     list.extend((0..1100).map(|i| entry(format!("f{i:04}"), Kind::File, 1)));
     assert_eq!(w.send_all(list).await, 1101);
@@ -254,10 +243,7 @@ async fn huge_symlink_targets_are_refused_in_bounded_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_longest_symlink_targets_within_the_credit_stay_in_bounded_memory() {
     let t = tempfile::tempdir().unwrap();
-    let rcv = MoverReceiver::spawn(&t.path().join("dst"));
-    let idle = rcv.peak();
-    let mut w = rcv.connect().await;
-    w.handshake(delete()).await;
+    let (rcv, idle, mut w) = MoverReceiver::with_session(&t.path().join("dst"), delete()).await;
     let mut list = vec![encode(dir(""))];
     list.extend((0..1100).map(|i| encode(entry(format!("f{i:04}"), Kind::File, 1))));
     let target = vec![b'a'; MAX_SYMLINK_TARGET];
@@ -293,13 +279,13 @@ async fn the_longest_symlink_targets_within_the_credit_stay_in_bounded_memory() 
 async fn a_zstd_bomb_stays_in_bounded_memory() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("dst");
-    let rcv = MoverReceiver::spawn(&root);
-    let idle = rcv.peak();
-    let mut w = rcv.connect().await;
-    w.handshake(SessionOptions {
-        compress: Some(3),
-        ..SessionOptions::default()
-    })
+    let (rcv, idle, mut w) = MoverReceiver::with_session(
+        &root,
+        SessionOptions {
+            compress: Some(3),
+            ..SessionOptions::default()
+        },
+    )
     .await;
     // 1 GiB of zeros announced: every literal below fits, so only the last op is refused.
     let size = 1 << 30;
@@ -393,10 +379,8 @@ async fn file_data_floods_stay_in_bounded_memory() {
     for (what, ops, frames, (code, says)) in cases {
         let t = tempfile::tempdir().unwrap();
         let root = t.path().join("dst");
-        let rcv = MoverReceiver::spawn(&root);
-        let idle = rcv.peak();
-        let mut w = rcv.connect().await;
-        w.handshake(SessionOptions::default()).await;
+        let (rcv, idle, mut w) =
+            MoverReceiver::with_session(&root, SessionOptions::default()).await;
         let size = 64 << 30;
         let id = w.list_one_file(size).await;
         w.send(Frame::FileBegin {

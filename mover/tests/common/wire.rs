@@ -573,6 +573,19 @@ impl MoverReceiver {
         let (rd, wr) = stream.into_split();
         Wire::new(rd, wr)
     }
+
+    /// A receiver into `root`, its idle peak RSS, and a session with it
+    /// past the handshake: where every memory test starts.
+    pub async fn with_session(
+        root: &Path,
+        opts: SessionOptions,
+    ) -> (MoverReceiver, u64, Wire<tokio::net::tcp::OwnedWriteHalf>) {
+        let rcv = MoverReceiver::spawn(root);
+        let idle = rcv.peak();
+        let mut w = rcv.connect().await;
+        w.handshake(opts).await;
+        (rcv, idle, w)
+    }
 }
 
 impl Drop for MoverReceiver {
