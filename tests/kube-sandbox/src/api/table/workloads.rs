@@ -1,0 +1,102 @@
+//! Printers for Deployments, ReplicaSets and StatefulSets.
+
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use super::{age, int, list, name, or, text};
+
+pub(super) const DEPLOYMENT_COLUMNS: &str = "Name
+    Ready|string|Number of the pod with ready state
+    Up-to-date|string|Total number of non-terminated pods targeted by this deployment that have the desired template spec.
+    Available|string|Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.
+    Age
+    +Containers|string|Names of each container in the template.
+    +Images|string|Images referenced by each container in the template.
+    +Selector|string|Label selector for pods.";
+pub(super) const REPLICA_SET_COLUMNS: &str = "Name
+    Desired|integer|Replicas is the number of desired pods.
+    Current|integer|Replicas is the most recently observed number of replicas.
+    Ready|integer|The number of ready replicas for this replica set.
+    Age
+    +Containers|string|Names of each container in the template.
+    +Images|string|Images referenced by each container in the template.
+    +Selector|string|Selector is a label query over pods that should match the replica count.";
+pub(super) const STATEFUL_SET_COLUMNS: &str = "Name
+    Ready|string|Number of the pod with ready state
+    Age
+    +Containers|string|Names of each container in the template.
+    +Images|string|Images referenced by each container in the template.";
+
+pub(super) fn deployment_cells(deploy: &Value, now: OffsetDateTime) -> Vec<Value> {
+    let (names, images) = container_cells(deploy);
+    cells![
+        name(deploy),
+        format!(
+            "{}/{}",
+            int(deploy, "status.readyReplicas"),
+            replicas(deploy)
+        ),
+        int(deploy, "status.updatedReplicas"),
+        int(deploy, "status.availableReplicas"),
+        age(deploy, now),
+        names,
+        images,
+        selector_string(&deploy["spec"]["selector"]),
+    ]
+}
+
+pub(super) fn replica_set_cells(rs: &Value, now: OffsetDateTime) -> Vec<Value> {
+    let (names, images) = container_cells(rs);
+    cells![
+        name(rs),
+        replicas(rs),
+        int(rs, "status.replicas"),
+        int(rs, "status.readyReplicas"),
+        age(rs, now),
+        names,
+        images,
+        or(&selector_string(&rs["spec"]["selector"]), "<none>"),
+    ]
+}
+
+pub(super) fn stateful_set_cells(sts: &Value, now: OffsetDateTime) -> Vec<Value> {
+    let (names, images) = container_cells(sts);
+    let ready = format!("{}/{}", int(sts, "status.readyReplicas"), replicas(sts));
+    cells![name(sts), ready, age(sts, now), names, images]
+}
+
+/// A workload's `spec.replicas`, 1 when unset as the API server defaults it.
+fn replicas(obj: &Value) -> i64 {
+    obj["spec"]["replicas"].as_i64().unwrap_or(1)
+}
+
+/// Names and images of a workload's pod template containers, comma separated.
+fn container_cells(obj: &Value) -> (String, String) {
+    let containers = list(obj, "spec.template.spec.containers");
+    let join = |field| Vec::from_iter(containers.iter().map(|c| text(c, field))).join(",");
+    (join("name"), join("image"))
+}
+
+/// A `LabelSelector` in selector syntax (`app=web,tier in (a,b),!legacy`), sorted by key.
+fn selector_string(selector: &Value) -> String {
+    let mut requirements = Vec::new();
+    for (key, value) in selector["matchLabels"].as_object().into_iter().flatten() {
+        let value = value.as_str().unwrap_or_default();
+        requirements.push((key.as_str(), format!("{key}={value}")));
+    }
+    for expr in list(selector, "matchExpressions") {
+        let key = text(expr, "key");
+        let mut values = Vec::from_iter(list(expr, "values").iter().filter_map(Value::as_str));
+        values.sort_unstable();
+        let values = values.join(",");
+        let requirement = match text(expr, "operator") {
+            "In" => format!("{key} in ({values})"),
+            "NotIn" => format!("{key} notin ({values})"),
+            "DoesNotExist" => format!("!{key}"),
+            _ => key.to_owned(),
+        };
+        requirements.push((key, requirement));
+    }
+    requirements.sort_by(|a, b| a.0.cmp(b.0));
+    Vec::from_iter(requirements.into_iter().map(|(_, r)| r)).join(",")
+}

@@ -1,0 +1,95 @@
+//! The control loops of kube-controller-manager and the scheduler that
+//! volmig depends on. Each is level-triggered: it looks at the whole store
+//! and fixes what differs from what should be, and runs again after every
+//! write (and on a slow tick, for anything time-based). With the handful of
+//! objects a test makes, that is cheap and cannot miss an event.
+
+pub mod endpoints;
+pub mod gc;
+pub mod namespaces;
+pub mod placement;
+pub mod scheduler;
+pub mod volumes;
+pub mod workloads;
+mod workloads_sts;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::store::Store;
+
+/// What the controllers share.
+pub struct Ctx {
+    pub store: Arc<Store>,
+    /// Provisioned volumes are directories under `<data_dir>/volumes`.
+    pub data_dir: PathBuf,
+}
+
+/// A control loop: one pass over the store.
+pub type Reconcile = fn(&Ctx);
+
+/// Runs `reconcile` after every change to the store (changes that arrive
+/// while it runs are folded into the next pass) and at least every second.
+pub fn spawn(
+    name: &'static str,
+    ctx: Arc<Ctx>,
+    reconcile: Reconcile,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut version = ctx.store.subscribe_version();
+        loop {
+            let pass = {
+                let ctx = ctx.clone();
+                tokio::task::spawn_blocking(move || reconcile(&ctx))
+            };
+            if let Err(e) = pass.await {
+                tracing::error!("controller {name} panicked: {e}");
+            }
+            tokio::select! {
+                changed = version.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            // Let a burst of writes settle into one pass.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+}
+
+/// Starts every controller.
+pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<tokio::task::JoinHandle<()>> {
+    vec![
+        spawn("namespaces", ctx.clone(), namespaces::reconcile),
+        spawn("garbage-collector", ctx.clone(), gc::reconcile),
+        spawn("persistentvolume-binder", ctx.clone(), volumes::reconcile),
+        spawn("scheduler", ctx.clone(), scheduler::reconcile),
+        spawn("workloads", ctx.clone(), workloads::reconcile),
+        spawn("endpoints", ctx, endpoints::reconcile),
+    ]
+}
+
+/// `metadata.name` and `metadata.namespace` of an object.
+pub fn name_of(obj: &Value) -> (&str, &str) {
+    (
+        obj["metadata"]["namespace"].as_str().unwrap_or_default(),
+        obj["metadata"]["name"].as_str().unwrap_or_default(),
+    )
+}
+
+pub fn is_terminating(obj: &Value) -> bool {
+    !obj["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// Logs a controller write that failed; the next pass tries again.
+pub fn log_err<T>(what: &str, result: Result<T, crate::ApiError>) -> Option<T> {
+    match result {
+        Ok(v) => Some(v),
+        Err(crate::ApiError::NotFound { .. }) => None,
+        Err(e) => {
+            tracing::debug!("{what}: {e}");
+            None
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Deployments, ReplicaSets and StatefulSets: enough of their controllers
+//! to scale pods up and down, replace deleted pods, roll a changed template
+//! and keep a StatefulSet's stable pod and claim names.
+//!
+//! Simplified: a Deployment rolls by scaling its old ReplicaSet to zero as
+//! the new one is created (no surge accounting); a StatefulSet rolls one pod
+//! at a time from the highest ordinal once all pods are ready.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use serde_json::{json, Value};
+
+use super::{is_terminating, log_err, name_of, Ctx};
+use crate::registry;
+use crate::selector::LabelSelector;
+use crate::store::DeleteOptions;
+
+pub const TEMPLATE_HASH: &str = "pod-template-hash";
+pub const REVISION: &str = "controller-revision-hash";
+
+pub fn reconcile(ctx: &Ctx) {
+    let list = |p: &str| ctx.store.list(registry::get(p), None).0;
+    for deployment in list("deployments") {
+        if !is_terminating(&deployment) {
+            sync_deployment(ctx, &deployment);
+        }
+    }
+    let pods = list("pods");
+    for rs in list("replicasets") {
+        if !is_terminating(&rs) {
+            sync_replicaset(ctx, &rs, &pods);
+        }
+    }
+    for sts in list("statefulsets") {
+        if !is_terminating(&sts) {
+            super::workloads_sts::sync(ctx, &sts, &pods);
+        }
+    }
+}
+
+/// A short stable hash of a pod template, as the controllers label pods.
+pub fn template_hash(template: &Value) -> String {
+    let mut h = DefaultHasher::new();
+    template.to_string().hash(&mut h);
+    format!("{:x}", h.finish() & 0xff_ffff_ffff)
+}
+
+pub fn owner_ref(owner: &Value) -> Value {
+    json!({
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+pub fn owned_by<'a>(owner: &Value, items: &'a [Value]) -> Vec<&'a Value> {
+    let uid = &owner["metadata"]["uid"];
+    items
+        .iter()
+        .filter(|i| {
+            i["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["uid"] == *uid && r["controller"] == json!(true))
+        })
+        .collect()
+}
+
+pub fn is_active(pod: &Value) -> bool {
+    let phase = pod["status"]["phase"].as_str().unwrap_or_default();
+    !is_terminating(pod) && phase != "Succeeded" && phase != "Failed"
+}
+
+pub fn is_ready(pod: &Value) -> bool {
+    is_active(pod)
+        && pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+fn replicas(obj: &Value) -> i64 {
+    obj["spec"]["replicas"].as_i64().unwrap_or(1).max(0)
+}
+
+fn sync_deployment(ctx: &Ctx, deployment: &Value) {
+    let (ns, name) = name_of(deployment);
+    let sets = registry::get("replicasets");
+    let (all, _) = ctx.store.list(sets, Some(ns));
+    let owned = owned_by(deployment, &all);
+    let hash = template_hash(&deployment["spec"]["template"]);
+    let current_name = format!("{name}-{hash}");
+    let want = replicas(deployment);
+    for rs in &owned {
+        let rs_name = name_of(rs).1;
+        let target = if rs_name == current_name { want } else { 0 };
+        if replicas(rs) != target {
+            log_err(
+                "scale replicaset",
+                ctx.store.modify(sets, ns, rs_name, |r| {
+                    r["spec"]["replicas"] = json!(target);
+                    true
+                }),
+            );
+        }
+    }
+    if !owned.iter().any(|rs| name_of(rs).1 == current_name) {
+        let mut template = deployment["spec"]["template"].clone();
+        template["metadata"]["labels"][TEMPLATE_HASH] = json!(hash);
+        let mut selector = deployment["spec"]["selector"].clone();
+        selector["matchLabels"][TEMPLATE_HASH] = json!(hash);
+        let rs = json!({
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": current_name,
+                "labels": template["metadata"]["labels"],
+                "ownerReferences": [owner_ref(deployment)],
+            },
+            "spec": {"replicas": want, "selector": selector, "template": template},
+        });
+        log_err("create replicaset", ctx.store.create(sets, ns, rs));
+    }
+    let (all, _) = ctx.store.list(sets, Some(ns));
+    let owned = owned_by(deployment, &all);
+    let sum = |field: &str| {
+        owned
+            .iter()
+            .map(|r| r["status"][field].as_i64().unwrap_or(0))
+            .sum::<i64>()
+    };
+    let updated = owned
+        .iter()
+        .find(|r| name_of(r).1 == current_name)
+        .and_then(|r| r["status"]["replicas"].as_i64())
+        .unwrap_or(0);
+    let (total, ready) = (sum("replicas"), sum("readyReplicas"));
+    let generation = deployment["metadata"]["generation"].clone();
+    let available = if ready >= want { "True" } else { "False" };
+    let status = json!({
+        "observedGeneration": generation,
+        "replicas": total,
+        "updatedReplicas": updated,
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "unavailableReplicas": (want - ready).max(0),
+        "conditions": [{"type": "Available", "status": available, "reason": if available == "True" { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" }}],
+    });
+    write_status(ctx, "deployments", deployment, status);
+}
+
+fn sync_replicaset(ctx: &Ctx, rs: &Value, pods: &[Value]) {
+    let (ns, name) = name_of(rs);
+    let pod_res = registry::get("pods");
+    let active: Vec<&Value> = owned_by(rs, pods)
+        .into_iter()
+        .filter(|p| is_active(p))
+        .collect();
+    let want = replicas(rs) as usize;
+    if active.len() < want {
+        for _ in active.len()..want {
+            let template = &rs["spec"]["template"];
+            let pod = json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "generateName": format!("{name}-"),
+                    "labels": template["metadata"]["labels"],
+                    "annotations": template["metadata"]["annotations"],
+                    "ownerReferences": [owner_ref(rs)],
+                },
+                "spec": template["spec"],
+            });
+            log_err("create pod", ctx.store.create(pod_res, ns, pod));
+        }
+    } else if active.len() > want {
+        // Unscheduled and not-ready pods go first, then the newest.
+        let mut victims = active.clone();
+        victims.sort_by_key(|p| {
+            (
+                !p["spec"]["nodeName"].as_str().is_none_or(str::is_empty),
+                is_ready(p),
+                std::cmp::Reverse(
+                    p["metadata"]["creationTimestamp"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+            )
+        });
+        for pod in victims.into_iter().take(active.len() - want) {
+            log_err(
+                "scale down",
+                ctx.store
+                    .delete(pod_res, ns, name_of(pod).1, &DeleteOptions::default()),
+            );
+        }
+    }
+    let owned: Vec<&Value> = owned_by(rs, pods)
+        .into_iter()
+        .filter(|p| is_active(p))
+        .collect();
+    let ready = owned.iter().filter(|p| is_ready(p)).count();
+    let status = json!({
+        "observedGeneration": rs["metadata"]["generation"],
+        "replicas": owned.len(),
+        "fullyLabeledReplicas": owned.len(),
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+    });
+    write_status(ctx, "replicasets", rs, status);
+}
+
+pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, status: Value) {
+    let (ns, name) = name_of(obj);
+    log_err(
+        "workload status",
+        ctx.store.modify(registry::get(plural), ns, name, |o| {
+            let changed = o["status"] != status;
+            o["status"] = status;
+            changed
+        }),
+    );
+}
+
+/// Whether a workload's selector selects the pod (pods adopted by label
+/// are not emulated; ownership is by ownerReference).
+pub fn selects(owner: &Value, pod: &Value) -> bool {
+    LabelSelector::from_object(&owner["spec"]["selector"])
+        .is_ok_and(|s| s.matches(&pod["metadata"]["labels"]))
+}

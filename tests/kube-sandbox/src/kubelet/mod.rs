@@ -1,0 +1,228 @@
+//! The kubelet: one per node. It starts a worker for each pod bound to its
+//! node; the worker waits until the pod can start (node Ready, volumes
+//! attachable and mountable), runs each container as a real process
+//! ([`runtime`]), reports phases and container statuses, restarts by
+//! `restartPolicy`, and on deletion stops the containers with the pod's
+//! grace period and removes the pod.
+
+mod env;
+pub mod logs;
+mod pod;
+pub mod runtime;
+mod status;
+mod volumes;
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::store::Store;
+
+/// An image the kubelet "runs" with a locally built binary: containers of
+/// `image` (any tag) get `binary` at `/volmig/bin/<file name>`, first in
+/// PATH, and it is the entrypoint when the container has no `command`.
+#[derive(Debug, Clone)]
+pub struct ImageMapping {
+    pub image: String,
+    pub binary: PathBuf,
+}
+
+impl ImageMapping {
+    /// Whether `image` (`repo/name:tag` or `@sha256:...`) is this mapping's.
+    pub fn matches(&self, image: &str) -> bool {
+        let repo = image.split('@').next().unwrap_or(image);
+        let repo = match repo.rsplit_once(':') {
+            Some((r, tag)) if !tag.contains('/') => r,
+            _ => repo,
+        };
+        repo == self.image
+    }
+}
+
+/// What every kubelet shares with the sandbox.
+pub struct Shared {
+    pub store: Arc<Store>,
+    pub logs: Arc<LogIndex>,
+    pub data_dir: PathBuf,
+    pub images: Vec<ImageMapping>,
+    ips: Mutex<IpPool>,
+}
+
+impl Shared {
+    pub fn new(
+        store: Arc<Store>,
+        logs: Arc<LogIndex>,
+        data_dir: PathBuf,
+        images: Vec<ImageMapping>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            store,
+            logs,
+            data_dir,
+            images,
+            ips: Mutex::new(IpPool::default()),
+        })
+    }
+
+    fn allocate_ip(&self) -> Ipv4Addr {
+        self.ips
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .allocate()
+    }
+
+    fn release_ip(&self, ip: Ipv4Addr) {
+        self.ips
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .release(ip);
+    }
+}
+
+/// Pod IPs: distinct loopback addresses `127.244.X.Y`.
+#[derive(Default)]
+struct IpPool {
+    next: u32,
+    free: Vec<Ipv4Addr>,
+}
+
+impl IpPool {
+    fn allocate(&mut self) -> Ipv4Addr {
+        if let Some(ip) = self.free.pop() {
+            return ip;
+        }
+        self.next += 1;
+        let n = self.next;
+        Ipv4Addr::new(127, 244, (n >> 8) as u8, (n & 0xff) as u8)
+    }
+
+    fn release(&mut self, ip: Ipv4Addr) {
+        self.free.push(ip);
+    }
+}
+
+/// A node's address (its kubelet's `hostIP`): `127.100.0.N`.
+pub fn node_ip(index: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 100, 0, (index + 1) as u8)
+}
+
+/// One container's log file and whether the container has exited.
+#[derive(Clone)]
+pub struct LogFile {
+    pub path: PathBuf,
+    pub finished: watch::Receiver<bool>,
+}
+
+/// Where `pods/log` finds what each container wrote, by pod uid and
+/// container name: one file per run, the last is current.
+#[derive(Default)]
+pub struct LogIndex {
+    runs: Mutex<HashMap<(String, String), Vec<LogFile>>>,
+}
+
+impl LogIndex {
+    fn record(&self, uid: &str, container: &str, file: LogFile) {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.entry((uid.to_string(), container.to_string()))
+            .or_default()
+            .push(file);
+    }
+
+    pub fn current(&self, uid: &str, container: &str) -> Option<LogFile> {
+        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.get(&(uid.to_string(), container.to_string()))?
+            .last()
+            .cloned()
+    }
+
+    pub fn previous(&self, uid: &str, container: &str) -> Option<LogFile> {
+        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        let list = runs.get(&(uid.to_string(), container.to_string()))?;
+        list.len().checked_sub(2).and_then(|i| list.get(i)).cloned()
+    }
+
+    fn forget(&self, uid: &str) {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.retain(|(u, _), _| u != uid);
+    }
+}
+
+/// A node's kubelet.
+pub struct Kubelet {
+    pub node: String,
+    /// Bumped to SIGKILL every container on the node at once (a crash).
+    kill: watch::Sender<u64>,
+    task: JoinHandle<()>,
+}
+
+impl Kubelet {
+    pub fn spawn(shared: Arc<Shared>, node: String, host_ip: Ipv4Addr) -> Kubelet {
+        let (kill, _) = watch::channel(0);
+        let task = tokio::spawn(run(shared, node.clone(), host_ip, kill.clone()));
+        Kubelet { node, kill, task }
+    }
+
+    /// Kills every container process on this node with SIGKILL, as a node
+    /// crash would; they restart by their restartPolicy once the node is
+    /// Ready.
+    pub fn kill_all(&self) {
+        self.kill.send_modify(|n| *n += 1);
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run(shared: Arc<Shared>, node: String, host_ip: Ipv4Addr, kill: watch::Sender<u64>) {
+    let mut workers: HashMap<String, JoinHandle<()>> = HashMap::new();
+    let mut version = shared.store.subscribe_version();
+    let pods = crate::registry::get("pods");
+    loop {
+        let (all, _) = shared.store.list(pods, None);
+        for p in all
+            .iter()
+            .filter(|p| p["spec"]["nodeName"].as_str() == Some(node.as_str()))
+        {
+            let uid = p["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if workers.contains_key(&uid) {
+                continue;
+            }
+            let id = pod::PodId {
+                namespace: p["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                name: p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                uid: uid.clone(),
+            };
+            let worker =
+                pod::Worker::new(shared.clone(), node.clone(), host_ip, id, kill.subscribe());
+            workers.insert(uid, tokio::spawn(worker.run()));
+        }
+        // A finished worker's pod is gone; forget it once it is.
+        workers.retain(|uid, task| {
+            !task.is_finished() || all.iter().any(|p| p["metadata"]["uid"] == *uid.as_str())
+        });
+        tokio::select! {
+            changed = version.changed() => if changed.is_err() { break },
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    for task in workers.values() {
+        task.abort();
+    }
+}

@@ -1,0 +1,557 @@
+//! A pod worker: everything one pod's kubelet does, from "can it start"
+//! to the last status write and the removal of the object.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use super::status::{self, waiting, Container, State, Terminated};
+use super::volumes::{self, HostVolume, NotReady};
+use super::{env, runtime, LogFile, Shared};
+use crate::controllers::placement::{self, Cluster};
+use crate::events::{self, EventType, Source};
+use crate::registry;
+use crate::store::DeleteOptions;
+
+/// Where a mapped image's binary appears in its containers.
+const MAPPED_BIN: &str = "/volmig/bin";
+/// Restart back-off: doubles from the first to the cap.
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+const BACKOFF_CAP: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct PodId {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+pub struct Worker {
+    shared: Arc<Shared>,
+    node: String,
+    host_ip: Ipv4Addr,
+    id: PodId,
+    kill: watch::Receiver<u64>,
+    dir: PathBuf,
+    containers: Mutex<Vec<Container>>,
+}
+
+impl Worker {
+    pub fn new(
+        shared: Arc<Shared>,
+        node: String,
+        host_ip: Ipv4Addr,
+        id: PodId,
+        kill: watch::Receiver<u64>,
+    ) -> Arc<Worker> {
+        let dir = shared
+            .data_dir
+            .join("pods")
+            .join(format!("{}_{}_{}", id.namespace, id.name, id.uid));
+        Arc::new(Worker {
+            shared,
+            node,
+            host_ip,
+            id,
+            kill,
+            dir,
+            containers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The pod as stored now; None once it is gone (or replaced by a pod
+    /// of the same name).
+    fn current(&self) -> Option<Value> {
+        let pod = self
+            .shared
+            .store
+            .get(registry::get("pods"), &self.id.namespace, &self.id.name)
+            .ok()?;
+        (pod["metadata"]["uid"] == json!(self.id.uid)).then_some(pod)
+    }
+
+    fn event(&self, pod: &Value, kind: EventType, reason: &str, message: &str) {
+        events::record(
+            &self.shared.store,
+            &Source::on("kubelet", &self.node),
+            pod,
+            kind,
+            reason,
+            message,
+        );
+    }
+
+    fn model(&self) -> std::sync::MutexGuard<'_, Vec<Container>> {
+        self.containers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes the containers' state into the pod's status.
+    fn publish(&self) {
+        let model = self.model().clone();
+        let uid = json!(self.id.uid);
+        let _ = self.shared.store.modify(
+            registry::get("pods"),
+            &self.id.namespace,
+            &self.id.name,
+            |p| p["metadata"]["uid"] == uid && status::apply(p, &model),
+        );
+    }
+
+    fn set_pod_fields(&self, edit: impl FnOnce(&mut Value)) {
+        let uid = json!(self.id.uid);
+        let _ = self.shared.store.modify(
+            registry::get("pods"),
+            &self.id.namespace,
+            &self.id.name,
+            |p| {
+                if p["metadata"]["uid"] != uid {
+                    return false;
+                }
+                edit(p);
+                true
+            },
+        );
+    }
+
+    pub async fn run(self: Arc<Self>) {
+        let mut version = self.shared.store.subscribe_version();
+        let Some((pod, volumes)) = self.wait_until_startable(&mut version).await else {
+            return self.remove(None).await;
+        };
+        let ip = self.shared.allocate_ip();
+        let host_ip = self.host_ip.to_string();
+        self.set_pod_fields(|p| {
+            p["status"]["podIP"] = json!(ip.to_string());
+            p["status"]["podIPs"] = json!([{"ip": ip.to_string()}]);
+            p["status"]["hostIP"] = json!(host_ip);
+            p["status"]["hostIPs"] = json!([{"ip": host_ip}]);
+            p["status"]["startTime"] = json!(crate::time::now());
+        });
+        let (stop_tx, stop_rx) = watch::channel(None::<Duration>);
+        let mut tasks = Vec::new();
+        let specs = pod["spec"]["containers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for (index, spec) in specs.into_iter().enumerate() {
+            let worker = self.clone();
+            let volumes = volumes.clone();
+            let stop = stop_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                worker.run_container(index, spec, volumes, stop).await
+            }));
+        }
+        // Supervise until the pod is deleted.
+        let grace = loop {
+            match self.current() {
+                None => break Duration::ZERO,
+                Some(p) if crate::controllers::is_terminating(&p) => {
+                    let secs = p["metadata"]["deletionGracePeriodSeconds"]
+                        .as_u64()
+                        .unwrap_or(0);
+                    break Duration::from_secs(secs);
+                }
+                Some(_) => {}
+            }
+            tokio::select! {
+                changed = version.changed() => if changed.is_err() { break Duration::ZERO },
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        };
+        stop_tx.send_replace(Some(grace));
+        for task in tasks {
+            let _ = task.await;
+        }
+        self.publish();
+        self.shared.release_ip(ip);
+        self.remove(Some(pod)).await;
+    }
+
+    /// Waits for the node to be Ready and the pod's volumes to be
+    /// attachable and mountable; None when the pod went away first.
+    async fn wait_until_startable(
+        &self,
+        version: &mut watch::Receiver<u64>,
+    ) -> Option<(Value, HashMap<String, HostVolume>)> {
+        {
+            let pod = self.current()?;
+            let mut model = self.model();
+            *model = pod["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    Container::new(
+                        c["name"].as_str().unwrap_or_default(),
+                        c["image"].as_str().unwrap_or_default(),
+                    )
+                })
+                .collect();
+        }
+        self.publish();
+        loop {
+            let pod = self.current()?;
+            if crate::controllers::is_terminating(&pod) {
+                return None;
+            }
+            match self.startable(&pod) {
+                Ok(volumes) => return Some((pod, volumes)),
+                Err(Some(not_ready)) => {
+                    let source = if not_ready.reason == "FailedAttachVolume" {
+                        Source::new("attachdetach-controller")
+                    } else {
+                        Source::on("kubelet", &self.node)
+                    };
+                    events::record(
+                        &self.shared.store,
+                        &source,
+                        &pod,
+                        EventType::Warning,
+                        not_ready.reason,
+                        &not_ready.message,
+                    );
+                }
+                Err(None) => {}
+            }
+            tokio::select! {
+                changed = version.changed() => if changed.is_err() { return None },
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    }
+
+    /// Err(None): wait quietly (node not Ready); Err(Some): wait and say why.
+    fn startable(&self, pod: &Value) -> Result<HashMap<String, HostVolume>, Option<NotReady>> {
+        if !self.node_ready() {
+            return Err(None);
+        }
+        if let Some(message) = self.multi_attach(pod) {
+            return Err(Some(NotReady {
+                reason: "FailedAttachVolume",
+                message,
+            }));
+        }
+        volumes::prepare(&self.shared.store, pod, &self.dir).map_err(Some)
+    }
+
+    fn node_ready(&self) -> bool {
+        self.shared
+            .store
+            .get(registry::get("nodes"), "", &self.node)
+            .is_ok_and(|n| {
+                n["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+    }
+
+    fn multi_attach(&self, pod: &Value) -> Option<String> {
+        let store = &self.shared.store;
+        let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod.clone()).ok()?;
+        let (nodes, pods, claims, volumes, classes) = (
+            store.list_as("nodes"),
+            store.list_as("pods"),
+            store.list_as("persistentvolumeclaims"),
+            store.list_as("persistentvolumes"),
+            store.list_as("storageclasses"),
+        );
+        let cluster = Cluster {
+            nodes: &nodes,
+            pods: &pods,
+            claims: &claims,
+            volumes: &volumes,
+            classes: &classes,
+        };
+        placement::multi_attach_conflict(&typed, &self.node, &cluster)
+    }
+
+    /// Deletes the pod object (its kubelet's confirmation) and cleans up.
+    async fn remove(&self, _pod: Option<Value>) {
+        let opts = DeleteOptions {
+            grace_seconds: Some(0),
+            uid: Some(self.id.uid.clone()),
+            ..Default::default()
+        };
+        let _ = self.shared.store.delete(
+            registry::get("pods"),
+            &self.id.namespace,
+            &self.id.name,
+            &opts,
+        );
+        self.shared.logs.forget(&self.id.uid);
+        if let Err(e) = tokio::fs::remove_dir_all(&self.dir).await {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!("removing {}: {e}", self.dir.display());
+            }
+        }
+    }
+
+    fn update_container(&self, index: usize, edit: impl FnOnce(&mut Container)) {
+        if let Some(c) = self.model().get_mut(index) {
+            edit(c);
+        }
+        self.publish();
+    }
+
+    /// Runs one container until the pod stops it or its restart policy
+    /// says it is done.
+    async fn run_container(
+        self: Arc<Self>,
+        index: usize,
+        spec: Value,
+        volumes: HashMap<String, HostVolume>,
+        mut stop: watch::Receiver<Option<Duration>>,
+    ) {
+        let mut kill = self.kill.clone();
+        kill.borrow_and_update();
+        let name = spec["name"].as_str().unwrap_or_default().to_string();
+        let mut backoff = BACKOFF_FIRST;
+        let mut run = 0u32;
+        loop {
+            if stop.borrow().is_some() {
+                return self.update_container(index, |c| c.done = true);
+            }
+            let Some(pod) = self.current() else { return };
+            let log_path = self.dir.join("logs").join(&name).join(format!("{run}.log"));
+            let launch = match self.launch(&pod, &spec, &volumes, log_path.clone()) {
+                Ok(l) => l,
+                Err((reason, message)) => {
+                    self.event(
+                        &pod,
+                        EventType::Warning,
+                        "Failed",
+                        &format!("Error: {message}"),
+                    );
+                    self.update_container(index, |c| c.state = waiting(reason, Some(message)));
+                    if !self.back_off(&mut stop, BACKOFF_CAP).await {
+                        return self.update_container(index, |c| c.done = true);
+                    }
+                    continue;
+                }
+            };
+            let mut process = match runtime::Process::spawn(&launch) {
+                Ok(p) => p,
+                Err(e) => {
+                    let message = e.to_string();
+                    self.event(
+                        &pod,
+                        EventType::Warning,
+                        "Failed",
+                        &format!("Error: {message}"),
+                    );
+                    self.update_container(index, |c| c.state = waiting(e.reason(), Some(message)));
+                    if !self.back_off(&mut stop, backoff).await {
+                        return self.update_container(index, |c| c.done = true);
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_CAP);
+                    continue;
+                }
+            };
+            let (finished_tx, finished_rx) = watch::channel(false);
+            self.shared.logs.record(
+                &self.id.uid,
+                &name,
+                LogFile {
+                    path: log_path,
+                    finished: finished_rx,
+                },
+            );
+            let started_at = crate::time::now();
+            if run == 0 {
+                let image = spec["image"].as_str().unwrap_or_default();
+                self.event(
+                    &pod,
+                    EventType::Normal,
+                    "Pulled",
+                    &format!("Container image \"{image}\" already present on machine"),
+                );
+                self.event(
+                    &pod,
+                    EventType::Normal,
+                    "Created",
+                    &format!("Created container: {name}"),
+                );
+            }
+            self.event(
+                &pod,
+                EventType::Normal,
+                "Started",
+                &format!("Started container {name}"),
+            );
+            let pid = process.pid();
+            self.update_container(index, |c| {
+                c.state = State::Running {
+                    started_at: started_at.clone(),
+                };
+                c.pid = Some(pid);
+            });
+            let (exit, stopping) = tokio::select! {
+                exit = process.wait() => (exit, false),
+                _ = stop.changed() => {
+                    let grace = stop.borrow().unwrap_or(Duration::ZERO);
+                    self.event(&pod, EventType::Normal, "Killing", &format!("Stopping container {name}"));
+                    (process.stop(grace).await, true)
+                }
+                _ = kill.changed() => (process.stop(Duration::ZERO).await, false),
+            };
+            finished_tx.send_replace(true);
+            run += 1;
+            let terminated = Terminated::new(exit, started_at);
+            let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+            let restart =
+                !stopping && (policy == "Always" || (policy == "OnFailure" && exit.code != 0));
+            if !restart {
+                return self.update_container(index, |c| {
+                    c.state = State::Terminated(terminated);
+                    c.done = true;
+                });
+            }
+            let message = format!(
+                "back-off {}s restarting failed container={name} pod={}_{}({})",
+                backoff.as_secs(),
+                self.id.name,
+                self.id.namespace,
+                self.id.uid
+            );
+            self.event(
+                &pod,
+                EventType::Warning,
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {name} in pod {}_{}({})",
+                    self.id.name, self.id.namespace, self.id.uid
+                ),
+            );
+            self.update_container(index, |c| {
+                c.last = Some(terminated);
+                c.restarts += 1;
+                c.state = waiting("CrashLoopBackOff", Some(message));
+            });
+            if !self.back_off(&mut stop, backoff).await {
+                return self.update_container(index, |c| c.done = true);
+            }
+            backoff = (backoff * 2).min(BACKOFF_CAP);
+            while !self.node_ready() {
+                if !self.back_off(&mut stop, Duration::from_millis(500)).await {
+                    return self.update_container(index, |c| c.done = true);
+                }
+            }
+        }
+    }
+
+    /// Sleeps, or returns false as soon as the pod is being stopped.
+    async fn back_off(
+        &self,
+        stop: &mut watch::Receiver<Option<Duration>>,
+        delay: Duration,
+    ) -> bool {
+        let stopped = tokio::select! {
+            () = tokio::time::sleep(delay) => false,
+            _ = stop.wait_for(Option::is_some) => true,
+        };
+        !stopped && stop.borrow().is_none()
+    }
+
+    /// What to run: argv, env, mounts. Err: (waiting reason, message).
+    fn launch(
+        &self,
+        pod: &Value,
+        spec: &Value,
+        volumes: &HashMap<String, HostVolume>,
+        log_path: PathBuf,
+    ) -> Result<runtime::Launch, (&'static str, String)> {
+        let image = spec["image"].as_str().unwrap_or_default();
+        let name = spec["name"].as_str().unwrap_or_default();
+        let mapping = self.shared.images.iter().find(|m| m.matches(image));
+        let mut mounts = Vec::new();
+        let mut entrypoint = Vec::new();
+        if let Some(m) = mapping {
+            let file = m
+                .binary
+                .file_name()
+                .map(|f| f.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let in_container = format!("{MAPPED_BIN}/{file}");
+            mounts.push(runtime::Mount {
+                host_path: m.binary.clone(),
+                container_path: PathBuf::from(&in_container),
+                read_only: true,
+            });
+            entrypoint.push(in_container);
+        }
+        let env = env::build(&self.shared.store, pod, spec, mapping.map(|_| MAPPED_BIN))
+            .map_err(|e| ("CreateContainerConfigError", e))?;
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| runtime::expand_vars(s.as_str().unwrap_or_default(), &env))
+                .collect()
+        };
+        let command = strings(&spec["command"]);
+        let args = strings(&spec["args"]);
+        let mut argv = if command.is_empty() {
+            entrypoint
+        } else {
+            command
+        };
+        if argv.is_empty() {
+            return Err((
+                "CreateContainerError",
+                format!("kube-sandbox runs containers as host commands: container {name:?} (image {image:?}) has no command"),
+            ));
+        }
+        argv.extend(args);
+        for m in spec["volumeMounts"].as_array().into_iter().flatten() {
+            let volume_name = m["name"].as_str().unwrap_or_default();
+            let Some(volume) = volumes.get(volume_name) else {
+                return Err((
+                    "CreateContainerConfigError",
+                    format!("volume {volume_name:?} not found"),
+                ));
+            };
+            let mut host_path = volume.path.clone();
+            if let Some(sub) = m["subPath"].as_str().filter(|s| !s.is_empty()) {
+                if sub.split('/').any(|c| c == "..") || sub.starts_with('/') {
+                    return Err((
+                        "CreateContainerConfigError",
+                        format!("invalid subPath {sub:?}"),
+                    ));
+                }
+                host_path = host_path.join(sub);
+                std::fs::create_dir_all(&host_path).map_err(|e| {
+                    (
+                        "CreateContainerConfigError",
+                        format!("subPath {sub:?}: {e}"),
+                    )
+                })?;
+            }
+            mounts.push(runtime::Mount {
+                host_path,
+                container_path: PathBuf::from(m["mountPath"].as_str().unwrap_or_default()),
+                read_only: volume.read_only || m["readOnly"] == json!(true),
+            });
+        }
+        let scratch_dir = self.dir.join("containers").join(name);
+        std::fs::create_dir_all(&scratch_dir)
+            .map_err(|e| ("CreateContainerError", e.to_string()))?;
+        if let Some(parent) = log_path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| ("CreateContainerError", e.to_string()))?;
+        }
+        Ok(runtime::Launch {
+            argv,
+            env,
+            working_dir: spec["workingDir"].as_str().map(PathBuf::from),
+            mounts,
+            scratch_dir,
+            log_path,
+        })
+    }
+}

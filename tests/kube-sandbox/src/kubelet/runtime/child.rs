@@ -1,0 +1,287 @@
+//! What runs in the forked child, between `fork` and `exec`.
+//!
+//! The sandbox is a multi-threaded tokio process, so after `fork` the child
+//! may only do async-signal-safe work: no allocation (another thread may have
+//! held the allocator's lock), no locks. [`Container::prepare`] therefore
+//! decides and allocates everything in the parent: the [`Op`]s over
+//! `CString` paths, the program found in the container's `PATH`, and the
+//! `argv` and `envp` pointer arrays. [`Container::enter`] then only makes
+//! raw system calls (rustix's, plus `mount_setattr` and `execve` through
+//! libc) on that data. It calls `execve` itself, so that when a step fails
+//! the parent learns which one: the step and the errno travel back in the
+//! error code, which `pre_exec` documents as communicated to the parent.
+
+use std::ffi::{CStr, CString};
+use std::io;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::mount::{MountFlags, MountPropagationFlags};
+
+use super::rootfs::{c, Plan};
+use super::{create, Launch, RuntimeError};
+
+/// Steps of [`Container::enter`] other than the [`Op`]s, which follow.
+const STEP_NAMESPACE: usize = 0;
+const STEP_CHROOT: usize = 1;
+const STEP_CHDIR: usize = 2;
+const STEP_EXEC: usize = 3;
+const STEP_FIRST_OP: usize = 4;
+/// A failed step is sent as `(step + 1) << 16 | errno` in an `i32`.
+const MAX_STEPS: usize = 0x7ffe;
+
+/// One mount-namespace operation, on host paths, before `chroot`.
+#[derive(Debug)]
+pub(super) enum Op {
+    /// A tmpfs of ours (mode 755, nosuid, nodev).
+    Tmpfs {
+        target: CString,
+    },
+    Mkdir {
+        path: CString,
+    },
+    /// An empty file, as the mount point of a file.
+    Mkfile {
+        path: CString,
+    },
+    Symlink {
+        target: CString,
+        link: CString,
+    },
+    /// A recursive bind mount.
+    Bind {
+        source: CString,
+        target: CString,
+    },
+    ReadOnly {
+        target: CString,
+        recursive: bool,
+    },
+    /// Moves the mount at `source` to `target`.
+    Move {
+        source: CString,
+        target: CString,
+    },
+}
+
+impl Op {
+    fn apply(&self) -> io::Result<()> {
+        use rustix::{fs, mount};
+        match self {
+            Op::Tmpfs { target } => {
+                let flags = MountFlags::NOSUID | MountFlags::NODEV;
+                mount::mount(c"tmpfs", target.as_c_str(), c"tmpfs", flags, c"mode=755")?;
+            }
+            Op::Mkdir { path } => fs::mkdir(path.as_c_str(), Mode::from_raw_mode(0o755))?,
+            Op::Mkfile { path } => {
+                let flags = OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC;
+                drop(fs::open(
+                    path.as_c_str(),
+                    flags,
+                    Mode::from_raw_mode(0o644),
+                )?);
+            }
+            Op::Symlink { target, link } => fs::symlink(target.as_c_str(), link.as_c_str())?,
+            Op::Bind { source, target } => {
+                mount::mount_bind_recursive(source.as_c_str(), target.as_c_str())?;
+            }
+            Op::ReadOnly { target, recursive } => set_read_only(target, *recursive)?,
+            Op::Move { source, target } => mount::mount_move(source.as_c_str(), target.as_c_str())?,
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Op::Tmpfs { target } => format!("mounting a tmpfs on {target:?}"),
+            Op::Mkdir { path } => format!("creating directory {path:?}"),
+            Op::Mkfile { path } => format!("creating mount point {path:?}"),
+            Op::Symlink { target, link } => format!("creating symlink {link:?} -> {target:?}"),
+            Op::Bind { source, target } => format!("bind-mounting {source:?} on {target:?}"),
+            Op::ReadOnly { target, .. } => format!("making {target:?} read-only"),
+            Op::Move { source, target } => format!("moving mount {source:?} to {target:?}"),
+        }
+    }
+}
+
+/// Makes the mount at `target` read-only, and the mounts below it too when
+/// `recursive`. Unlike `MS_REMOUNT`, `mount_setattr` keeps the mount's other
+/// flags (nosuid, nodev...) and can reach submounts.
+fn set_read_only(target: &CStr, recursive: bool) -> io::Result<()> {
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
+    let size = std::mem::size_of::<libc::mount_attr>();
+    // SAFETY: a NUL-terminated path and a `mount_attr` of the size given.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            flags,
+            &attr,
+            size,
+        )
+    };
+    match done {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// A string array for `execve`: owned strings and a null-terminated array
+/// of pointers to them.
+struct CStrings {
+    _owned: Vec<CString>,
+    pointers: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into the heap buffers of `_owned`, which are
+// never changed or freed while the pointers exist: sharing them shares
+// immutable bytes.
+unsafe impl Send for CStrings {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for CStrings {}
+
+impl CStrings {
+    fn new(strings: impl IntoIterator<Item = String>) -> Result<Self, RuntimeError> {
+        let owned = strings
+            .into_iter()
+            .map(|s| {
+                CString::new(s)
+                    .map_err(|e| create(format!("NUL byte in command or environment: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let pointers = owned
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain([std::ptr::null()])
+            .collect();
+        Ok(CStrings {
+            _owned: owned,
+            pointers,
+        })
+    }
+}
+
+/// A container ready to be entered by the forked child.
+pub(super) struct Container {
+    ops: Vec<Op>,
+    root: CString,
+    cwd: CString,
+    pub(super) program: CString,
+    argv: CStrings,
+    env: CStrings,
+}
+
+impl Container {
+    /// Everything the child needs, decided and allocated before the fork.
+    pub(super) fn prepare(launch: &Launch) -> Result<Self, RuntimeError> {
+        let name = launch
+            .argv
+            .first()
+            .ok_or_else(|| create("the container has no command"))?;
+        let mut plan = Plan::new(&launch.scratch_dir)?;
+        for mount in &launch.mounts {
+            plan.mount_volume(mount)?;
+        }
+        let cwd = match &launch.working_dir {
+            Some(dir) => plan.ensure_dir(dir)?,
+            None => "/".into(),
+        };
+        let program = plan.find_executable(name, &launch.env, &cwd)?;
+        let root = c(plan.root())?;
+        let ops = plan.into_ops();
+        if ops.len() + STEP_FIRST_OP > MAX_STEPS {
+            return Err(create("too many mounts to set up"));
+        }
+        // One variable per name, the last definition winning, as Kubernetes.
+        let mut env: Vec<&(String, String)> = Vec::new();
+        for pair in &launch.env {
+            match env.iter_mut().find(|(name, _)| *name == pair.0) {
+                Some(earlier) => *earlier = pair,
+                None => env.push(pair),
+            }
+        }
+        Ok(Container {
+            ops,
+            root,
+            cwd: c(&cwd)?,
+            program: c(&program)?,
+            argv: CStrings::new(launch.argv.iter().cloned())?,
+            env: CStrings::new(
+                env.into_iter()
+                    .map(|(name, value)| format!("{name}={value}")),
+            )?,
+        })
+    }
+
+    /// Runs in the forked child: a new session, a new mount namespace with
+    /// the container's tree, `chroot`, `chdir`, then `execve`. Returns only
+    /// on failure.
+    ///
+    /// Async-signal-safe: system calls on prepared data only. The errors are
+    /// `io::Error`s made from raw codes, which allocate nothing.
+    pub(super) fn enter(&self) -> io::Result<()> {
+        let failed = |step: usize| move |e: rustix::io::Errno| step_error(step, e.into());
+        rustix::process::umask(Mode::empty());
+        rustix::process::setsid().map_err(failed(STEP_NAMESPACE))?;
+        // SAFETY: only the mount namespace is unshared, by a child that has a
+        // single thread.
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }
+            .map_err(failed(STEP_NAMESPACE))?;
+        let private = MountPropagationFlags::PRIVATE | MountPropagationFlags::REC;
+        rustix::mount::mount_change(c"/", private).map_err(failed(STEP_NAMESPACE))?;
+        for (index, op) in self.ops.iter().enumerate() {
+            op.apply()
+                .map_err(|e| step_error(STEP_FIRST_OP + index, e))?;
+        }
+        rustix::process::chroot(self.root.as_c_str()).map_err(failed(STEP_CHROOT))?;
+        rustix::process::chdir(self.cwd.as_c_str()).map_err(failed(STEP_CHDIR))?;
+        rustix::process::umask(Mode::from_raw_mode(0o022));
+        // SAFETY: a NUL-terminated path and two null-terminated arrays of
+        // NUL-terminated strings, all alive until `execve` replaces us.
+        unsafe {
+            libc::execve(
+                self.program.as_ptr(),
+                self.argv.pointers.as_ptr(),
+                self.env.pointers.as_ptr(),
+            )
+        };
+        Err(step_error(STEP_EXEC, io::Error::last_os_error()))
+    }
+
+    /// What failed, from the error of a failed spawn, in the parent.
+    pub(super) fn start_error(&self, error: &io::Error) -> RuntimeError {
+        let code = error.raw_os_error().unwrap_or(0);
+        let cause = io::Error::from_raw_os_error(code & 0xffff);
+        let step = usize::try_from(code >> 16)
+            .ok()
+            .and_then(|step| step.checked_sub(1));
+        let message = match step {
+            None => format!("starting the container process: {error}"),
+            Some(STEP_NAMESPACE) => format!("entering a new session and mount namespace: {cause}"),
+            Some(STEP_CHROOT) => format!("chroot into {:?}: {cause}", self.root),
+            Some(STEP_CHDIR) => format!("chdir to working directory {:?}: {cause}", self.cwd),
+            Some(STEP_EXEC) => format!("exec: {:?}: {cause}", self.program),
+            Some(step) => match self.ops.get(step - STEP_FIRST_OP) {
+                Some(op) => format!(
+                    "setting up the container's mounts: {}: {cause}",
+                    op.describe()
+                ),
+                None => format!("starting the container process: {cause}"),
+            },
+        };
+        RuntimeError::Start(message)
+    }
+}
+
+/// Encodes a failed step for the parent (see [`Container::start_error`]).
+fn step_error(step: usize, error: io::Error) -> io::Error {
+    let errno = error.raw_os_error().unwrap_or(libc::EIO) & 0xffff;
+    // `step` is below MAX_STEPS, as `prepare` checked, so this fits.
+    io::Error::from_raw_os_error(((step as i32) + 1) << 16 | errno)
+}

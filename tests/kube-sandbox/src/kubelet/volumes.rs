@@ -1,0 +1,197 @@
+//! Pod volumes on the node: a claim's volume directory, a Secret's or
+//! ConfigMap's keys written as files, an emptyDir, a hostPath. The result
+//! is a host directory per volume name, which container mounts bind.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use base64::prelude::{Engine as _, BASE64_STANDARD};
+use serde_json::Value;
+
+use crate::registry;
+use crate::store::Store;
+
+/// Why a pod cannot start yet: an event to record and the waiting reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotReady {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A volume on the host, and whether its source makes it read-only.
+#[derive(Debug, Clone)]
+pub struct HostVolume {
+    pub path: PathBuf,
+    pub read_only: bool,
+}
+
+/// Resolves every volume of `pod`, materializing Secrets, ConfigMaps and
+/// emptyDirs under `pod_dir/volumes`.
+pub fn prepare(
+    store: &Store,
+    pod: &Value,
+    pod_dir: &Path,
+) -> Result<HashMap<String, HostVolume>, NotReady> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let mut out = HashMap::new();
+    for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
+        let name = volume["name"].as_str().unwrap_or_default();
+        let own_dir = pod_dir.join("volumes").join(name);
+        let hv = if let Some(claim) = volume["persistentVolumeClaim"].as_object() {
+            let claim_name = claim
+                .get("claimName")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            HostVolume {
+                path: claim_path(store, ns, claim_name)?,
+                read_only: claim.get("readOnly") == Some(&Value::Bool(true)),
+            }
+        } else if volume["secret"].is_object() {
+            let source = &volume["secret"];
+            let secret = source["secretName"].as_str().unwrap_or_default();
+            write_keys(store, "secrets", ns, secret, source, &own_dir, name)?;
+            HostVolume {
+                path: own_dir,
+                read_only: true,
+            }
+        } else if volume["configMap"].is_object() {
+            let source = &volume["configMap"];
+            let map = source["name"].as_str().unwrap_or_default();
+            write_keys(store, "configmaps", ns, map, source, &own_dir, name)?;
+            HostVolume {
+                path: own_dir,
+                read_only: true,
+            }
+        } else if volume["emptyDir"].is_object() {
+            make_dir(&own_dir, name)?;
+            HostVolume {
+                path: own_dir,
+                read_only: false,
+            }
+        } else if let Some(path) = volume["hostPath"]["path"].as_str() {
+            let path = PathBuf::from(path);
+            if volume["hostPath"]["type"] == "DirectoryOrCreate" {
+                make_dir(&path, name)?;
+            }
+            HostVolume {
+                path,
+                read_only: false,
+            }
+        } else {
+            return Err(NotReady {
+                reason: "FailedMount",
+                message: format!("volume {name:?}: only persistentVolumeClaim, secret, configMap, emptyDir and hostPath volumes are supported by kube-sandbox"),
+            });
+        };
+        out.insert(name.to_string(), hv);
+    }
+    Ok(out)
+}
+
+fn mount_failed(volume: &str, why: impl std::fmt::Display) -> NotReady {
+    NotReady {
+        reason: "FailedMount",
+        message: format!("MountVolume.SetUp failed for volume \"{volume}\" : {why}"),
+    }
+}
+
+fn make_dir(dir: &Path, volume: &str) -> Result<(), NotReady> {
+    std::fs::create_dir_all(dir).map_err(|e| mount_failed(volume, e))
+}
+
+/// The directory of the volume a claim is bound to.
+fn claim_path(store: &Store, ns: &str, claim_name: &str) -> Result<PathBuf, NotReady> {
+    let waiting = |message: String| NotReady {
+        reason: "FailedMount",
+        message,
+    };
+    let claim = store
+        .get(registry::get("persistentvolumeclaims"), ns, claim_name)
+        .map_err(|_| waiting(format!("persistentvolumeclaim \"{claim_name}\" not found")))?;
+    let pv_name = claim["spec"]["volumeName"].as_str().unwrap_or_default();
+    if claim["status"]["phase"] != "Bound" || pv_name.is_empty() {
+        return Err(waiting(format!(
+            "persistentvolumeclaim \"{claim_name}\" is not bound"
+        )));
+    }
+    let pv = store
+        .get(registry::get("persistentvolumes"), "", pv_name)
+        .map_err(|_| waiting(format!("persistentvolume \"{pv_name}\" not found")))?;
+    let path = [
+        &pv["spec"]["hostPath"]["path"],
+        &pv["spec"]["local"]["path"],
+    ]
+    .into_iter()
+    .find_map(Value::as_str)
+    .ok_or_else(|| {
+        waiting(format!(
+            "persistentvolume \"{pv_name}\" has no hostPath or local path"
+        ))
+    })?;
+    Ok(PathBuf::from(path))
+}
+
+/// Writes a Secret's or ConfigMap's keys (or the listed `items`) as files.
+fn write_keys(
+    store: &Store,
+    plural: &str,
+    ns: &str,
+    name: &str,
+    source: &Value,
+    dir: &Path,
+    volume: &str,
+) -> Result<(), NotReady> {
+    let obj = match store.get(registry::get(plural), ns, name) {
+        Ok(obj) => obj,
+        Err(_) if source["optional"] == Value::Bool(true) => return make_dir(dir, volume),
+        Err(_) => {
+            let kind = if plural == "secrets" {
+                "secret"
+            } else {
+                "configmap"
+            };
+            return Err(mount_failed(volume, format!("{kind} \"{name}\" not found")));
+        }
+    };
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for (field, encoded) in [("data", plural == "secrets"), ("binaryData", true)] {
+        for (k, v) in obj[field].as_object().into_iter().flatten() {
+            let text = v.as_str().unwrap_or_default();
+            let bytes = if encoded {
+                BASE64_STANDARD
+                    .decode(text)
+                    .map_err(|e| mount_failed(volume, format!("key {k}: {e}")))?
+            } else {
+                text.as_bytes().to_vec()
+            };
+            files.push((k.clone(), bytes));
+        }
+    }
+    let default_mode = source["defaultMode"].as_u64().unwrap_or(0o644) as u32;
+    let items = source["items"].as_array();
+    make_dir(dir, volume)?;
+    for (key, bytes) in &files {
+        let (path, mode) = match items {
+            Some(items) => match items.iter().find(|i| i["key"] == *key.as_str()) {
+                Some(item) => (
+                    item["path"].as_str().unwrap_or(key).to_string(),
+                    item["mode"].as_u64().map_or(default_mode, |m| m as u32),
+                ),
+                None => continue,
+            },
+            None => (key.clone(), default_mode),
+        };
+        if path.split('/').any(|c| c == ".." || c.is_empty()) {
+            return Err(mount_failed(volume, format!("invalid path {path:?}")));
+        }
+        let file = dir.join(&path);
+        if let Some(parent) = file.parent() {
+            make_dir(parent, volume)?;
+        }
+        std::fs::write(&file, bytes).map_err(|e| mount_failed(volume, e))?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| mount_failed(volume, e))?;
+    }
+    Ok(())
+}

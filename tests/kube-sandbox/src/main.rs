@@ -1,0 +1,83 @@
+//! `kube-sandbox`: starts a local cluster for end-to-end tests, writes its
+//! kubeconfig, and runs until interrupted.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use kube_sandbox::kubelet::ImageMapping;
+use kube_sandbox::sandbox::Taint;
+use kube_sandbox::{Sandbox, SandboxConfig};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "A local Kubernetes for volmig's end-to-end tests (API emulator, controllers, kubelets running pods as processes)"
+)]
+struct Args {
+    /// Where to write the kubeconfig (server on http://127.0.0.1:PORT)
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// Number of nodes, named node-1 .. node-N
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// A node taint, NODE:KEY[=VALUE]:EFFECT (repeatable)
+    #[arg(long = "taint")]
+    taints: Vec<Taint>,
+    /// Volumes, pod directories and logs (default: a temporary directory)
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// API server port on 127.0.0.1 (0 picks a free one)
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Run containers of IMAGE with a local binary: IMAGE=PATH (repeatable),
+    /// e.g. ghcr.io/volmig/mover=target/debug/mover
+    #[arg(long = "image")]
+    images: Vec<String>,
+}
+
+fn image_mapping(s: &str) -> anyhow::Result<ImageMapping> {
+    let (image, binary) = s.split_once('=').context("--image takes IMAGE=PATH")?;
+    let binary = std::fs::canonicalize(binary).with_context(|| format!("--image {s}: {binary}"))?;
+    Ok(ImageMapping {
+        image: image.to_string(),
+        binary,
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let images = args
+        .images
+        .iter()
+        .map(|s| image_mapping(s))
+        .collect::<anyhow::Result<_>>()?;
+    let sandbox = Sandbox::start(SandboxConfig {
+        nodes: args.nodes,
+        taints: args.taints,
+        data_dir: args.data_dir,
+        port: args.port,
+        kubeconfig: Some(args.kubeconfig),
+        images,
+        ..SandboxConfig::default()
+    })
+    .await
+    .context("starting the sandbox")?;
+    eprintln!(
+        "kube-sandbox: {} nodes, API at {}, kubeconfig {}, data in {}",
+        sandbox.node_names().len(),
+        sandbox.server_url(),
+        sandbox.kubeconfig_path().display(),
+        sandbox.data_dir().display()
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    drop(sandbox);
+    Ok(())
+}

@@ -1,0 +1,236 @@
+//! The resources the sandbox serves: names, kinds, scopes and verbs as
+//! discovery reports them, and the per-kind rules the API server applies on
+//! write (defaults, validation, immutable fields).
+
+pub mod rules;
+
+pub use rules::{admit, default_object, validate_create, validate_update};
+
+/// One served resource type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resource {
+    /// "" for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub kind: &'static str,
+    pub short_names: &'static [&'static str],
+    pub namespaced: bool,
+    /// Subresources besides the object itself ("status", "log", "scale").
+    pub subresources: &'static [&'static str],
+    pub categories: &'static [&'static str],
+}
+
+impl Resource {
+    /// `v1` or `apps/v1`, as objects carry it.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    pub fn has_subresource(&self, sub: &str) -> bool {
+        self.subresources.contains(&sub)
+    }
+}
+
+/// The verbs every resource here allows (discovery lists them; kubectl
+/// checks `watch`/`patch` before it uses them).
+pub const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+const fn core(
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    short_names: &'static [&'static str],
+    namespaced: bool,
+    subresources: &'static [&'static str],
+) -> Resource {
+    Resource {
+        group: "",
+        version: "v1",
+        plural,
+        singular,
+        kind,
+        short_names,
+        namespaced,
+        subresources,
+        categories: &[],
+    }
+}
+
+const ALL: &[&str] = &["all"];
+
+/// Every resource served, in discovery order.
+pub static RESOURCES: &[Resource] = &[
+    core(
+        "namespaces",
+        "namespace",
+        "Namespace",
+        &["ns"],
+        false,
+        &["status"],
+    ),
+    core("nodes", "node", "Node", &["no"], false, &["status"]),
+    Resource {
+        categories: ALL,
+        ..core("pods", "pod", "Pod", &["po"], true, &["status", "log"])
+    },
+    Resource {
+        categories: ALL,
+        ..core(
+            "services",
+            "service",
+            "Service",
+            &["svc"],
+            true,
+            &["status"],
+        )
+    },
+    core("endpoints", "endpoints", "Endpoints", &["ep"], true, &[]),
+    core("configmaps", "configmap", "ConfigMap", &["cm"], true, &[]),
+    core("secrets", "secret", "Secret", &[], true, &[]),
+    core(
+        "serviceaccounts",
+        "serviceaccount",
+        "ServiceAccount",
+        &["sa"],
+        true,
+        &[],
+    ),
+    core("events", "event", "Event", &["ev"], true, &[]),
+    core(
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        "PersistentVolumeClaim",
+        &["pvc"],
+        true,
+        &["status"],
+    ),
+    core(
+        "persistentvolumes",
+        "persistentvolume",
+        "PersistentVolume",
+        &["pv"],
+        false,
+        &["status"],
+    ),
+    Resource {
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        singular: "deployment",
+        kind: "Deployment",
+        short_names: &["deploy"],
+        namespaced: true,
+        subresources: &["status", "scale"],
+        categories: ALL,
+    },
+    Resource {
+        group: "apps",
+        version: "v1",
+        plural: "statefulsets",
+        singular: "statefulset",
+        kind: "StatefulSet",
+        short_names: &["sts"],
+        namespaced: true,
+        subresources: &["status", "scale"],
+        categories: ALL,
+    },
+    Resource {
+        group: "apps",
+        version: "v1",
+        plural: "replicasets",
+        singular: "replicaset",
+        kind: "ReplicaSet",
+        short_names: &["rs"],
+        namespaced: true,
+        subresources: &["status", "scale"],
+        categories: ALL,
+    },
+    Resource {
+        group: "storage.k8s.io",
+        version: "v1",
+        plural: "storageclasses",
+        singular: "storageclass",
+        kind: "StorageClass",
+        short_names: &["sc"],
+        namespaced: false,
+        subresources: &[],
+        categories: &[],
+    },
+];
+
+/// The group versions served, in discovery order ("" = core).
+pub fn group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for r in RESOURCES {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
+
+/// The resource `plural` of `group`/`version`, as a URL names it.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The resource for an object's `apiVersion` and `kind`.
+pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static Resource> {
+    RESOURCES
+        .iter()
+        .find(|r| r.kind == kind && r.api_version() == api_version)
+}
+
+/// Shorthand for the controllers: the resource with this plural (plurals are
+/// unique across the groups served).
+pub fn get(plural: &str) -> &'static Resource {
+    RESOURCES
+        .iter()
+        .find(|r| r.plural == plural)
+        .unwrap_or_else(|| panic!("kube-sandbox serves no resource {plural:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plurals_and_short_names_are_unique() {
+        let mut names: Vec<&str> = RESOURCES.iter().map(|r| r.plural).collect();
+        names.extend(RESOURCES.iter().flat_map(|r| r.short_names.iter().copied()));
+        let before = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), before);
+    }
+
+    #[test]
+    fn lookups_agree() {
+        let pods = find("", "v1", "pods").expect("pods served");
+        assert_eq!(pods.api_version(), "v1");
+        assert_eq!(
+            by_kind("apps/v1", "StatefulSet").map(|r| r.plural),
+            Some("statefulsets")
+        );
+        assert!(by_kind("v1", "StatefulSet").is_none());
+        assert_eq!(group_versions()[0], ("", "v1"));
+        assert!(group_versions().contains(&("storage.k8s.io", "v1")));
+    }
+}

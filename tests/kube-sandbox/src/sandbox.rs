@@ -1,0 +1,315 @@
+//! Starting and stopping a whole sandbox: store, API server, controllers,
+//! kubelets and service forwarders, plus the objects a fresh cluster has
+//! (namespaces, nodes, storage classes).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::api::{self, Api};
+use crate::controllers::{self, volumes, Ctx};
+use crate::kubelet::{self, ImageMapping, Kubelet, LogIndex, Shared};
+use crate::registry;
+use crate::store::Store;
+
+/// A taint on a node, as `kubectl taint` writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub node: String,
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+}
+
+impl std::str::FromStr for Taint {
+    type Err = String;
+
+    /// `NODE:KEY[=VALUE]:EFFECT`, e.g. `node-3:dedicated=db:NoSchedule`.
+    fn from_str(s: &str) -> Result<Taint, String> {
+        let parts: Vec<&str> = s.splitn(3, ':').collect();
+        let [node, kv, effect] = parts.as_slice() else {
+            return Err(format!("taint {s:?}: expected NODE:KEY[=VALUE]:EFFECT"));
+        };
+        if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(effect) {
+            return Err(format!(
+                "taint {s:?}: effect must be NoSchedule, PreferNoSchedule or NoExecute"
+            ));
+        }
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        Ok(Taint {
+            node: node.to_string(),
+            key: key.to_string(),
+            value: value.to_string(),
+            effect: effect.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Nodes `node-1` .. `node-N`.
+    pub nodes: usize,
+    pub taints: Vec<Taint>,
+    /// Volumes, pod scratch dirs and logs live here; a temporary directory
+    /// (removed with the sandbox) when None.
+    pub data_dir: Option<PathBuf>,
+    /// Port for the API server on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// Written once the server listens.
+    pub kubeconfig: Option<PathBuf>,
+    /// Images run with local binaries (the mover image → the built mover).
+    pub images: Vec<ImageMapping>,
+    /// Changes kept for watches; older versions get 410 Gone.
+    pub watch_history: usize,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            nodes: 3,
+            taints: Vec::new(),
+            data_dir: None,
+            port: 0,
+            kubeconfig: None,
+            images: Vec::new(),
+            watch_history: 10_000,
+        }
+    }
+}
+
+/// A running sandbox; dropping it stops everything and kills every pod.
+pub struct Sandbox {
+    store: Arc<Store>,
+    addr: SocketAddr,
+    data_dir: PathBuf,
+    kubeconfig: PathBuf,
+    kubelets: Vec<Kubelet>,
+    tasks: Vec<JoinHandle<()>>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+/// The storage classes a fresh sandbox has.
+pub const CLASS_STANDARD: &str = "standard";
+pub const CLASS_WAIT: &str = "standard-wffc";
+pub const CLASS_LOCAL: &str = "local";
+
+impl Sandbox {
+    pub async fn start(config: SandboxConfig) -> std::io::Result<Sandbox> {
+        let (temp, data_dir) = match &config.data_dir {
+            Some(dir) => (None, dir.clone()),
+            None => {
+                let t = tempfile::Builder::new().prefix("kube-sandbox-").tempdir()?;
+                let dir = t.path().to_path_buf();
+                (Some(t), dir)
+            }
+        };
+        std::fs::create_dir_all(data_dir.join("volumes"))?;
+        std::fs::create_dir_all(data_dir.join("pods"))?;
+        let store = Store::new(config.watch_history);
+        bootstrap(&store, &config).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let listener = TcpListener::bind(("127.0.0.1", config.port)).await?;
+        let addr = listener.local_addr()?;
+        let logs = Arc::new(LogIndex::default());
+        let api = Arc::new(Api {
+            store: store.clone(),
+            logs: logs.clone(),
+            addr,
+        });
+        let mut tasks = vec![api::serve(listener, api)];
+        let ctx = Arc::new(Ctx {
+            store: store.clone(),
+            data_dir: data_dir.clone(),
+        });
+        tasks.extend(controllers::spawn_all(ctx));
+        tasks.push(crate::services::spawn(store.clone()));
+        let shared = Shared::new(store.clone(), logs, data_dir.clone(), config.images.clone());
+        let kubelets = (0..config.nodes)
+            .map(|i| Kubelet::spawn(shared.clone(), node_name(i), kubelet::node_ip(i)))
+            .collect();
+        let kubeconfig = config
+            .kubeconfig
+            .clone()
+            .unwrap_or_else(|| data_dir.join("kubeconfig"));
+        write_kubeconfig(&kubeconfig, addr)?;
+        Ok(Sandbox {
+            store,
+            addr,
+            data_dir,
+            kubeconfig,
+            kubelets,
+            tasks,
+            _temp: temp,
+        })
+    }
+
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    pub fn server_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The store, for tests that look behind the API.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn node_names(&self) -> Vec<String> {
+        self.kubelets.iter().map(|k| k.node.clone()).collect()
+    }
+
+    /// Flips a node's Ready condition, with the `node.kubernetes.io/not-ready`
+    /// taint the node lifecycle controller adds. A NotReady node's kubelet
+    /// starts nothing new.
+    pub fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), crate::ApiError> {
+        self.store.modify(registry::get("nodes"), "", node, |n| {
+            let status = if ready { "True" } else { "Unknown" };
+            if let Some(conditions) = n["status"]["conditions"].as_array_mut() {
+                for c in conditions.iter_mut().filter(|c| c["type"] == "Ready") {
+                    c["status"] = json!(status);
+                    c["reason"] = json!(if ready { "KubeletReady" } else { "NodeStatusUnknown" });
+                    c["lastTransitionTime"] = json!(crate::time::now());
+                }
+            }
+            let taints = &mut n["spec"]["taints"];
+            if !taints.is_array() {
+                *taints = json!([]);
+            }
+            if let Some(list) = taints.as_array_mut() {
+                list.retain(|t| t["key"] != NOT_READY);
+                if !ready {
+                    list.push(json!({"key": NOT_READY, "effect": "NoSchedule", "timeAdded": crate::time::now()}));
+                }
+            }
+            true
+        })?;
+        Ok(())
+    }
+
+    /// Kills every container on `node` with SIGKILL, as a node crash would.
+    pub fn kill_pods_on(&self, node: &str) {
+        for k in self.kubelets.iter().filter(|k| k.node == node) {
+            k.kill_all();
+        }
+    }
+}
+
+const NOT_READY: &str = "node.kubernetes.io/not-ready";
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        // Kubelets abort their pod workers, whose processes die with them.
+        self.kubelets.clear();
+    }
+}
+
+pub fn node_name(index: usize) -> String {
+    format!("node-{}", index + 1)
+}
+
+fn bootstrap(store: &Store, config: &SandboxConfig) -> Result<(), crate::ApiError> {
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        store.create(
+            registry::get("namespaces"),
+            "",
+            json!({"metadata": {"name": ns}}),
+        )?;
+    }
+    for i in 0..config.nodes {
+        let name = node_name(i);
+        let taints: Vec<Value> = config
+            .taints
+            .iter()
+            .filter(|t| t.node == name)
+            .map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect}))
+            .collect();
+        store.create(registry::get("nodes"), "", node_object(&name, i, taints))?;
+    }
+    let class = |name: &str, provisioner: &str, mode: &str, default: bool| {
+        let mut c = json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": provisioner,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": mode,
+            "allowVolumeExpansion": true,
+        });
+        if default {
+            c["metadata"]["annotations"] =
+                json!({"storageclass.kubernetes.io/is-default-class": "true"});
+        }
+        c
+    };
+    let classes = registry::get("storageclasses");
+    store.create(
+        classes,
+        "",
+        class(CLASS_STANDARD, volumes::SHARED, "Immediate", true),
+    )?;
+    store.create(
+        classes,
+        "",
+        class(CLASS_WAIT, volumes::SHARED, "WaitForFirstConsumer", false),
+    )?;
+    store.create(
+        classes,
+        "",
+        class(CLASS_LOCAL, volumes::LOCAL, "WaitForFirstConsumer", false),
+    )?;
+    Ok(())
+}
+
+fn node_object(name: &str, index: usize, taints: Vec<Value>) -> Value {
+    let ip = kubelet::node_ip(index).to_string();
+    let now = crate::time::now();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "topology.kubernetes.io/zone": format!("zone-{}", index % 2 + 1),
+        }},
+        "spec": {"taints": taints},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+            "nodeInfo": {
+                "kubeletVersion": format!("v{}.{}.0", crate::api::MAJOR, crate::api::MINOR),
+                "kubeProxyVersion": "",
+                "osImage": "kube-sandbox",
+                "kernelVersion": "",
+                "containerRuntimeVersion": "sandbox://0.1.0",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "machineID": "", "systemUUID": "", "bootID": "",
+            },
+        },
+    })
+}
+
+fn write_kubeconfig(path: &Path, addr: SocketAddr) -> std::io::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: kube-sandbox\n    namespace: default\ncurrent-context: kube-sandbox\nusers:\n- name: kube-sandbox\n  user: {{}}\n"
+    );
+    std::fs::write(path, text)
+}

@@ -1,0 +1,151 @@
+//! ClusterIP Services: each Service port is a TCP listener on the
+//! Service's own loopback address (`127.96.0.N`, allocated at create) that
+//! forwards every connection to a ready endpoint, round-robin, as
+//! kube-proxy's rules do.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::registry;
+use crate::store::Store;
+
+/// First address of the Service range.
+pub const SERVICE_NET: [u8; 3] = [127, 96, 0];
+
+/// Runs the forwarders until aborted, following Services as they come and go.
+pub fn spawn(store: Arc<Store>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut listeners: HashMap<(String, String, SocketAddr), JoinHandle<()>> = HashMap::new();
+        let mut version = store.subscribe_version();
+        loop {
+            let (services, _) = store.list(registry::get("services"), None);
+            let wanted: Vec<(String, String, SocketAddr)> =
+                services.iter().flat_map(frontends).collect();
+            listeners.retain(|key, task| {
+                let keep = wanted.contains(key);
+                if !keep {
+                    task.abort();
+                }
+                keep
+            });
+            for key in wanted {
+                if let std::collections::hash_map::Entry::Vacant(slot) = listeners.entry(key) {
+                    let (ns, name, addr) = slot.key().clone();
+                    slot.insert(tokio::spawn(forward(store.clone(), ns, name, addr)));
+                }
+            }
+            if version.changed().await.is_err() {
+                break;
+            }
+        }
+        for task in listeners.values() {
+            task.abort();
+        }
+    })
+}
+
+/// (namespace, name, clusterIP:port) of each port of a Service.
+fn frontends(service: &Value) -> Vec<(String, String, SocketAddr)> {
+    let Some(ip) = service["spec"]["clusterIP"]
+        .as_str()
+        .and_then(|ip| ip.parse::<IpAddr>().ok())
+    else {
+        return Vec::new();
+    };
+    let ns = service["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default();
+    let name = service["metadata"]["name"].as_str().unwrap_or_default();
+    service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["protocol"].as_str().is_none_or(|p| p == "TCP"))
+        .filter_map(|p| p["port"].as_u64().and_then(|p| u16::try_from(p).ok()))
+        .map(|port| (ns.to_string(), name.to_string(), SocketAddr::new(ip, port)))
+        .collect()
+}
+
+async fn forward(store: Arc<Store>, namespace: String, name: String, frontend: SocketAddr) {
+    let listener = match TcpListener::bind(frontend).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("service {namespace}/{name}: cannot listen on {frontend}: {e}");
+            return;
+        }
+    };
+    let next = Arc::new(AtomicUsize::new(0));
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        let backends = backends(&store, &namespace, &name, frontend.port());
+        if backends.is_empty() {
+            // No ready endpoint: the connection is refused, as with no rules.
+            drop(client);
+            continue;
+        }
+        let backend = backends[next.fetch_add(1, Ordering::Relaxed) % backends.len()];
+        tokio::spawn(async move {
+            let Ok(mut upstream) = TcpStream::connect(backend).await else {
+                return;
+            };
+            let mut client = client;
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        });
+    }
+}
+
+/// Ready endpoint addresses of the Service port `port`.
+fn backends(store: &Store, namespace: &str, name: &str, port: u16) -> Vec<SocketAddr> {
+    let Ok(service) = store.get(registry::get("services"), namespace, name) else {
+        return Vec::new();
+    };
+    let Ok(endpoints) = store.get(registry::get("endpoints"), namespace, name) else {
+        return Vec::new();
+    };
+    let port_name = service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["port"].as_u64() == Some(u64::from(port)))
+        .map(|p| p["name"].clone())
+        .unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    for subset in endpoints["subsets"].as_array().into_iter().flatten() {
+        let ports = subset["ports"].as_array().cloned().unwrap_or_default();
+        let target = ports
+            .iter()
+            .find(|p| p["name"] == port_name || ports.len() == 1)
+            .and_then(|p| p["port"].as_u64())
+            .and_then(|p| u16::try_from(p).ok());
+        let Some(target) = target else { continue };
+        for address in subset["addresses"].as_array().into_iter().flatten() {
+            if let Some(ip) = address["ip"]
+                .as_str()
+                .and_then(|ip| ip.parse::<IpAddr>().ok())
+            {
+                out.push(SocketAddr::new(ip, target));
+            }
+        }
+    }
+    out
+}
+
+/// The next free Service address, given the addresses in use.
+pub fn allocate(in_use: &[&str]) -> Option<String> {
+    (1..=254u8)
+        .map(|n| {
+            format!(
+                "{}.{}.{}.{n}",
+                SERVICE_NET[0], SERVICE_NET[1], SERVICE_NET[2]
+            )
+        })
+        .find(|ip| !in_use.contains(&ip.as_str()))
+}

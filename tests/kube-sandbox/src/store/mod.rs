@@ -1,0 +1,514 @@
+//! The object store: what etcd plus the generic registry of a real API server
+//! do. Objects are JSON values keyed by resource, namespace and name; every
+//! write takes the next value of one global resourceVersion and is appended
+//! to a bounded history that watches replay from (a version older than the
+//! history answers 410 Gone, as a compacted etcd does).
+//!
+//! The HTTP layer and the controllers both write through here, so the rules
+//! (defaults, validation, optimistic concurrency, finalizers) hold for both.
+
+mod meta;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, watch};
+
+use crate::registry::{self, Resource};
+use crate::status::ApiError;
+
+pub use meta::{generate_suffix, new_uid};
+
+/// Where an object lives. `namespace` is "" for cluster-scoped resources.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key {
+    pub resource: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl ChangeType {
+    /// The watch event `type` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::Added => "ADDED",
+            ChangeType::Modified => "MODIFIED",
+            ChangeType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One write, as watches see it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub kind: ChangeType,
+    pub resource: &'static str,
+    pub namespace: String,
+    pub rv: u64,
+    pub object: Value,
+    /// The object before a modification (watches with selectors need both
+    /// sides to tell an object leaving their selection).
+    pub previous: Option<Value>,
+}
+
+/// Which part of an object an update writes: the object (status kept from
+/// the stored one, for kinds with a status subresource) or only its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Main,
+    Status,
+}
+
+/// How a DELETE ended.
+#[derive(Debug, Clone)]
+pub enum Deleted {
+    /// The object is gone; this is its last state.
+    Gone(Value),
+    /// Finalizers or a pod's grace period hold it; it now has a
+    /// deletionTimestamp.
+    Terminating(Value),
+}
+
+/// What a DELETE asks for.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// For pods: seconds before the kubelet kills the containers; `Some(0)`
+    /// removes the object at once.
+    pub grace_seconds: Option<i64>,
+    /// `Orphan` leaves dependents alone (their ownerReferences to this
+    /// object are removed); anything else lets the garbage collector
+    /// delete them.
+    pub orphan: bool,
+    /// Precondition: the object's uid.
+    pub uid: Option<String>,
+    /// Precondition: the object's resourceVersion.
+    pub resource_version: Option<String>,
+}
+
+/// A watch's start: the changes since its version, then the live stream.
+pub struct Subscription {
+    pub backlog: Vec<Arc<Change>>,
+    pub live: broadcast::Receiver<Arc<Change>>,
+}
+
+pub struct Store {
+    inner: Mutex<Inner>,
+    changes: broadcast::Sender<Arc<Change>>,
+    version: watch::Sender<u64>,
+}
+
+struct Inner {
+    objects: BTreeMap<Key, Value>,
+    rv: u64,
+    history: VecDeque<Arc<Change>>,
+    history_limit: usize,
+    /// The newest version dropped from the history: watches from before it
+    /// are too old.
+    compacted: u64,
+}
+
+impl Store {
+    /// A store that keeps the last `history_limit` changes for watches.
+    pub fn new(history_limit: usize) -> Arc<Store> {
+        let (changes, _) = broadcast::channel(16_384);
+        let (version, _) = watch::channel(0);
+        Arc::new(Store {
+            inner: Mutex::new(Inner {
+                objects: BTreeMap::new(),
+                rv: 0,
+                history: VecDeque::new(),
+                history_limit: history_limit.max(1),
+                compacted: 0,
+            }),
+            changes,
+            version,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind; keep going.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Resolves each time anything is written: controllers wait on this.
+    pub fn subscribe_version(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.lock().rv
+    }
+
+    pub fn get(&self, res: &Resource, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        let key = key(res, namespace, name);
+        self.lock()
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(res, name))
+    }
+
+    /// Every object of `res` (in `namespace`, or all when None), in name
+    /// order, with the version the list is consistent at.
+    pub fn list(&self, res: &Resource, namespace: Option<&str>) -> (Vec<Value>, u64) {
+        let inner = self.lock();
+        let items = inner
+            .objects
+            .iter()
+            .filter(|(k, _)| {
+                k.resource == res.plural && namespace.is_none_or(|ns| k.namespace == ns)
+            })
+            .map(|(_, v)| v.clone())
+            .collect();
+        (items, inner.rv)
+    }
+
+    /// Every object of every resource, for the garbage collector.
+    pub fn snapshot(&self) -> Vec<(Key, Value)> {
+        let inner = self.lock();
+        inner
+            .objects
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Typed list for the controllers; objects that do not deserialize
+    /// (a test wrote something odd) are skipped.
+    pub fn list_as<T: serde::de::DeserializeOwned>(&self, plural: &str) -> Vec<T> {
+        let (items, _) = self.list(registry::get(plural), None);
+        items
+            .into_iter()
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect()
+    }
+
+    pub fn create(
+        &self,
+        res: &'static Resource,
+        namespace: &str,
+        mut obj: Value,
+    ) -> Result<Value, ApiError> {
+        let mut inner = self.lock();
+        meta::prepare_create(res, namespace, &mut obj)?;
+        if res.namespaced {
+            let ns = key(registry::get("namespaces"), "", namespace);
+            match inner.objects.get(&ns) {
+                None => return Err(ApiError::not_found("namespaces", namespace)),
+                Some(ns) if !ns["metadata"]["deletionTimestamp"].is_null() => {
+                    return Err(ApiError::Forbidden(format!(
+                        "{} \"{}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                        res.plural,
+                        obj["metadata"]["name"].as_str().unwrap_or_default()
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        let default_class = inner.default_class();
+        registry::default_object(res, &mut obj, default_class.as_deref());
+        registry::admit(res, &mut obj);
+        if res.kind == "Service" {
+            inner.allocate_cluster_ip(&mut obj);
+        }
+        registry::validate_create(res, &obj)?;
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let key = key(res, namespace, &name);
+        if inner.objects.contains_key(&key) {
+            return Err(ApiError::AlreadyExists {
+                kind: res.plural.to_string(),
+                name,
+            });
+        }
+        Ok(self.commit(&mut inner, key, ChangeType::Added, obj))
+    }
+
+    /// PUT: replaces the object (or its status). A resourceVersion in `obj`
+    /// that is not the stored one is a 409 Conflict.
+    pub fn update(
+        &self,
+        res: &'static Resource,
+        namespace: &str,
+        name: &str,
+        obj: Value,
+        part: Part,
+    ) -> Result<Value, ApiError> {
+        let mut inner = self.lock();
+        let key = key(res, namespace, name);
+        let old = inner
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(res, name))?;
+        let new = meta::prepare_update(res, &old, obj, part)?;
+        if new == old {
+            return Ok(old);
+        }
+        let default_class = inner.default_class();
+        let mut new = new;
+        registry::default_object(res, &mut new, default_class.as_deref());
+        if part == Part::Main {
+            registry::validate_update(res, &old, &new)?;
+        }
+        Ok(self.write(&mut inner, key, new))
+    }
+
+    /// Read-modify-write without a conflict window, for the controllers.
+    /// `edit` returns false to leave the object alone.
+    pub fn modify(
+        &self,
+        res: &'static Resource,
+        namespace: &str,
+        name: &str,
+        edit: impl FnOnce(&mut Value) -> bool,
+    ) -> Result<Value, ApiError> {
+        let mut inner = self.lock();
+        let key = key(res, namespace, name);
+        let old = inner
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(res, name))?;
+        let mut new = old.clone();
+        if !edit(&mut new) || new == old {
+            return Ok(old);
+        }
+        meta::bump_generation(&old, &mut new);
+        Ok(self.write(&mut inner, key, new))
+    }
+
+    pub fn delete(
+        &self,
+        res: &'static Resource,
+        namespace: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
+        let mut inner = self.lock();
+        let key = key(res, namespace, name);
+        let old = inner
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(res, name))?;
+        meta::check_preconditions(res, &old, opts)?;
+        if opts.orphan {
+            inner.orphan_dependents(self, &old);
+        }
+        let mut obj = old.clone();
+        match meta::deletion(res, &mut obj, opts) {
+            meta::Deletion::Now => {
+                inner.objects.remove(&key);
+                let rv = inner.next_rv();
+                obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+                self.publish(&mut inner, ChangeType::Deleted, key, rv, obj.clone(), None);
+                Ok(Deleted::Gone(obj))
+            }
+            meta::Deletion::Held => {
+                if obj == old {
+                    return Ok(Deleted::Terminating(old));
+                }
+                Ok(Deleted::Terminating(self.write(&mut inner, key, obj)))
+            }
+        }
+    }
+
+    /// Starts a watch of `res` (in `namespace` or all) after version `since`;
+    /// None starts with a synthetic ADDED for every current object.
+    pub fn watch(
+        &self,
+        res: &Resource,
+        namespace: Option<&str>,
+        since: Option<u64>,
+    ) -> Result<Subscription, ApiError> {
+        let inner = self.lock();
+        let wanted =
+            |c: &Change| c.resource == res.plural && namespace.is_none_or(|ns| c.namespace == ns);
+        let backlog = match since {
+            Some(since) if since < inner.compacted => {
+                return Err(ApiError::Gone(format!(
+                    "too old resource version: {since} ({})",
+                    inner.compacted + 1
+                )))
+            }
+            Some(since) => inner
+                .history
+                .iter()
+                .filter(|c| c.rv > since && wanted(c))
+                .cloned()
+                .collect(),
+            None => inner
+                .objects
+                .iter()
+                .filter(|(k, _)| {
+                    k.resource == res.plural && namespace.is_none_or(|ns| k.namespace == ns)
+                })
+                .map(|(k, v)| {
+                    Arc::new(Change {
+                        kind: ChangeType::Added,
+                        resource: res.plural,
+                        namespace: k.namespace.clone(),
+                        rv: inner.rv,
+                        object: v.clone(),
+                        previous: None,
+                    })
+                })
+                .collect(),
+        };
+        Ok(Subscription {
+            backlog,
+            live: self.changes.subscribe(),
+        })
+    }
+
+    /// Stores `obj` under a new version (Added when new, else Modified), and
+    /// removes it instead when it is terminating and its last finalizer went.
+    fn write(&self, inner: &mut Inner, key: Key, obj: Value) -> Value {
+        let terminating = !obj["metadata"]["deletionTimestamp"].is_null();
+        if terminating && !meta::still_held(key.resource, &obj) {
+            inner.objects.remove(&key);
+            let rv = inner.next_rv();
+            let mut obj = obj;
+            obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+            self.publish(inner, ChangeType::Deleted, key, rv, obj.clone(), None);
+            return obj;
+        }
+        self.commit(inner, key, ChangeType::Modified, obj)
+    }
+
+    fn commit(&self, inner: &mut Inner, key: Key, kind: ChangeType, mut obj: Value) -> Value {
+        let rv = inner.next_rv();
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let previous = inner.objects.insert(key.clone(), obj.clone());
+        self.publish(inner, kind, key, rv, obj.clone(), previous);
+        obj
+    }
+
+    fn publish(
+        &self,
+        inner: &mut Inner,
+        kind: ChangeType,
+        key: Key,
+        rv: u64,
+        object: Value,
+        previous: Option<Value>,
+    ) {
+        let change = Arc::new(Change {
+            kind,
+            resource: key.resource,
+            namespace: key.namespace,
+            rv,
+            object,
+            previous,
+        });
+        inner.history.push_back(change.clone());
+        while inner.history.len() > inner.history_limit {
+            if let Some(dropped) = inner.history.pop_front() {
+                inner.compacted = dropped.rv;
+            }
+        }
+        // No receivers is fine: nobody is watching.
+        let _ = self.changes.send(change);
+        self.version.send_replace(rv);
+    }
+}
+
+impl Inner {
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    /// The class the DefaultStorageClass admission plugin assigns.
+    fn default_class(&self) -> Option<String> {
+        self.objects
+            .iter()
+            .filter(|(k, _)| k.resource == "storageclasses")
+            .find(|(_, v)| {
+                v["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"]
+                    == json!("true")
+            })
+            .map(|(k, _)| k.name.clone())
+    }
+
+    /// Gives a ClusterIP Service its address, as the API server's
+    /// allocator does (headless `None` stays).
+    fn allocate_cluster_ip(&self, service: &mut Value) {
+        if service["spec"]["type"] != json!("ClusterIP")
+            || service["spec"]["clusterIP"]
+                .as_str()
+                .is_some_and(|ip| !ip.is_empty())
+        {
+            return;
+        }
+        let in_use: Vec<&str> = self
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == "services")
+            .filter_map(|(_, v)| v["spec"]["clusterIP"].as_str())
+            .collect();
+        if let Some(ip) = crate::services::allocate(&in_use) {
+            service["spec"]["clusterIP"] = json!(ip);
+            service["spec"]["clusterIPs"] = json!([ip]);
+        }
+    }
+
+    /// Removes ownerReferences to `owner` from every object that has one.
+    fn orphan_dependents(&mut self, store: &Store, owner: &Value) {
+        let uid = owner["metadata"]["uid"].clone();
+        let keys: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|(_, v)| meta::owner_uids(v).any(|u| *u == uid))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            let Some(mut obj) = self.objects.get(&key).cloned() else {
+                continue;
+            };
+            if let Some(refs) = obj["metadata"]["ownerReferences"].as_array_mut() {
+                refs.retain(|r| r["uid"] != uid);
+            }
+            store.commit(self, key, ChangeType::Modified, obj);
+        }
+    }
+}
+
+fn key(res: &Resource, namespace: &str, name: &str) -> Key {
+    Key {
+        resource: res.plural,
+        namespace: if res.namespaced {
+            namespace.to_string()
+        } else {
+            String::new()
+        },
+        name: name.to_string(),
+    }
+}
+
+fn not_found(res: &Resource, name: &str) -> ApiError {
+    ApiError::not_found(&qualified(res), name)
+}
+
+/// `pods`, `deployments.apps`: how a real server names a resource in errors.
+pub fn qualified(res: &Resource) -> String {
+    if res.group.is_empty() {
+        res.plural.to_string()
+    } else {
+        format!("{}.{}", res.plural, res.group)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,369 @@
+//! Real `kubectl` against the sandbox: apply, get, describe, patch, logs -f,
+//! get -w and delete, each checked by what kubectl prints.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{kubectl, kubectl_ok, sandbox, wait_for};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const APP: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+spec:
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 1Gi
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: app
+  labels:
+    app: demo
+spec:
+  containers:
+  - name: writer
+    image: busybox:1.36
+    command: ["sh", "-c", "echo started; while true; do date >> /data/log; sleep 1; done"]
+    volumeMounts:
+    - name: data
+      mountPath: /data
+  volumes:
+  - name: data
+    persistentVolumeClaim:
+      claimName: data
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_get_describe_and_delete() {
+    let sb = sandbox().await;
+    let out = kubectl(&sb, &["apply", "--validate=false", "-f", "-"], Some(APP)).await;
+    assert!(out.ok, "apply: {}", out.stderr);
+    assert!(
+        out.stdout.contains("persistentvolumeclaim/data created"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("pod/app created"), "{}", out.stdout);
+
+    wait_for(&sb, &["get", "pvc", "data"], "{.status.phase}", "Bound").await;
+    wait_for(&sb, &["get", "pod", "app"], "{.status.phase}", "Running").await;
+
+    let table = kubectl_ok(&sb, &["get", "pods"]).await;
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..4], ["app", "1/1", "Running", "0"], "{table}");
+
+    let pvc = kubectl_ok(&sb, &["get", "pvc", "data", "--no-headers"]).await;
+    let cols: Vec<&str> = pvc.split_whitespace().collect();
+    assert_eq!(
+        (cols[0], cols[1], cols[3], cols[4], cols[5]),
+        ("data", "Bound", "1Gi", "RWO", "standard"),
+        "{pvc}"
+    );
+
+    // The app really runs: its volume directory fills up.
+    let volume = kubectl_ok(
+        &sb,
+        &["get", "pv", cols[2], "-o", "jsonpath={.spec.hostPath.path}"],
+    )
+    .await;
+    wait_until(|| {
+        std::fs::read_to_string(format!("{volume}/log")).is_ok_and(|s| s.lines().count() >= 2)
+    })
+    .await;
+
+    let described = kubectl_ok(&sb, &["describe", "pod", "app"]).await;
+    for want in [
+        "Name:",
+        "app",
+        "Status:",
+        "Running",
+        "Node:",
+        "node-",
+        "ClaimName:",
+        "data",
+        "Events:",
+        "Scheduled",
+        "Started",
+    ] {
+        assert!(
+            described.contains(want),
+            "describe lacks {want:?}:\n{described}"
+        );
+    }
+
+    let out = kubectl(&sb, &["delete", "pod", "app", "--grace-period=1"], None).await;
+    assert!(out.ok, "delete: {}", out.stderr);
+    assert!(out.stdout.contains("pod \"app\" deleted"), "{}", out.stdout);
+    let gone = kubectl(&sb, &["get", "pod", "app"], None).await;
+    assert!(!gone.ok);
+    assert!(
+        gone.stderr
+            .contains("Error from server (NotFound): pods \"app\" not found"),
+        "{}",
+        gone.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_twice_updates_in_place() {
+    let sb = sandbox().await;
+    let cm = |value: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: {value}\n  keep: \"yes\"\n")
+    };
+    let out = kubectl(
+        &sb,
+        &["apply", "--validate=false", "-f", "-"],
+        Some(&cm("fast")),
+    )
+    .await;
+    assert!(
+        out.stdout.contains("configmap/settings created"),
+        "{} {}",
+        out.stdout,
+        out.stderr
+    );
+    let out = kubectl(
+        &sb,
+        &["apply", "--validate=false", "-f", "-"],
+        Some(&cm("safe")),
+    )
+    .await;
+    assert!(
+        out.stdout.contains("configmap/settings configured"),
+        "{} {}",
+        out.stdout,
+        out.stderr
+    );
+    let data = kubectl_ok(
+        &sb,
+        &[
+            "get",
+            "cm",
+            "settings",
+            "-o",
+            "jsonpath={.data.mode} {.data.keep}",
+        ],
+    )
+    .await;
+    assert_eq!(data, "safe yes");
+    let out = kubectl(
+        &sb,
+        &["apply", "--validate=false", "-f", "-"],
+        Some(&cm("safe")),
+    )
+    .await;
+    assert!(
+        out.stdout.contains("configmap/settings unchanged"),
+        "{} {}",
+        out.stdout,
+        out.stderr
+    );
+    let out = kubectl(
+        &sb,
+        &["apply", "--server-side", "--validate=false", "-f", "-"],
+        Some(&cm("server")),
+    )
+    .await;
+    assert!(out.ok, "server-side apply: {}", out.stderr);
+    let data = kubectl_ok(
+        &sb,
+        &["get", "cm", "settings", "-o", "jsonpath={.data.mode}"],
+    )
+    .await;
+    assert_eq!(data, "server");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn patch_by_all_three_types() {
+    let sb = sandbox().await;
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "1"}},
+        "spec": {"nodeSelector": {"none": "such"}, "containers": [
+            {"name": "one", "image": "busybox:1", "command": ["sleep", "60"], "env": [{"name": "X", "value": "1"}]},
+            {"name": "two", "image": "busybox:1", "command": ["sleep", "60"]}]}}"#;
+    let out = kubectl(&sb, &["create", "--validate=false", "-f", "-"], Some(pod)).await;
+    assert!(out.ok, "create: {}", out.stderr);
+
+    kubectl_ok(
+        &sb,
+        &[
+            "patch",
+            "pod",
+            "p",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"b":"2","a":null}}}"#,
+        ],
+    )
+    .await;
+    let labels = kubectl_ok(
+        &sb,
+        &["get", "pod", "p", "-o", "jsonpath={.metadata.labels}"],
+    )
+    .await;
+    assert_eq!(labels, r#"{"b":"2"}"#);
+
+    // Strategic merge: the container list merges by name, so `one` keeps
+    // its env and `two` stays.
+    kubectl_ok(
+        &sb,
+        &[
+            "patch",
+            "pod",
+            "p",
+            "-p",
+            r#"{"spec":{"containers":[{"name":"one","image":"busybox:2"}]}}"#,
+        ],
+    )
+    .await;
+    let images = kubectl_ok(
+        &sb,
+        &[
+            "get",
+            "pod",
+            "p",
+            "-o",
+            "jsonpath={.spec.containers[*].image} {.spec.containers[0].env[0].name}",
+        ],
+    )
+    .await;
+    assert_eq!(images, "busybox:2 busybox:1 X");
+
+    kubectl_ok(
+        &sb,
+        &[
+            "patch",
+            "pod",
+            "p",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/containers/1/image","value":"busybox:3"}]"#,
+        ],
+    )
+    .await;
+    let images = kubectl_ok(
+        &sb,
+        &[
+            "get",
+            "pod",
+            "p",
+            "-o",
+            "jsonpath={.spec.containers[*].image}",
+        ],
+    )
+    .await;
+    assert_eq!(images, "busybox:2 busybox:3");
+
+    // Pod specs are immutable beyond images: the server says so.
+    let out = kubectl(
+        &sb,
+        &[
+            "patch",
+            "pod",
+            "p",
+            "-p",
+            r#"{"spec":{"containers":[{"name":"one","command":["true"]}]}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains("is invalid")
+            && out.stderr.contains("pod updates may not change fields"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_follow_until_the_container_exits() {
+    let sb = sandbox().await;
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "counter"},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox",
+        "command": ["sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done"]}]}}"#;
+    kubectl(&sb, &["create", "--validate=false", "-f", "-"], Some(pod)).await;
+    wait_for(
+        &sb,
+        &["get", "pod", "counter"],
+        "{.status.phase}",
+        "Running",
+    )
+    .await;
+    let followed = kubectl_ok(&sb, &["logs", "-f", "counter"]).await;
+    assert_eq!(followed, "line 1\nline 2\nline 3\nline 4\nline 5\n");
+    wait_for(
+        &sb,
+        &["get", "pod", "counter"],
+        "{.status.phase}",
+        "Succeeded",
+    )
+    .await;
+    let tail = kubectl_ok(&sb, &["logs", "counter", "--tail=2"]).await;
+    assert_eq!(tail, "line 4\nline 5\n");
+    let table = kubectl_ok(&sb, &["get", "pod", "counter", "--no-headers"]).await;
+    assert!(table.contains("Completed"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_watch_sees_new_pods_until_its_timeout() {
+    let sb = sandbox().await;
+    let mut watch = tokio::process::Command::new(common::kubectl_program())
+        .arg("--kubeconfig")
+        .arg(sb.kubeconfig_path())
+        .args(["get", "pods", "-w", "--request-timeout=4s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl get -w");
+    let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "watched"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "30"]}]}}"#;
+    kubectl(&sb, &["create", "--validate=false", "-f", "-"], Some(pod)).await;
+    let mut seen = Vec::new();
+    let finished = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push(line);
+        }
+    })
+    .await;
+    assert!(
+        finished.is_ok(),
+        "kubectl get -w did not end at its request timeout"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with("watched") && l.contains("Running")),
+        "{seen:#?}"
+    );
+}
+
+async fn wait_until(mut check: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("condition not reached in 30 s");
+}

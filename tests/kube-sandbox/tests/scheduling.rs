@@ -1,0 +1,320 @@
+//! Placement as a real cluster does it: ReadWriteOnce multi-attach,
+//! ReadWriteOncePod, taints, node affinity from local volumes, and
+//! WaitForFirstConsumer binding on the scheduled node.
+
+mod common;
+
+use common::{await_event, await_object, client, object, sandbox, sandbox_with};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{json, Value};
+
+fn claim(name: &str, class: &str, mode: &str) -> PersistentVolumeClaim {
+    object(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"storageClassName": class, "accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+}
+
+fn pod_with(name: &str, claim: Option<&str>, extra_spec: Value) -> Pod {
+    let mut spec =
+        json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]});
+    if let Some(claim) = claim {
+        spec["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]);
+        spec["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    }
+    for (k, v) in extra_spec.as_object().into_iter().flatten() {
+        spec[k] = v.clone();
+    }
+    object(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}))
+}
+
+fn on_node(node: &str) -> Value {
+    json!({"nodeSelector": {"kubernetes.io/hostname": node}})
+}
+
+fn phase(p: Option<&Pod>) -> Option<&str> {
+    p?.status.as_ref()?.phase.as_deref()
+}
+
+fn node_of(p: &Pod) -> Option<&str> {
+    p.spec.as_ref()?.node_name.as_deref()
+}
+
+fn waiting_reason(p: Option<&Pod>) -> Option<&str> {
+    p?.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .as_deref()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rwo_claim_in_use_on_one_node_cannot_attach_on_another() {
+    let sb = sandbox().await;
+    let client = client(&sb).await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    claims
+        .create(
+            &PostParams::default(),
+            &claim("data", "standard", "ReadWriteOnce"),
+        )
+        .await
+        .expect("claim");
+    pods.create(
+        &PostParams::default(),
+        &pod_with("app", Some("data"), on_node("node-1")),
+    )
+    .await
+    .expect("app");
+    await_object(&pods, "app", "Running", |p| phase(p) == Some("Running")).await;
+
+    pods.create(
+        &PostParams::default(),
+        &pod_with("intruder", Some("data"), on_node("node-2")),
+    )
+    .await
+    .expect("intruder");
+    let message = await_event(&client, "default", "intruder", "FailedAttachVolume").await;
+    assert!(
+        message.starts_with("Multi-Attach error for volume"),
+        "{message}"
+    );
+    assert!(
+        message.contains("Volume is already used by pod(s) app"),
+        "{message}"
+    );
+    let intruder = pods.get("intruder").await.expect("intruder");
+    assert_eq!(
+        node_of(&intruder),
+        Some("node-2"),
+        "scheduled: RWO is not a scheduler filter"
+    );
+    assert_eq!(
+        (phase(Some(&intruder)), waiting_reason(Some(&intruder))),
+        (Some("Pending"), Some("ContainerCreating"))
+    );
+
+    // A second pod on the same node shares the volume.
+    pods.create(
+        &PostParams::default(),
+        &pod_with("sidecar", Some("data"), on_node("node-1")),
+    )
+    .await
+    .expect("sidecar");
+    await_object(&pods, "sidecar", "Running", |p| phase(p) == Some("Running")).await;
+
+    // Once the app pods are gone, the intruder attaches and runs.
+    for name in ["app", "sidecar"] {
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await
+            .expect("delete");
+    }
+    await_object(&pods, "intruder", "Running", |p| {
+        phase(p) == Some("Running")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rwop_claim_refuses_a_second_pod_even_on_the_same_node() {
+    let sb = sandbox().await;
+    let client = client(&sb).await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    claims
+        .create(
+            &PostParams::default(),
+            &claim("solo", "standard", "ReadWriteOncePod"),
+        )
+        .await
+        .expect("claim");
+    pods.create(
+        &PostParams::default(),
+        &pod_with("first", Some("solo"), on_node("node-1")),
+    )
+    .await
+    .expect("first");
+    await_object(&pods, "first", "Running", |p| phase(p) == Some("Running")).await;
+    pods.create(
+        &PostParams::default(),
+        &pod_with("second", Some("solo"), on_node("node-1")),
+    )
+    .await
+    .expect("second");
+    let message = await_event(&client, "default", "second", "FailedScheduling").await;
+    assert!(message.contains("ReadWriteOncePod"), "{message}");
+    let second = pods.get("second").await.expect("second");
+    assert_eq!(
+        (node_of(&second), phase(Some(&second))),
+        (None, Some("Pending"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn taints_keep_pods_off_unless_tolerated() {
+    let sb = sandbox_with(vec!["node-3:dedicated=db:NoSchedule"
+        .parse()
+        .expect("taint")])
+    .await;
+    let client = client(&sb).await;
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    pods.create(
+        &PostParams::default(),
+        &pod_with("plain", None, on_node("node-3")),
+    )
+    .await
+    .expect("plain");
+    let message = await_event(&client, "default", "plain", "FailedScheduling").await;
+    assert!(message.starts_with("0/3 nodes are available:"), "{message}");
+    assert!(
+        message.contains("1 node(s) had untolerated taint {dedicated: db}"),
+        "{message}"
+    );
+    assert!(
+        message.contains("2 node(s) didn't match Pod's node affinity/selector"),
+        "{message}"
+    );
+
+    let mut spec = on_node("node-3");
+    spec["tolerations"] =
+        json!([{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}]);
+    pods.create(&PostParams::default(), &pod_with("tolerant", None, spec))
+        .await
+        .expect("tolerant");
+    await_object(&pods, "tolerant", "Running on node-3", |p| {
+        phase(p) == Some("Running") && p.and_then(node_of) == Some("node-3")
+    })
+    .await;
+
+    // A NotReady node takes no new pods.
+    sb.set_node_ready("node-1", false).expect("node-1 down");
+    for i in 0..4 {
+        pods.create(
+            &PostParams::default(),
+            &pod_with(&format!("spread-{i}"), None, json!({})),
+        )
+        .await
+        .expect("pod");
+    }
+    for i in 0..4 {
+        await_object(&pods, &format!("spread-{i}"), "Running off node-1", |p| {
+            phase(p) == Some("Running") && p.and_then(node_of) == Some("node-2")
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn local_volumes_pin_their_pods_and_wait_for_the_first_consumer() {
+    let sb = sandbox().await;
+    let client = client(&sb).await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    claims
+        .create(
+            &PostParams::default(),
+            &claim("local-data", "local", "ReadWriteOnce"),
+        )
+        .await
+        .expect("claim");
+    let message = await_event(&client, "default", "local-data", "WaitForFirstConsumer").await;
+    assert_eq!(
+        message,
+        "waiting for first consumer to be created before binding"
+    );
+    assert_eq!(
+        claims
+            .get("local-data")
+            .await
+            .expect("claim")
+            .status
+            .and_then(|s| s.phase)
+            .as_deref(),
+        Some("Pending")
+    );
+
+    pods.create(
+        &PostParams::default(),
+        &pod_with("first", Some("local-data"), json!({})),
+    )
+    .await
+    .expect("pod");
+    await_object(&pods, "first", "Running", |p| phase(p) == Some("Running")).await;
+    let first = pods.get("first").await.expect("pod");
+    let node = node_of(&first).expect("scheduled").to_string();
+    let bound = claims.get("local-data").await.expect("claim");
+    let annotations = bound.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("volume.kubernetes.io/selected-node"),
+        Some(&node)
+    );
+    let pv_name = bound.spec.and_then(|s| s.volume_name).expect("bound");
+    let pv = volumes.get(&pv_name).await.expect("pv");
+    let affinity = serde_json::to_value(pv.spec.and_then(|s| s.node_affinity)).expect("json");
+    assert_eq!(
+        affinity["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
+        json!([node])
+    );
+
+    // Its next consumer lands on the same node, however busy that node is.
+    for i in 0..3 {
+        pods.create(
+            &PostParams::default(),
+            &pod_with(&format!("filler-{i}"), None, on_node(&node)),
+        )
+        .await
+        .expect("filler");
+    }
+    pods.delete("first", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
+    await_object(&pods, "first", "gone", |p| p.is_none()).await;
+    pods.create(
+        &PostParams::default(),
+        &pod_with("second", Some("local-data"), json!({})),
+    )
+    .await
+    .expect("pod");
+    await_object(&pods, "second", "Running on the volume's node", |p| {
+        phase(p) == Some("Running") && p.and_then(node_of) == Some(node.as_str())
+    })
+    .await;
+
+    // WaitForFirstConsumer on shared storage binds where the pod went.
+    claims
+        .create(
+            &PostParams::default(),
+            &claim("late", "standard-wffc", "ReadWriteOnce"),
+        )
+        .await
+        .expect("claim");
+    pods.create(
+        &PostParams::default(),
+        &pod_with("consumer", Some("late"), on_node("node-2")),
+    )
+    .await
+    .expect("pod");
+    await_object(&claims, "late", "Bound", |c| {
+        c.and_then(|c| c.status.as_ref()?.phase.as_deref()) == Some("Bound")
+    })
+    .await;
+    let late = claims.get("late").await.expect("claim");
+    assert_eq!(
+        late.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("volume.kubernetes.io/selected-node")
+            .map(String::as_str),
+        Some("node-2")
+    );
+}
