@@ -2,9 +2,10 @@
 //! kubelets and service forwarders, plus the objects a fresh cluster has
 //! (namespaces, nodes, storage classes).
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -89,6 +90,8 @@ pub struct Sandbox {
     kubeconfig: PathBuf,
     kubelets: Vec<Kubelet>,
     tasks: Vec<JoinHandle<()>>,
+    /// Holds the sandbox's loopback block against other sandboxes.
+    _block: std::net::TcpListener,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -109,8 +112,9 @@ impl Sandbox {
         };
         std::fs::create_dir_all(data_dir.join("volumes"))?;
         std::fs::create_dir_all(data_dir.join("pods"))?;
-        let store = Store::new(config.watch_history);
-        bootstrap(&store, &config).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let (block, reservation) = claim_block()?;
+        let store = Store::with_block(config.watch_history, block);
+        bootstrap(&store, &config, block).map_err(|e| std::io::Error::other(e.to_string()))?;
         let listener = TcpListener::bind(("127.0.0.1", config.port)).await?;
         let addr = listener.local_addr()?;
         let logs = Arc::new(LogIndex::default());
@@ -126,9 +130,10 @@ impl Sandbox {
         });
         tasks.extend(controllers::spawn_all(ctx));
         tasks.push(crate::services::spawn(store.clone()));
-        let shared = Shared::new(store.clone(), logs, data_dir.clone(), config.images.clone());
+        let images = config.images.clone();
+        let shared = Shared::new(store.clone(), logs, data_dir.clone(), images, block);
         let kubelets = (0..config.nodes)
-            .map(|i| Kubelet::spawn(shared.clone(), node_name(i), kubelet::node_ip(i)))
+            .map(|i| Kubelet::spawn(shared.clone(), node_name(i), kubelet::node_ip(block, i)))
             .collect();
         let kubeconfig = config
             .kubeconfig
@@ -142,6 +147,7 @@ impl Sandbox {
             kubeconfig,
             kubelets,
             tasks,
+            _block: reservation,
             _temp: temp,
         })
     }
@@ -215,11 +221,35 @@ impl Drop for Sandbox {
     }
 }
 
+/// Picks a loopback block `127.B.0.0/16` that no other sandbox on this
+/// machine uses, and holds it by listening on `127.B.0.1:1` (a port nothing
+/// else binds). Pod, node and Service addresses come from it, so the
+/// sandboxes of tests running side by side never share an address.
+fn claim_block() -> std::io::Result<(u8, std::net::TcpListener)> {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let seed = (std::process::id() ^ nanos) as usize;
+    let mut last = std::io::Error::other("no free loopback block");
+    for i in 0..BLOCKS {
+        let block = (FIRST_BLOCK + (seed + i * 7) % BLOCKS) as u8;
+        match std::net::TcpListener::bind((Ipv4Addr::new(127, block, 0, 1), 1)) {
+            Ok(listener) => return Ok((block, listener)),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Blocks 127.10 to 127.249: clear of 127.0 (where the API listens).
+const FIRST_BLOCK: usize = 10;
+const BLOCKS: usize = 240;
+
 pub fn node_name(index: usize) -> String {
     format!("node-{}", index + 1)
 }
 
-fn bootstrap(store: &Store, config: &SandboxConfig) -> Result<(), crate::ApiError> {
+fn bootstrap(store: &Store, config: &SandboxConfig, block: u8) -> Result<(), crate::ApiError> {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         store.create(
             registry::get("namespaces"),
@@ -235,7 +265,11 @@ fn bootstrap(store: &Store, config: &SandboxConfig) -> Result<(), crate::ApiErro
             .filter(|t| t.node == name)
             .map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect}))
             .collect();
-        store.create(registry::get("nodes"), "", node_object(&name, i, taints))?;
+        store.create(
+            registry::get("nodes"),
+            "",
+            node_object(&name, i, kubelet::node_ip(block, i), taints),
+        )?;
     }
     let class = |name: &str, provisioner: &str, mode: &str, default: bool| {
         let mut c = json!({
@@ -272,8 +306,8 @@ fn bootstrap(store: &Store, config: &SandboxConfig) -> Result<(), crate::ApiErro
     Ok(())
 }
 
-fn node_object(name: &str, index: usize, taints: Vec<Value>) -> Value {
-    let ip = kubelet::node_ip(index).to_string();
+fn node_object(name: &str, index: usize, ip: Ipv4Addr, taints: Vec<Value>) -> Value {
+    let ip = ip.to_string();
     let now = crate::time::now();
     json!({
         "apiVersion": "v1",

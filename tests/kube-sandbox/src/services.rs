@@ -1,5 +1,5 @@
 //! ClusterIP Services: each Service port is a TCP listener on the
-//! Service's own loopback address (`127.96.0.N`, allocated at create) that
+//! Service's own loopback address (`127.B.255.N`, allocated at create) that
 //! forwards every connection to a ready endpoint, round-robin, as
 //! kube-proxy's rules do.
 
@@ -14,9 +14,6 @@ use tokio::task::JoinHandle;
 
 use crate::registry;
 use crate::store::Store;
-
-/// First address of the Service range.
-pub const SERVICE_NET: [u8; 3] = [127, 96, 0];
 
 /// Runs the forwarders until aborted, following Services as they come and go.
 pub fn spawn(store: Arc<Store>) -> JoinHandle<()> {
@@ -138,14 +135,10 @@ fn backends(store: &Store, namespace: &str, name: &str, port: u16) -> Vec<Socket
     out
 }
 
-/// The next free Service address, given the addresses in use.
-pub fn allocate(in_use: &[&str]) -> Option<String> {
+/// The next free Service address in the sandbox's block (`127.B.255.N`),
+/// given the addresses in use.
+pub fn allocate(block: u8, in_use: &[&str]) -> Option<String> {
     (1..=254u8)
-        .map(|n| {
-            format!(
-                "{}.{}.{}.{n}",
-                SERVICE_NET[0], SERVICE_NET[1], SERVICE_NET[2]
-            )
-        })
+        .map(|n| format!("127.{block}.255.{n}"))
         .find(|ip| !in_use.contains(&ip.as_str()))
 }

@@ -54,18 +54,24 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Pod IPs come from the loopback block `127.block.0.0/16`.
     pub fn new(
         store: Arc<Store>,
         logs: Arc<LogIndex>,
         data_dir: PathBuf,
         images: Vec<ImageMapping>,
+        block: u8,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             store,
             logs,
             data_dir,
             images,
-            ips: Mutex::new(IpPool::default()),
+            ips: Mutex::new(IpPool {
+                block,
+                next: 0,
+                free: Vec::new(),
+            }),
         })
     }
 
@@ -84,9 +90,10 @@ impl Shared {
     }
 }
 
-/// Pod IPs: distinct loopback addresses `127.244.X.Y`.
-#[derive(Default)]
+/// Pod IPs: distinct loopback addresses `127.B.X.Y` (X from 1) of the
+/// sandbox's block.
 struct IpPool {
+    block: u8,
     next: u32,
     free: Vec<Ipv4Addr>,
 }
@@ -96,9 +103,10 @@ impl IpPool {
         if let Some(ip) = self.free.pop() {
             return ip;
         }
-        self.next += 1;
+        // X.Y from 1.1 on: no .0 or .255 octets.
         let n = self.next;
-        Ipv4Addr::new(127, 244, (n >> 8) as u8, (n & 0xff) as u8)
+        self.next += 1;
+        Ipv4Addr::new(127, self.block, (1 + n / 254) as u8, (1 + n % 254) as u8)
     }
 
     fn release(&mut self, ip: Ipv4Addr) {
@@ -106,9 +114,9 @@ impl IpPool {
     }
 }
 
-/// A node's address (its kubelet's `hostIP`): `127.100.0.N`.
-pub fn node_ip(index: usize) -> Ipv4Addr {
-    Ipv4Addr::new(127, 100, 0, (index + 1) as u8)
+/// A node's address (its kubelet's `hostIP`): `127.B.0.N`.
+pub fn node_ip(block: u8, index: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, block, 0, (index + 1) as u8)
 }
 
 /// One container's log file and whether the container has exited.

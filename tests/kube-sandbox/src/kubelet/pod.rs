@@ -399,7 +399,7 @@ impl Worker {
                     self.event(&pod, EventType::Normal, "Killing", &format!("Stopping container {name}"));
                     (process.stop(grace).await, true)
                 }
-                _ = kill.changed() => (process.stop(Duration::ZERO).await, false),
+                _ = kill.changed() => (process.kill().await, false),
             };
             finished_tx.send_replace(true);
             run += 1;

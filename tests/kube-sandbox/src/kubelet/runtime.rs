@@ -245,6 +245,12 @@ impl Process {
         self.wait().await
     }
 
+    /// `SIGKILL` to the whole group at once, as when a node dies.
+    pub async fn kill(&mut self) -> Exit {
+        self.signal_group(Signal::KILL);
+        self.wait().await
+    }
+
     fn signal_group(&self, signal: Signal) {
         let reaped = self.reaped.lock().unwrap_or_else(PoisonError::into_inner);
         if !*reaped {

@@ -280,7 +280,21 @@ fn validate_workload(spec: &Value) -> Option<String> {
             return Some("spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`".into());
         }
     }
-    validate_pod_spec(&spec["template"]["spec"]).map(|m| format!("spec.template.{m}"))
+    // A StatefulSet's claim templates are volumes its pods mount too.
+    let mut pod_spec = spec["template"]["spec"].clone();
+    for t in spec["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if !pod_spec["volumes"].is_array() {
+            pod_spec["volumes"] = json!([]);
+        }
+        if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
+            volumes.push(json!({"name": t["metadata"]["name"]}));
+        }
+    }
+    validate_pod_spec(&pod_spec).map(|m| format!("spec.template.{m}"))
 }
 
 /// Checks an update against the fields Kubernetes forbids changing.

@@ -20,6 +20,9 @@ use crate::status::ApiError;
 
 pub use meta::{generate_suffix, new_uid};
 
+/// The loopback block of a store made without one.
+pub const DEFAULT_BLOCK: u8 = 96;
+
 /// Where an object lives. `namespace` is "" for cluster-scoped resources.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key {
@@ -113,11 +116,18 @@ struct Inner {
     /// The newest version dropped from the history: watches from before it
     /// are too old.
     compacted: u64,
+    /// The sandbox's loopback block `127.B.0.0/16` (Service addresses).
+    block: u8,
 }
 
 impl Store {
     /// A store that keeps the last `history_limit` changes for watches.
     pub fn new(history_limit: usize) -> Arc<Store> {
+        Store::with_block(history_limit, DEFAULT_BLOCK)
+    }
+
+    /// A store whose Services get addresses in `127.block.255.0/24`.
+    pub fn with_block(history_limit: usize, block: u8) -> Arc<Store> {
         let (changes, _) = broadcast::channel(16_384);
         let (version, _) = watch::channel(0);
         Arc::new(Store {
@@ -127,6 +137,7 @@ impl Store {
                 history: VecDeque::new(),
                 history_limit: history_limit.max(1),
                 compacted: 0,
+                block,
             }),
             changes,
             version,
@@ -458,7 +469,7 @@ impl Inner {
             .filter(|(k, _)| k.resource == "services")
             .filter_map(|(_, v)| v["spec"]["clusterIP"].as_str())
             .collect();
-        if let Some(ip) = crate::services::allocate(&in_use) {
+        if let Some(ip) = crate::services::allocate(self.block, &in_use) {
             service["spec"]["clusterIP"] = json!(ip);
             service["spec"]["clusterIPs"] = json!([ip]);
         }

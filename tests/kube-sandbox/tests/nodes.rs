@@ -1,0 +1,152 @@
+//! What the kubelets and the service forwarders do: a crashed node's
+//! containers restart, deletion sends SIGTERM within the grace period, and
+//! a ClusterIP Service reaches a ready pod.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{await_object, client, object, sandbox};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn running(p: Option<&Pod>) -> bool {
+    p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some("Running")
+        && p.and_then(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()?
+                .state
+                .as_ref()?
+                .running
+                .as_ref()
+        })
+        .is_some()
+}
+
+fn restarts(p: Option<&Pod>) -> i32 {
+    p.and_then(|p| {
+        Some(
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()?
+                .restart_count,
+        )
+    })
+    .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_nodes_containers_restart_by_policy() {
+    let sb = sandbox().await;
+    let pods: Api<Pod> = Api::default_namespaced(client(&sb).await);
+    for (name, policy) in [("always", "Always"), ("never", "Never")] {
+        let pod: Pod = object(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+            "restartPolicy": policy, "nodeName": "node-2",
+            "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]}}),
+        );
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("pod");
+        await_object(&pods, name, "Running", running).await;
+    }
+    sb.kill_pods_on("node-2");
+    await_object(&pods, "always", "restarted", |p| {
+        running(p) && restarts(p) == 1
+    })
+    .await;
+    let always = pods.get("always").await.expect("pod");
+    let last = always
+        .status
+        .and_then(|s| s.container_statuses)
+        .expect("statuses")[0]
+        .last_state
+        .clone()
+        .and_then(|s| s.terminated)
+        .expect("last terminated state");
+    assert_eq!(last.exit_code, 137);
+    await_object(&pods, "never", "Failed", |p| {
+        p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some("Failed")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deletion_sends_sigterm_and_waits_for_the_grace_period() {
+    let sb = sandbox().await;
+    let pods: Api<Pod> = Api::default_namespaced(client(&sb).await);
+    let marker = sb.data_dir().join("marker");
+    std::fs::create_dir_all(&marker).expect("marker dir");
+    let pod: Pod = object(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "graceful"}, "spec": {
+        "terminationGracePeriodSeconds": 20,
+        "containers": [{"name": "c", "image": "busybox",
+            "command": ["sh", "-c", "trap 'echo term > /out/signal; exit 0' TERM; while true; do sleep 0.1; done"],
+            "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+        "volumes": [{"name": "out", "hostPath": {"path": marker.to_string_lossy()}}]}}),
+    );
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    await_object(&pods, "graceful", "Running", running).await;
+    let deleting = pods
+        .delete("graceful", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let terminating = deleting.left().expect("terminating, not gone at once");
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(20));
+    await_object(&pods, "graceful", "gone", |p| p.is_none()).await;
+    assert_eq!(
+        std::fs::read_to_string(marker.join("signal")).expect("the trap ran"),
+        "term\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_ip_services_reach_ready_pods() {
+    let sb = sandbox().await;
+    let client = client(&sb).await;
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let services: Api<Service> = Api::default_namespaced(client.clone());
+    let pod: Pod = object(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "echo", "labels": {"app": "echo"}}, "spec": {
+        "containers": [{"name": "c", "image": "python:3",
+            "command": ["python3", "-c", "import socket,os\ns=socket.create_server((os.environ['POD_IP'], 8080))\nwhile True:\n    c,_=s.accept(); c.sendall(b'hello from '+os.environ['HOSTNAME'].encode()); c.close()"],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "ports": [{"name": "echo", "containerPort": 8080}]}]}}),
+    );
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    let service: Service = object(
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo"},
+        "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": "echo"}]}}),
+    );
+    let created = services
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("service");
+    let ip = created.spec.and_then(|s| s.cluster_ip).expect("cluster IP");
+    assert!(ip.starts_with("127.") && ip.contains(".255."), "{ip}");
+    await_object(&pods, "echo", "Running", running).await;
+    let mut reply = String::new();
+    for _ in 0..100 {
+        reply.clear();
+        if let Ok(mut conn) = tokio::net::TcpStream::connect((ip.as_str(), 80)).await {
+            let _ = conn.write_all(b"hi").await;
+            let _ = conn.read_to_string(&mut reply).await;
+            if !reply.is_empty() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(reply, "hello from echo");
+}
