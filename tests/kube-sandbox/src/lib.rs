@@ -18,6 +18,7 @@ pub mod selector;
 pub mod services;
 pub mod status;
 pub mod store;
+pub mod task;
 pub mod time;
 
 pub use sandbox::{Sandbox, SandboxConfig};

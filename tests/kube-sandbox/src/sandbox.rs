@@ -9,13 +9,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 
 use crate::api::{self, Api};
 use crate::controllers::{self, volumes, Ctx};
 use crate::kubelet::{self, ImageMapping, Kubelet, LogIndex, Shared};
 use crate::registry;
 use crate::store::Store;
+use crate::task::Owned;
 
 /// A taint on a node, as `kubectl taint` writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub struct Sandbox {
     data_dir: PathBuf,
     kubeconfig: PathBuf,
     kubelets: Vec<Kubelet>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Vec<Owned>,
     /// Holds the sandbox's loopback block against other sandboxes.
     _block: std::net::TcpListener,
     _temp: Option<tempfile::TempDir>,
@@ -213,11 +213,9 @@ const NOT_READY: &str = "node.kubernetes.io/not-ready";
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-        // Kubelets abort their pod workers, whose processes die with them.
+        // Kubelets first: their pod workers, and the containers with them.
         self.kubelets.clear();
+        self.tasks.clear();
     }
 }
 

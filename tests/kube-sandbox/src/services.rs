@@ -10,39 +10,32 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 use crate::registry;
 use crate::store::Store;
+use crate::task::Owned;
 
-/// Runs the forwarders until aborted, following Services as they come and go.
-pub fn spawn(store: Arc<Store>) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut listeners: HashMap<(String, String, SocketAddr), JoinHandle<()>> = HashMap::new();
+/// Runs the forwarders, following Services as they come and go, until the
+/// returned task is dropped.
+pub fn spawn(store: Arc<Store>) -> Owned {
+    Owned::spawn(async move {
+        let mut listeners: HashMap<(String, String, SocketAddr), Owned> = HashMap::new();
         let mut version = store.subscribe_version();
         loop {
             let (services, _) = store.list(registry::get("services"), None);
             let wanted: Vec<(String, String, SocketAddr)> =
                 services.iter().flat_map(frontends).collect();
-            listeners.retain(|key, task| {
-                let keep = wanted.contains(key);
-                if !keep {
-                    task.abort();
-                }
-                keep
-            });
+            // A dropped forwarder stops listening.
+            listeners.retain(|key, _| wanted.contains(key));
             for key in wanted {
                 if let std::collections::hash_map::Entry::Vacant(slot) = listeners.entry(key) {
                     let (ns, name, addr) = slot.key().clone();
-                    slot.insert(tokio::spawn(forward(store.clone(), ns, name, addr)));
+                    slot.insert(Owned::spawn(forward(store.clone(), ns, name, addr)));
                 }
             }
             if version.changed().await.is_err() {
                 break;
             }
-        }
-        for task in listeners.values() {
-            task.abort();
         }
     })
 }

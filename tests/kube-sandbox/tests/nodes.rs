@@ -150,3 +150,39 @@ async fn cluster_ip_services_reach_ready_pods() {
     }
     assert_eq!(reply, "hello from echo");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_the_sandbox_kills_its_pods() {
+    let sb = sandbox().await;
+    let pods: Api<Pod> = Api::default_namespaced(client(&sb).await);
+    let pod: Pod = object(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "orphan"}, "spec": {
+        "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 300 & wait"]}]}}),
+    );
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    await_object(&pods, "orphan", "Running", running).await;
+    let id = pods
+        .get("orphan")
+        .await
+        .expect("pod")
+        .status
+        .and_then(|s| s.container_statuses)
+        .expect("statuses")[0]
+        .container_id
+        .clone()
+        .expect("container id");
+    let pid = id.strip_prefix("sandbox://").expect("sandbox id");
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    assert!(proc_dir.exists());
+    drop(sb);
+    // The runtime goes on; the container must not.
+    for _ in 0..100 {
+        if !proc_dir.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("pid {pid} outlived its sandbox");
+}

@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use crate::kubelet::LogIndex;
 use crate::status::ApiError;
 use crate::store::Store;
+use crate::task::Owned;
 use request::{Path, Query};
 
 /// What every request handler shares.
@@ -33,13 +34,13 @@ pub struct Api {
     pub addr: SocketAddr,
 }
 
-/// Serves the API on `listener` until the returned task is aborted.
-pub fn serve(listener: TcpListener, api: Arc<Api>) -> tokio::task::JoinHandle<()> {
+/// Serves the API on `listener` until the returned task is dropped.
+pub fn serve(listener: TcpListener, api: Arc<Api>) -> Owned {
     let app = Router::new()
         .fallback(handle)
         .layer(DefaultBodyLimit::max(16 << 20))
         .with_state(api);
-    tokio::spawn(async move {
+    Owned::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!("API server stopped: {e}");
         }

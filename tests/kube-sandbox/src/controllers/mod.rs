@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::store::Store;
+use crate::task::Owned;
 
 /// What the controllers share.
 pub struct Ctx {
@@ -33,12 +34,8 @@ pub type Reconcile = fn(&Ctx);
 
 /// Runs `reconcile` after every change to the store (changes that arrive
 /// while it runs are folded into the next pass) and at least every second.
-pub fn spawn(
-    name: &'static str,
-    ctx: Arc<Ctx>,
-    reconcile: Reconcile,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+pub fn spawn(name: &'static str, ctx: Arc<Ctx>, reconcile: Reconcile) -> Owned {
+    Owned::spawn(async move {
         let mut version = ctx.store.subscribe_version();
         loop {
             let pass = {
@@ -59,7 +56,7 @@ pub fn spawn(
 }
 
 /// Starts every controller.
-pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<tokio::task::JoinHandle<()>> {
+pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
     vec![
         spawn("namespaces", ctx.clone(), namespaces::reconcile),
         spawn("garbage-collector", ctx.clone(), gc::reconcile),

@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::store::Store;
+use crate::task::Owned;
 
 /// An image the kubelet "runs" with a locally built binary: containers of
 /// `image` (any tag) get `binary` at `/volmig/bin/<file name>`, first in
@@ -165,14 +165,18 @@ pub struct Kubelet {
     pub node: String,
     /// Bumped to SIGKILL every container on the node at once (a crash).
     kill: watch::Sender<u64>,
-    task: JoinHandle<()>,
+    _task: Owned,
 }
 
 impl Kubelet {
     pub fn spawn(shared: Arc<Shared>, node: String, host_ip: Ipv4Addr) -> Kubelet {
         let (kill, _) = watch::channel(0);
-        let task = tokio::spawn(run(shared, node.clone(), host_ip, kill.clone()));
-        Kubelet { node, kill, task }
+        let task = Owned::spawn(run(shared, node.clone(), host_ip, kill.clone()));
+        Kubelet {
+            node,
+            kill,
+            _task: task,
+        }
     }
 
     /// Kills every container process on this node with SIGKILL, as a node
@@ -183,14 +187,8 @@ impl Kubelet {
     }
 }
 
-impl Drop for Kubelet {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 async fn run(shared: Arc<Shared>, node: String, host_ip: Ipv4Addr, kill: watch::Sender<u64>) {
-    let mut workers: HashMap<String, JoinHandle<()>> = HashMap::new();
+    let mut workers: HashMap<String, Owned> = HashMap::new();
     let mut version = shared.store.subscribe_version();
     let pods = crate::registry::get("pods");
     loop {
@@ -219,7 +217,7 @@ async fn run(shared: Arc<Shared>, node: String, host_ip: Ipv4Addr, kill: watch::
             };
             let worker =
                 pod::Worker::new(shared.clone(), node.clone(), host_ip, id, kill.subscribe());
-            workers.insert(uid, tokio::spawn(worker.run()));
+            workers.insert(uid, Owned::spawn(worker.run()));
         }
         // A finished worker's pod is gone; forget it once it is.
         workers.retain(|uid, task| {
@@ -230,7 +228,5 @@ async fn run(shared: Arc<Shared>, node: String, host_ip: Ipv4Addr, kill: watch::
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
-    for task in workers.values() {
-        task.abort();
-    }
+    // Dropping `workers` aborts them, and their containers die with them.
 }

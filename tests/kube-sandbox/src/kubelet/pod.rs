@@ -17,6 +17,7 @@ use crate::controllers::placement::{self, Cluster};
 use crate::events::{self, EventType, Source};
 use crate::registry;
 use crate::store::DeleteOptions;
+use crate::task::Owned;
 
 /// Where a mapped image's binary appears in its containers.
 const MAPPED_BIN: &str = "/volmig/bin";
@@ -142,7 +143,7 @@ impl Worker {
             let worker = self.clone();
             let volumes = volumes.clone();
             let stop = stop_rx.clone();
-            tasks.push(tokio::spawn(async move {
+            tasks.push(Owned::spawn(async move {
                 worker.run_container(index, spec, volumes, stop).await
             }));
         }
@@ -165,7 +166,7 @@ impl Worker {
         };
         stop_tx.send_replace(Some(grace));
         for task in tasks {
-            let _ = task.await;
+            task.join().await;
         }
         self.publish();
         self.shared.release_ip(ip);
