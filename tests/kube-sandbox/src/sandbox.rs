@@ -173,9 +173,13 @@ impl Sandbox {
         self.kubelets.iter().map(|k| k.node.clone()).collect()
     }
 
-    /// Flips a node's Ready condition, with the `node.kubernetes.io/not-ready`
-    /// taint the node lifecycle controller adds. A NotReady node's kubelet
-    /// starts nothing new.
+    /// Flips a node's Ready condition, as a node that stops (or resumes)
+    /// reporting: Unknown with the `node.kubernetes.io/unreachable` taint,
+    /// and its pods marked not Ready, as the node lifecycle controller does.
+    /// While the node is unreachable its kubelet starts nothing, reports
+    /// nothing and confirms no deletion (its pods stay Terminating until it
+    /// is back or they are force-deleted); its processes go on unless
+    /// [`Sandbox::kill_pods_on`] kills them.
     pub fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), crate::ApiError> {
         self.store.modify(registry::get("nodes"), "", node, |n| {
             let status = if ready { "True" } else { "Unknown" };
@@ -191,14 +195,31 @@ impl Sandbox {
                 *taints = json!([]);
             }
             if let Some(list) = taints.as_array_mut() {
-                list.retain(|t| t["key"] != NOT_READY);
+                list.retain(|t| t["key"] != UNREACHABLE);
                 if !ready {
-                    list.push(json!({"key": NOT_READY, "effect": "NoSchedule", "timeAdded": crate::time::now()}));
+                    list.push(json!({"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": crate::time::now()}));
                 }
             }
             true
         })?;
+        if !ready {
+            self.mark_pods_not_ready(node);
+        }
         Ok(())
+    }
+
+    fn mark_pods_not_ready(&self, node: &str) {
+        let pods = registry::get("pods");
+        let (all, _) = self.store.list(pods, None);
+        for pod in all.iter().filter(|p| p["spec"]["nodeName"] == json!(node)) {
+            let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            let _ = self.store.modify(pods, ns, name, |p| {
+                let condition =
+                    json!({"type": "Ready", "status": "False", "reason": "NodeNotReady"});
+                crate::controllers::scheduler::set_condition(p, condition)
+            });
+        }
     }
 
     /// Kills every container on `node` with SIGKILL, as a node crash would.
@@ -209,7 +230,7 @@ impl Sandbox {
     }
 }
 
-const NOT_READY: &str = "node.kubernetes.io/not-ready";
+const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
 impl Drop for Sandbox {
     fn drop(&mut self) {

@@ -28,7 +28,7 @@ fn mover_pod(name: &str, claim: &str, role: &str, files: &[String], args: Value)
         .filter(|f| !f.contains("sender") && !f.contains("receiver") || f.contains(role))
         .map(|f| json!({"key": f, "path": f}))
         .collect();
-    object(json!({
+    let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "mover"}},
         "spec": {
             "restartPolicy": "Never",
@@ -47,7 +47,15 @@ fn mover_pod(name: &str, claim: &str, role: &str, files: &[String], args: Value)
                 {"name": "tls", "secret": {"secretName": "op-keys", "defaultMode": 0o400, "items": items}},
             ],
         },
-    }))
+    });
+    if role == "receiver" {
+        // Ready once it listens; the probe's bare TCP connections are
+        // refused by the receiver's TLS and must not end it.
+        pod["spec"]["containers"][0]["ports"] = json!([{"name": "mover", "containerPort": 7000}]);
+        pod["spec"]["containers"][0]["readinessProbe"] =
+            json!({"tcpSocket": {"port": "mover"}, "periodSeconds": 1});
+    }
+    object(pod)
 }
 
 fn phase(p: Option<&Pod>) -> Option<&str> {
@@ -170,8 +178,9 @@ async fn mover_pods_copy_a_claim_over_tls() {
     )
     .await
     .expect("receiver");
-    await_object(&pods, "receiver", "Running", |p| {
-        phase(p) == Some("Running")
+    await_object(&pods, "receiver", "Ready", |p| {
+        let status = p.and_then(|p| p.status.as_ref()?.container_statuses.as_ref()?.first());
+        status.is_some_and(|s| s.ready)
     })
     .await;
     let ip = pods
@@ -210,6 +219,12 @@ async fn mover_pods_copy_a_claim_over_tls() {
             Some("Succeeded"),
             "{name} failed:\n{logs}"
         );
+        if name == "receiver" {
+            assert!(
+                logs.contains("refused a connection"),
+                "the probe never reached the receiver:\n{logs}"
+            );
+        }
     }
     assert_eq!(manifest(&dst), manifest(&src));
     assert_eq!(manifest(&src).len(), 54);

@@ -186,3 +186,89 @@ async fn dropping_the_sandbox_kills_its_pods() {
     }
     panic!("pid {pid} outlived its sandbox");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_nodes_pods_stay_terminating_until_it_returns() {
+    let sb = sandbox().await;
+    let pods: Api<Pod> = Api::default_namespaced(client(&sb).await);
+    let pod: Pod = object(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stranded"}, "spec": {
+        "nodeName": "node-1", "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]}}),
+    );
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    await_object(&pods, "stranded", "Running", running).await;
+    sb.set_node_ready("node-1", false)
+        .expect("node-1 unreachable");
+    let ready = |p: Option<&Pod>| {
+        p.and_then(|p| {
+            p.status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.status.clone())
+        })
+    };
+    await_object(&pods, "stranded", "not Ready", |p| {
+        ready(p).as_deref() == Some("False")
+    })
+    .await;
+    pods.delete("stranded", &DeleteParams::default())
+        .await
+        .expect("delete");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = pods
+        .get("stranded")
+        .await
+        .expect("still there: nobody confirmed the kill");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    sb.set_node_ready("node-1", true).expect("node-1 back");
+    await_object(&pods, "stranded", "gone", |p| p.is_none()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_waits_for_the_probe() {
+    let sb = sandbox().await;
+    let pods: Api<Pod> = Api::default_namespaced(client(&sb).await);
+    // The pod's /tmp is its own: the go-ahead comes through a volume.
+    let signal = sb.data_dir().join("signal");
+    std::fs::create_dir_all(&signal).expect("signal dir");
+    let script = "import socket,os,time\nwhile not os.path.exists('/signal/listen'): time.sleep(0.05)\ns=socket.create_server((os.environ['POD_IP'], 7000))\nwhile True: s.accept()[0].close()";
+    let pod: Pod = object(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "slow"}, "spec": {
+        "containers": [{"name": "c", "image": "python:3", "command": ["python3", "-c", script],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "ports": [{"name": "data", "containerPort": 7000}],
+            "volumeMounts": [{"name": "signal", "mountPath": "/signal"}],
+            "readinessProbe": {"tcpSocket": {"port": "data"}, "periodSeconds": 1}}],
+        "volumes": [{"name": "signal", "hostPath": {"path": signal.to_string_lossy()}}]}}),
+    );
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    await_object(&pods, "slow", "Running", running).await;
+    let ready = |p: Option<&Pod>| {
+        p.and_then(|p| {
+            Some(
+                p.status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .first()?
+                    .ready,
+            )
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        ready(pods.get_opt("slow").await.expect("get").as_ref()),
+        Some(false),
+        "ready before it listens"
+    );
+    std::fs::write(signal.join("listen"), "").expect("go-ahead");
+    await_object(&pods, "slow", "Ready", |p| ready(p) == Some(true)).await;
+}

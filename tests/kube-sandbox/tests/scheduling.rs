@@ -318,3 +318,46 @@ async fn local_volumes_pin_their_pods_and_wait_for_the_first_consumer() {
         Some("node-2")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_volume_does_not_mount_on_another_node() {
+    let sb = sandbox().await;
+    let client = client(&sb).await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    claims
+        .create(
+            &PostParams::default(),
+            &claim("pinned", "local", "ReadWriteOnce"),
+        )
+        .await
+        .expect("claim");
+    pods.create(
+        &PostParams::default(),
+        &pod_with("owner", Some("pinned"), on_node("node-1")),
+    )
+    .await
+    .expect("pod");
+    await_object(&pods, "owner", "Running", |p| phase(p) == Some("Running")).await;
+    pods.delete("owner", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
+    await_object(&pods, "owner", "gone", |p| p.is_none()).await;
+    // Bypassing the scheduler with nodeName does not bypass the disk.
+    pods.create(
+        &PostParams::default(),
+        &pod_with("elsewhere", Some("pinned"), json!({"nodeName": "node-2"})),
+    )
+    .await
+    .expect("pod");
+    let message = await_event(&client, "default", "elsewhere", "FailedMount").await;
+    assert!(
+        message.starts_with("MountVolume.NodeAffinity check failed for volume \"pvc-"),
+        "{message}"
+    );
+    let stuck = pods.get("elsewhere").await.expect("pod");
+    assert_eq!(
+        (phase(Some(&stuck)), waiting_reason(Some(&stuck))),
+        (Some("Pending"), Some("ContainerCreating"))
+    );
+}

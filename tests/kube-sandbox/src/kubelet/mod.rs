@@ -8,6 +8,7 @@
 mod env;
 pub mod logs;
 mod pod;
+mod probe;
 pub mod runtime;
 mod status;
 mod volumes;

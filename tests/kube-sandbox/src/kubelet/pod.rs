@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use super::probe::{self, Check, Probe};
 use super::status::{self, waiting, Container, State, Terminated};
 use super::volumes::{self, HostVolume, NotReady};
 use super::{env, runtime, LogFile, Shared};
@@ -91,8 +92,13 @@ impl Worker {
         self.containers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes the containers' state into the pod's status.
+    /// Writes the containers' state into the pod's status. A NotReady
+    /// node's kubelet cannot reach the API: nothing is written until the
+    /// node is back.
     fn publish(&self) {
+        if !self.node_ready() {
+            return;
+        }
         let model = self.model().clone();
         let uid = json!(self.id.uid);
         let _ = self.shared.store.modify(
@@ -151,7 +157,10 @@ impl Worker {
         let grace = loop {
             match self.current() {
                 None => break Duration::ZERO,
-                Some(p) if crate::controllers::is_terminating(&p) => {
+                // An unreachable node neither kills nor confirms: the pod
+                // stays Terminating until the node is back or it is
+                // force-deleted.
+                Some(p) if crate::controllers::is_terminating(&p) && self.node_ready() => {
                     let secs = p["metadata"]["deletionGracePeriodSeconds"]
                         .as_u64()
                         .unwrap_or(0);
@@ -228,8 +237,21 @@ impl Worker {
 
     /// Err(None): wait quietly (node not Ready); Err(Some): wait and say why.
     fn startable(&self, pod: &Value) -> Result<HashMap<String, HostVolume>, Option<NotReady>> {
-        if !self.node_ready() {
+        let node = self
+            .shared
+            .store
+            .get(registry::get("nodes"), "", &self.node);
+        let Some(node) = node.ok().filter(is_ready) else {
             return Err(None);
+        };
+        if pod["spec"]["initContainers"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+        {
+            return Err(Some(NotReady {
+                reason: "Failed",
+                message: "kube-sandbox does not run init containers".into(),
+            }));
         }
         if let Some(message) = self.multi_attach(pod) {
             return Err(Some(NotReady {
@@ -237,20 +259,14 @@ impl Worker {
                 message,
             }));
         }
-        volumes::prepare(&self.shared.store, pod, &self.dir).map_err(Some)
+        volumes::prepare(&self.shared.store, pod, &node, &self.dir).map_err(Some)
     }
 
     fn node_ready(&self) -> bool {
         self.shared
             .store
             .get(registry::get("nodes"), "", &self.node)
-            .is_ok_and(|n| {
-                n["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
+            .is_ok_and(|n| is_ready(&n))
     }
 
     fn multi_attach(&self, pod: &Value) -> Option<String> {
@@ -387,12 +403,27 @@ impl Worker {
                 &format!("Started container {name}"),
             );
             let pid = process.pid();
+            let probe = Probe::readiness(&spec);
+            if let Err(message) = &probe {
+                self.event(&pod, EventType::Warning, "Unhealthy", message);
+            }
             self.update_container(index, |c| {
                 c.state = State::Running {
                     started_at: started_at.clone(),
                 };
                 c.pid = Some(pid);
+                c.probed = !matches!(probe, Ok(None));
+                c.probe_ok = false;
             });
+            // Probes run while this run of the container lives.
+            let _prober = match probe {
+                Ok(Some(probe)) => Some(Owned::spawn(self.clone().probe(
+                    index,
+                    probe,
+                    launch.clone(),
+                ))),
+                _ => None,
+            };
             let (exit, stopping) = tokio::select! {
                 exit = process.wait() => (exit, false),
                 _ = stop.changed() => {
@@ -444,6 +475,58 @@ impl Worker {
                     return self.update_container(index, |c| c.done = true);
                 }
             }
+        }
+    }
+
+    /// Runs a container's readiness probe until dropped, flipping its
+    /// Ready as the thresholds say.
+    async fn probe(self: Arc<Self>, index: usize, probe: Probe, mut exec: runtime::Launch) {
+        if let Check::Exec { command } = &probe.check {
+            exec.argv = command.clone();
+            exec.scratch_dir = exec.scratch_dir.join("probe");
+            exec.log_path = PathBuf::from("/dev/null");
+            if let Err(e) = std::fs::create_dir_all(&exec.scratch_dir) {
+                tracing::warn!("probe scratch dir: {e}");
+            }
+        }
+        tokio::time::sleep(probe.initial_delay).await;
+        let (mut successes, mut failures) = (0u32, 0u32);
+        loop {
+            let ip = self
+                .current()
+                .and_then(|p| p["status"]["podIP"].as_str().and_then(|ip| ip.parse().ok()));
+            let result = match ip {
+                Some(ip) => {
+                    tokio::time::timeout(probe.timeout, probe::run(&probe.check, ip, &exec))
+                        .await
+                        .unwrap_or_else(|_| Err("probe timed out".into()))
+                }
+                None => Err("the pod has no IP yet".into()),
+            };
+            let ok = self.model().get(index).is_some_and(|c| c.probe_ok);
+            match result {
+                Ok(()) => {
+                    (successes, failures) = (successes + 1, 0);
+                    if !ok && successes >= probe.success_threshold {
+                        self.update_container(index, |c| c.probe_ok = true);
+                    }
+                }
+                Err(message) => {
+                    (successes, failures) = (0, failures + 1);
+                    if let Some(pod) = self.current() {
+                        self.event(
+                            &pod,
+                            EventType::Warning,
+                            "Unhealthy",
+                            &format!("Readiness probe failed: {message}"),
+                        );
+                    }
+                    if ok && failures >= probe.failure_threshold {
+                        self.update_container(index, |c| c.probe_ok = false);
+                    }
+                }
+            }
+            tokio::time::sleep(probe.period).await;
         }
     }
 
@@ -555,4 +638,13 @@ impl Worker {
             log_path,
         })
     }
+}
+
+/// A node's Ready condition is True.
+fn is_ready(node: &Value) -> bool {
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }

@@ -61,6 +61,9 @@ pub struct Container {
     /// Set once the container will not run again (finished under its
     /// restart policy, or the pod is being killed).
     pub done: bool,
+    /// Has a readiness probe: Ready only while `probe_ok`.
+    pub probed: bool,
+    pub probe_ok: bool,
 }
 
 impl Container {
@@ -73,7 +76,14 @@ impl Container {
             restarts: 0,
             pid: None,
             done: false,
+            probed: false,
+            probe_ok: false,
         }
+    }
+
+    /// Running, and passing its readiness probe if it has one.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.state, State::Running { .. }) && (!self.probed || self.probe_ok)
     }
 
     fn to_json(&self) -> Value {
@@ -95,7 +105,7 @@ impl Container {
             "imageID": format!("sandbox://{}", self.image),
             "state": state,
             "lastState": self.last.as_ref().map_or(json!({}), |t| json!({"terminated": t.to_json()})),
-            "ready": running,
+            "ready": self.is_ready(),
             "started": running,
             "restartCount": self.restarts,
         });
@@ -139,10 +149,8 @@ pub fn phase(containers: &[Container]) -> &'static str {
 pub fn apply(pod: &mut Value, containers: &[Container]) -> bool {
     let before = pod["status"].clone();
     let phase = phase(containers);
-    let all_running = containers
-        .iter()
-        .all(|c| matches!(c.state, State::Running { .. }));
-    let ready = if all_running && !containers.is_empty() {
+    let all_ready = containers.iter().all(Container::is_ready);
+    let ready = if all_ready && !containers.is_empty() {
         "True"
     } else {
         "False"

@@ -2,13 +2,15 @@
 //! ConfigMap's keys written as files, an emptyDir, a hostPath. The result
 //! is a host directory per volume name, which container mounts bind.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use base64::prelude::{Engine as _, BASE64_STANDARD};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::Value;
 
+use crate::controllers::placement;
 use crate::registry;
 use crate::store::Store;
 
@@ -31,6 +33,7 @@ pub struct HostVolume {
 pub fn prepare(
     store: &Store,
     pod: &Value,
+    node: &Value,
     pod_dir: &Path,
 ) -> Result<HashMap<String, HostVolume>, NotReady> {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -44,7 +47,7 @@ pub fn prepare(
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             HostVolume {
-                path: claim_path(store, ns, claim_name)?,
+                path: claim_path(store, ns, claim_name, node)?,
                 read_only: claim.get("readOnly") == Some(&Value::Bool(true)),
             }
         } else if volume["secret"].is_object() {
@@ -100,8 +103,16 @@ fn make_dir(dir: &Path, volume: &str) -> Result<(), NotReady> {
     std::fs::create_dir_all(dir).map_err(|e| mount_failed(volume, e))
 }
 
-/// The directory of the volume a claim is bound to.
-fn claim_path(store: &Store, ns: &str, claim_name: &str) -> Result<PathBuf, NotReady> {
+/// The directory of the volume a claim is bound to, when this node can
+/// mount it: the claim is not being deleted and the volume's node affinity
+/// admits the node (all nodes share one filesystem here, so this check is
+/// what keeps a node-local volume on its node).
+fn claim_path(
+    store: &Store,
+    ns: &str,
+    claim_name: &str,
+    node: &Value,
+) -> Result<PathBuf, NotReady> {
     let waiting = |message: String| NotReady {
         reason: "FailedMount",
         message,
@@ -109,6 +120,11 @@ fn claim_path(store: &Store, ns: &str, claim_name: &str) -> Result<PathBuf, NotR
     let claim = store
         .get(registry::get("persistentvolumeclaims"), ns, claim_name)
         .map_err(|_| waiting(format!("persistentvolumeclaim \"{claim_name}\" not found")))?;
+    if !claim["metadata"]["deletionTimestamp"].is_null() {
+        return Err(waiting(format!(
+            "error processing PVC {ns}/{claim_name}: PVC is being deleted"
+        )));
+    }
     let pv_name = claim["spec"]["volumeName"].as_str().unwrap_or_default();
     if claim["status"]["phase"] != "Bound" || pv_name.is_empty() {
         return Err(waiting(format!(
@@ -118,6 +134,14 @@ fn claim_path(store: &Store, ns: &str, claim_name: &str) -> Result<PathBuf, NotR
     let pv = store
         .get(registry::get("persistentvolumes"), "", pv_name)
         .map_err(|_| waiting(format!("persistentvolume \"{pv_name}\" not found")))?;
+    let typed: Option<PersistentVolume> = serde_json::from_value(pv.clone()).ok();
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(node["metadata"]["labels"].clone()).unwrap_or_default();
+    if typed.is_some_and(|pv| !placement::volume_admits(&pv, &labels)) {
+        return Err(waiting(format!(
+            "MountVolume.NodeAffinity check failed for volume \"{pv_name}\" : no matching NodeSelectorTerms"
+        )));
+    }
     let path = [
         &pv["spec"]["hostPath"]["path"],
         &pv["spec"]["local"]["path"],

@@ -251,8 +251,12 @@ pub fn deletion(res: &Resource, obj: &mut Value, opts: &DeleteOptions) -> Deleti
     let meta = &obj["metadata"];
     let already = !meta["deletionTimestamp"].is_null();
     if already {
-        if grace == 0 && res.kind == "Pod" {
-            obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        // A second DELETE may shorten a pod's grace period, never lengthen it.
+        let current = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
+        if res.kind == "Pod" && grace < current {
+            let when = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
+            obj["metadata"]["deletionTimestamp"] = json!(crate::time::format(when));
+            obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
         }
         return if still_held(res.plural, obj) {
             Deletion::Held
@@ -286,7 +290,11 @@ fn pod_grace(pod: &Value, opts: &DeleteOptions) -> i64 {
     let spec = pod["spec"]["terminationGracePeriodSeconds"]
         .as_i64()
         .unwrap_or(30);
-    opts.grace_seconds.unwrap_or(spec).max(0)
+    // A negative grace period means "as short as possible but not forced".
+    match opts.grace_seconds.unwrap_or(spec) {
+        g if g < 0 => 1,
+        g => g,
+    }
 }
 
 /// Whether a terminating object must stay: finalizers, a namespace's

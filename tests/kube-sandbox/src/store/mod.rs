@@ -262,13 +262,14 @@ impl Store {
             .get(&key)
             .cloned()
             .ok_or_else(|| not_found(res, name))?;
-        let new = meta::prepare_update(res, &old, obj, part)?;
+        let mut new = meta::prepare_update(res, &old, obj, part)?;
+        let default_class = inner.default_class();
+        registry::default_object(res, &mut new, default_class.as_deref());
+        // A write that changes nothing (once defaulted) is no write: no new
+        // version, no watch event.
         if new == old {
             return Ok(old);
         }
-        let default_class = inner.default_class();
-        let mut new = new;
-        registry::default_object(res, &mut new, default_class.as_deref());
         if part == Part::Main {
             registry::validate_update(res, &old, &new)?;
         }

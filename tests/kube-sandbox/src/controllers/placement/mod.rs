@@ -316,6 +316,17 @@ fn volume_binding_reasons(volumes: &PodVolumes, node: &str, labels: &Labels) -> 
     reasons
 }
 
+/// Whether a PersistentVolume's required node affinity admits a node with
+/// these labels (no affinity admits every node): what decides whether a
+/// node can mount a node-local volume at all.
+pub fn volume_admits(pv: &PersistentVolume, node_labels: &Labels) -> bool {
+    let required = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref()?.required.as_ref());
+    required.is_none_or(|r| terms_match(&r.node_selector_terms, node_labels, None))
+}
+
 /// `FitError.Error()` with the filter and preemption parts already rendered.
 fn fit_error(total: usize, reasons: &str, preemption: &str) -> String {
     format!("0/{total} nodes are available: {reasons}. preemption: 0/{total} nodes are available: {preemption}.")
