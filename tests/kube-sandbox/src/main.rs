@@ -8,6 +8,7 @@ use clap::Parser;
 use kube_sandbox::kubelet::ImageMapping;
 use kube_sandbox::sandbox::Taint;
 use kube_sandbox::{Sandbox, SandboxConfig};
+use tokio::signal::unix::{signal, SignalKind};
 
 #[derive(Parser)]
 #[command(
@@ -75,9 +76,13 @@ async fn main() -> anyhow::Result<()> {
         sandbox.kubeconfig_path().display(),
         sandbox.data_dir().display()
     );
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    // Until SIGINT or SIGTERM: either way the sandbox is dropped, which
+    // stops every pod's processes (a plain kill would orphan them).
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.context("waiting for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
     drop(sandbox);
     Ok(())
 }
