@@ -10,9 +10,10 @@ use super::request::{Path, Query};
 use super::table::{self, IncludeObject};
 use super::{json, Api};
 use crate::patch::{self, PatchType};
+use crate::registry::{rules, Resource};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::status::{self, ApiError};
-use crate::store::{DeleteOptions, Deleted, Part};
+use crate::status::ApiError;
+use crate::store::{qualified, DeleteOptions, Deleted, Part};
 
 pub struct Request<'a> {
     pub api: &'a Api,
@@ -33,8 +34,32 @@ impl Request<'_> {
     }
 
     fn body_json(&self) -> Result<Value, ApiError> {
+        // Protobuf bodies are refused with 415, as a server that does not
+        // speak protobuf does; client-go does not retry them in JSON, so
+        // the message says what to do instead.
+        if self.content_type.contains("protobuf") {
+            return Err(ApiError::UnsupportedMediaType(
+                "application/json (kube-sandbox only speaks JSON, and `kubectl create <kind>` generators such as `kubectl create secret`, `kubectl create configmap` or `kubectl create deployment` send protobuf: pipe their `--dry-run=client -o yaml` output to `kubectl create --validate=false -f -` or `kubectl apply --validate=false -f -` instead)".into(),
+            ));
+        }
         serde_json::from_slice(&self.body)
             .map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))
+    }
+
+    /// The body of a POST or PUT, refused with 400 as the API server's
+    /// decoder refuses what does not decode into the kind (Secret data that
+    /// is not base64, a label that is not a string, ...).
+    fn body_object(&self) -> Result<Value, ApiError> {
+        let obj = self.body_json()?;
+        let res = self.path.resource;
+        match rules::decode_problem(res, &obj) {
+            Some(problem) => Err(ApiError::BadRequest(format!(
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: {problem}",
+                kind = res.kind,
+                version = res.version,
+            ))),
+            None => Ok(obj),
+        }
     }
 
     fn part(&self) -> Result<Part, ApiError> {
@@ -78,24 +103,177 @@ pub fn now() -> time::OffsetDateTime {
 
 /// Label and field selectors from the query, as one predicate.
 pub struct Filter {
+    resource: &'static Resource,
     labels: LabelSelector,
     fields: FieldSelector,
 }
 
 impl Filter {
-    pub fn from_query(query: &Query) -> Result<Filter, ApiError> {
+    /// The selectors of a list, watch or deletecollection of `resource`. A
+    /// field the resource cannot be selected by is a 400, worded as the
+    /// API server's field label conversion words it.
+    pub fn from_query(resource: &'static Resource, query: &Query) -> Result<Filter, ApiError> {
         let bad = |e: crate::selector::SelectorError| ApiError::BadRequest(e.to_string());
+        let fields =
+            FieldSelector::parse(query.get("fieldSelector").unwrap_or_default()).map_err(bad)?;
+        for path in fields.paths() {
+            check_field(resource, path)?;
+        }
         Ok(Filter {
+            resource,
             labels: LabelSelector::parse(query.get("labelSelector").unwrap_or_default())
                 .map_err(bad)?,
-            fields: FieldSelector::parse(query.get("fieldSelector").unwrap_or_default())
-                .map_err(bad)?,
+            fields,
         })
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.labels.matches(&obj["metadata"]["labels"]) && self.fields.matches(obj)
+        self.labels.matches(&obj["metadata"]["labels"])
+            && (self.fields.is_empty()
+                || self.fields.matches(&selectable_fields(self.resource, obj)))
     }
+}
+
+/// The fields each kind registers a field label conversion for (all others
+/// take apimachinery's default: `metadata.name` and `metadata.namespace`).
+fn supported_fields(resource: &Resource) -> Option<&'static [&'static str]> {
+    Some(match resource.kind {
+        "Pod" => &[
+            "metadata.name",
+            "metadata.namespace",
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.podIPs",
+            "status.nominatedNodeName",
+            // What old v1 clients send for spec.nodeName.
+            "spec.host",
+        ],
+        "Node" => &["metadata.name", "spec.unschedulable"],
+        "Event" => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+            "metadata.namespace",
+            "metadata.name",
+        ],
+        "Namespace" => &["status.phase", "metadata.name"],
+        "Secret" => &["type", "metadata.namespace", "metadata.name"],
+        "Service" => &[
+            "metadata.namespace",
+            "metadata.name",
+            "spec.clusterIP",
+            "spec.type",
+        ],
+        _ => return None,
+    })
+}
+
+fn check_field(resource: &Resource, path: &str) -> Result<(), ApiError> {
+    match supported_fields(resource) {
+        Some(fields) if fields.contains(&path) => Ok(()),
+        Some(_) => Err(ApiError::BadRequest(format!(
+            "field label not supported: {path}"
+        ))),
+        None if ["metadata.name", "metadata.namespace"].contains(&path) => Ok(()),
+        None => Err(ApiError::BadRequest(format!(
+            "{path:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        ))),
+    }
+}
+
+/// The field set a selector is matched against, as each kind's
+/// `ToSelectableFields` builds it: values as strings, defaults filled
+/// (`spec.hostNetwork` is "false" when unset), `metadata.namespace` only
+/// for namespaced kinds, and fields with no value there reading as "".
+fn selectable_fields(resource: &Resource, obj: &Value) -> Value {
+    let text = |path: &str| -> String {
+        match obj.pointer(&format!("/{}", path.replace('.', "/"))) {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        }
+    };
+    let mut fields: Vec<(&str, String)> = vec![("metadata.name", text("metadata.name"))];
+    if resource.namespaced {
+        fields.push(("metadata.namespace", text("metadata.namespace")));
+    }
+    match resource.kind {
+        "Pod" => {
+            let node = text("spec.nodeName");
+            fields.push(("spec.host", node.clone()));
+            fields.push(("spec.nodeName", node));
+            for f in [
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "status.phase",
+                "status.nominatedNodeName",
+            ] {
+                fields.push((f, text(f)));
+            }
+            let host_network = obj["spec"]["hostNetwork"] == json!(true);
+            fields.push(("spec.hostNetwork", host_network.to_string()));
+            let ip = obj["status"]["podIPs"][0]["ip"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| text("status.podIP"));
+            fields.push(("status.podIP", ip));
+        }
+        "Node" => {
+            let unschedulable = obj["spec"]["unschedulable"] == json!(true);
+            fields.push(("spec.unschedulable", unschedulable.to_string()));
+        }
+        "Event" => {
+            for f in [
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "type",
+            ] {
+                fields.push((f, text(f)));
+            }
+            let mut source = text("source.component");
+            if source.is_empty() {
+                source = text("reportingComponent");
+            }
+            fields.push(("source", source));
+        }
+        "Namespace" => fields.push(("status.phase", text("status.phase"))),
+        "Secret" => fields.push(("type", text("type"))),
+        "Service" => {
+            fields.push(("spec.clusterIP", text("spec.clusterIP")));
+            fields.push(("spec.type", text("spec.type")));
+        }
+        _ => {}
+    }
+    let mut view = json!({});
+    for (path, value) in fields {
+        let mut slot = &mut view;
+        for segment in path.split('.') {
+            slot = &mut slot[segment];
+        }
+        *slot = json!(value);
+    }
+    view
 }
 
 pub fn get(req: &Request) -> Result<Response, ApiError> {
@@ -112,7 +290,7 @@ pub fn get(req: &Request) -> Result<Response, ApiError> {
 
 fn list(req: &Request) -> Result<Response, ApiError> {
     let res = req.path.resource;
-    let filter = Filter::from_query(&req.query)?;
+    let filter = Filter::from_query(res, &req.query)?;
     let (items, rv) = req.api.store.list(res, req.path.namespace.as_deref());
     let items: Vec<Value> = items.into_iter().filter(|o| filter.matches(o)).collect();
     let meta = json!({"resourceVersion": rv.to_string()});
@@ -137,7 +315,7 @@ pub fn create(req: &Request) -> Result<Response, ApiError> {
     if req.path.name.is_some() || (req.path.resource.namespaced && req.path.namespace.is_none()) {
         return Err(ApiError::MethodNotAllowed);
     }
-    let obj = req.body_json()?;
+    let obj = req.body_object()?;
     let created = req
         .api
         .store
@@ -149,10 +327,15 @@ pub fn update(req: &Request) -> Result<Response, ApiError> {
     req.reject_dry_run()?;
     let name = req.name()?;
     let res = req.path.resource;
-    let body = req.body_json()?;
     if req.path.subresource.as_deref() == Some("scale") {
-        return scale(req, |_| Ok(body["spec"]["replicas"].clone()));
+        let body = req.body_json()?;
+        // A PUT carries the version it read: a stale one is a conflict.
+        let pinned = body["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty());
+        return scale(req, body, pinned);
     }
+    let body = req.body_object()?;
     let updated = req
         .api
         .store
@@ -167,25 +350,27 @@ pub fn patch(req: &Request) -> Result<Response, ApiError> {
     let ty = PatchType::from_content_type(&req.content_type)
         .ok_or_else(|| ApiError::UnsupportedMediaType(PatchType::accepted().to_string()))?;
     let patch = req.body_json()?;
+    let pinned = !patch["metadata"]["resourceVersion"].is_null();
     if req.path.subresource.as_deref() == Some("scale") {
-        return scale(req, |current| {
-            let patched = patch::apply_patch("Scale", &current, &patch, ty).map_err(patch_error)?;
-            Ok(patched["spec"]["replicas"].clone())
-        });
+        let current = req.api.store.get(res, req.namespace(), &name)?;
+        let patched =
+            patch::apply_patch("Scale", &scale_of(&current), &patch, ty).map_err(patch_error)?;
+        return scale(req, patched, pinned);
     }
     let part = req.part()?;
-    let pinned = !patch["metadata"]["resourceVersion"].is_null();
     for _ in 0..8 {
         let current = match req.api.store.get(res, req.namespace(), &name) {
             Err(ApiError::NotFound { .. }) if ty == PatchType::Apply => {
                 let mut obj = patch.clone();
                 obj["metadata"]["name"] = json!(name);
+                undecodable_patch(res, &obj, &patch)?;
                 let created = req.api.store.create(res, req.namespace(), obj)?;
                 return Ok(json(StatusCode::CREATED, &created));
             }
             other => other?,
         };
         let mut new = patch::apply_patch(res.kind, &current, &patch, ty).map_err(patch_error)?;
+        undecodable_patch(res, &new, &patch)?;
         if !pinned {
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         }
@@ -200,6 +385,20 @@ pub fn patch(req: &Request) -> Result<Response, ApiError> {
     )))
 }
 
+/// A patch whose result does not decode into the kind: the patch handler
+/// answers 422 with the patch as the invalid value (where a POST or PUT of
+/// the same object gets a 400).
+fn undecodable_patch(res: &Resource, patched: &Value, patch: &Value) -> Result<(), ApiError> {
+    match rules::decode_problem(res, patched) {
+        Some(problem) => Err(ApiError::invalid(
+            "",
+            "",
+            format!("patch: Invalid value: {:?}: {problem}", patch.to_string()),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn patch_error(e: patch::PatchError) -> ApiError {
     if e.is_invalid() {
         ApiError::invalid("", "", e.to_string())
@@ -208,28 +407,75 @@ fn patch_error(e: patch::PatchError) -> ApiError {
     }
 }
 
-/// The `scale` subresource: reads and writes `spec.replicas` through an
-/// `autoscaling/v1` Scale.
-fn scale(
-    req: &Request,
-    replicas: impl FnOnce(Value) -> Result<Value, ApiError>,
-) -> Result<Response, ApiError> {
+/// The `scale` subresource: writes `spec.replicas` from an
+/// `autoscaling/v1` Scale. A `metadata.resourceVersion` in the Scale (when
+/// `pinned`) must be the object's, and a `metadata.uid` its uid, or the
+/// write is a 409, as the scale storage moves both onto the object.
+fn scale(req: &Request, wanted: Value, pinned: bool) -> Result<Response, ApiError> {
     let name = req.name()?;
     let res = req.path.resource;
-    let current = req.api.store.get(res, req.namespace(), name)?;
-    let wanted = replicas(scale_of(&current))?;
-    let Some(wanted) = wanted.as_i64().filter(|n| *n >= 0) else {
-        return Err(ApiError::invalid(
-            "Scale",
-            name,
-            "spec.replicas: Invalid value: must be a non-negative integer",
-        ));
+    let replicas = match &wanted["spec"]["replicas"] {
+        Value::Null => 0,
+        Value::Number(n) => match n.as_i64() {
+            Some(n) if n < 0 => {
+                return Err(ApiError::invalid(
+                    "Scale",
+                    name,
+                    format!(
+                        "spec.replicas: Invalid value: {n}: must be greater than or equal to 0"
+                    ),
+                ))
+            }
+            Some(n) if n <= i64::from(i32::MAX) => n,
+            _ => return Err(scale_type_error(&wanted["spec"]["replicas"])),
+        },
+        other => return Err(scale_type_error(other)),
     };
+    let rv = wanted["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|v| pinned && !v.is_empty());
+    let uid = wanted["metadata"]["uid"].as_str().filter(|u| !u.is_empty());
+    let mut refused = None;
     let updated = req.api.store.modify(res, req.namespace(), name, |obj| {
-        obj["spec"]["replicas"] = json!(wanted);
+        let meta = &obj["metadata"];
+        if let Some(uid) = uid.filter(|u| meta["uid"] != json!(u)) {
+            let resource = match res.group {
+                "" => format!("{}/scale", res.plural),
+                group => format!("{}/scale.{group}", res.plural),
+            };
+            refused = Some(ApiError::Conflict(format!(
+                "Operation cannot be fulfilled on {resource} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta["uid"].as_str().unwrap_or_default()
+            )));
+            return false;
+        }
+        if rv.is_some_and(|rv| meta["resourceVersion"] != json!(rv)) {
+            refused = Some(ApiError::Conflict(format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                qualified(res)
+            )));
+            return false;
+        }
+        obj["spec"]["replicas"] = json!(replicas);
         true
     })?;
+    if let Some(e) = refused {
+        return Err(e);
+    }
     Ok(json(StatusCode::OK, &scale_of(&updated)))
+}
+
+fn scale_type_error(found: &Value) -> ApiError {
+    let what = match found {
+        Value::String(_) => "string",
+        Value::Bool(_) => "bool",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+        _ => "number",
+    };
+    ApiError::BadRequest(format!(
+        "Scale in version \"v1\" cannot be handled as a Scale: json: cannot unmarshal {what} into Go struct field ScaleSpec.spec.replicas of type int32"
+    ))
 }
 
 fn scale_of(obj: &Value) -> Value {
@@ -270,34 +516,94 @@ pub fn delete(req: &Request) -> Result<Response, ApiError> {
     let Some(name) = &req.path.name else {
         return delete_collection(req, &opts);
     };
-    match req.api.store.delete(res, req.namespace(), name, &opts)? {
-        Deleted::Gone(obj) | Deleted::Terminating(obj) => Ok(json(StatusCode::OK, &obj)),
+    match req
+        .api
+        .store
+        .delete(res, req.namespace(), name, &opts.store)?
+    {
+        Deleted::Gone(obj) if !returns_deleted_object(res) => {
+            Ok(json(StatusCode::OK, &deleted_status(res, &obj)))
+        }
+        Deleted::Gone(obj) => Ok(json(StatusCode::OK, &obj)),
+        // 202 when the client asked for dependents to be deleted first (the
+        // deprecated `orphanDependents: false`) and the object stays.
+        Deleted::Terminating(obj) if opts.orphan_dependents == Some(false) => {
+            Ok(json(StatusCode::ACCEPTED, &obj))
+        }
+        Deleted::Terminating(obj) => Ok(json(StatusCode::OK, &obj)),
     }
 }
 
-fn delete_collection(req: &Request, opts: &DeleteOptions) -> Result<Response, ApiError> {
+/// The kinds whose registry sets `ReturnDeletedObject`: a DELETE that
+/// removes one at once answers with the object; the others answer with a
+/// Success Status naming what went.
+fn returns_deleted_object(res: &Resource) -> bool {
+    matches!(
+        res.plural,
+        "pods"
+            | "services"
+            | "persistentvolumeclaims"
+            | "persistentvolumes"
+            | "namespaces"
+            | "serviceaccounts"
+            | "storageclasses"
+    )
+}
+
+/// The registry's `finalizeDelete` Status: `details.kind` is the resource
+/// (plural), as Kubernetes sets it.
+fn deleted_status(res: &Resource, obj: &Value) -> Value {
+    let mut details = json!({
+        "name": obj["metadata"]["name"],
+        "kind": res.plural,
+        "uid": obj["metadata"]["uid"],
+    });
+    if !res.group.is_empty() {
+        details["group"] = json!(res.group);
+    }
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    })
+}
+
+/// DELETE of a collection: the objects selected (as listed, before their
+/// deletion), as a list.
+fn delete_collection(req: &Request, opts: &Deletion) -> Result<Response, ApiError> {
     let res = req.path.resource;
-    let filter = Filter::from_query(&req.query)?;
-    let (items, _) = req.api.store.list(res, req.path.namespace.as_deref());
+    let filter = Filter::from_query(res, &req.query)?;
+    let (items, rv) = req.api.store.list(res, req.path.namespace.as_deref());
     let mut deleted = Vec::new();
     for obj in items.into_iter().filter(|o| filter.matches(o)) {
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-        match req.api.store.delete(res, ns, name, opts) {
-            Ok(Deleted::Gone(o) | Deleted::Terminating(o)) => deleted.push(o),
-            Err(ApiError::NotFound { .. }) => {}
+        match req.api.store.delete(res, ns, name, &opts.store) {
+            Ok(_) | Err(ApiError::NotFound { .. }) => {}
             Err(e) => return Err(e),
         }
+        deleted.push(obj);
     }
-    if deleted.is_empty() {
-        return Ok(json(StatusCode::OK, &status::success()));
-    }
-    let body = json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(), "metadata": {}, "items": deleted});
+    let body = json!({
+        "kind": format!("{}List", res.kind),
+        "apiVersion": res.api_version(),
+        "metadata": {"resourceVersion": rv.to_string()},
+        "items": deleted,
+    });
     Ok(json(StatusCode::OK, &body))
 }
 
+/// What a DELETE asks: the store's options, and how it asked about
+/// dependents.
+struct Deletion {
+    store: DeleteOptions,
+    orphan_dependents: Option<bool>,
+}
+
 /// DeleteOptions from the body (kubectl, kube-rs) or the query.
-fn delete_options(req: &Request) -> Result<DeleteOptions, ApiError> {
+fn delete_options(req: &Request) -> Result<Deletion, ApiError> {
     let body: Value = if req.body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -316,13 +622,19 @@ fn delete_options(req: &Request) -> Result<DeleteOptions, ApiError> {
             "unknown propagationPolicy {propagation:?}"
         )));
     }
-    let orphan = propagation == "Orphan" || body["orphanDependents"] == json!(true);
-    Ok(DeleteOptions {
-        grace_seconds: grace,
-        orphan,
-        uid: body["preconditions"]["uid"].as_str().map(str::to_string),
-        resource_version: body["preconditions"]["resourceVersion"]
-            .as_str()
-            .map(str::to_string),
+    let orphan_dependents = body["orphanDependents"]
+        .as_bool()
+        .or_else(|| req.query.get("orphanDependents")?.parse().ok());
+    let orphan = propagation == "Orphan" || orphan_dependents == Some(true);
+    Ok(Deletion {
+        store: DeleteOptions {
+            grace_seconds: grace,
+            orphan,
+            uid: body["preconditions"]["uid"].as_str().map(str::to_string),
+            resource_version: body["preconditions"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string),
+        },
+        orphan_dependents,
     })
 }

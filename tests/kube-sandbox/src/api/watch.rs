@@ -34,7 +34,7 @@ struct Watcher {
 }
 
 pub fn serve(req: &Request) -> Result<Response, ApiError> {
-    let filter = Filter::from_query(&req.query)?;
+    let filter = Filter::from_query(req.path.resource, &req.query)?;
     let since = match req.query.get("resourceVersion") {
         None | Some("" | "0") => None,
         Some(v) => Some(

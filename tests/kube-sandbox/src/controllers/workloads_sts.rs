@@ -1,117 +1,275 @@
-//! StatefulSets: pods `NAME-0..N-1` created in order (OrderedReady) or all at
-//! once (Parallel), each with its claims `TEMPLATE-NAME-ORDINAL` from the
-//! volumeClaimTemplates (kept when the pod or the set goes, as the default
-//! retention policy says); scale-down from the highest ordinal; a changed
-//! template rolls one pod at a time from the top.
+//! StatefulSets, after the apps/statefulset controller's
+//! `updateStatefulSet`: pods `NAME-0..N-1`, each with its claims
+//! `TEMPLATE-NAME-ORDINAL` from the volumeClaimTemplates (kept when the pod
+//! or the set goes, as the default retention policy says).
+//!
+//! With OrderedReady, the pods below an ordinal must be Running and Ready
+//! (and none terminating) before it is created; scale-down deletes the
+//! highest ordinal, one pod at a time, once every pod below is Running and
+//! Ready and the previous one is gone. Parallel does both at once. A
+//! changed template rolls one pod at a time from the top (RollingUpdate
+//! down to the partition; OnDelete leaves pods alone).
+//!
+//! Pods carry `controller-revision-hash: NAME-HASH`, the revision name
+//! that `status.currentRevision`/`updateRevision` hold. The status counts
+//! as `computeReplicaStatus` does: every pod (terminating ones included) in
+//! `replicas`, the Running and Ready ones in `readyReplicas`.
 
 use serde_json::{json, Value};
 
-use super::workloads::{
-    is_active, is_ready, owned_by, owner_ref, template_hash, write_status, REVISION,
-};
+use super::workloads::{owned_by, owner_ref, template_hash, write_status, REVISION};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
 use crate::store::DeleteOptions;
 
 pub fn sync(ctx: &Ctx, sts: &Value, pods: &[Value]) {
-    let (ns, name) = name_of(sts);
-    let pod_res = registry::get("pods");
+    let name = name_of(sts).1;
     let want = sts["spec"]["replicas"].as_i64().unwrap_or(1).max(0) as usize;
-    let ordered = sts["spec"]["podManagementPolicy"].as_str() != Some("Parallel");
-    let revision = template_hash(&sts["spec"]["template"]);
-    let owned = owned_by(sts, pods);
-    let pod_at = |i: usize| {
-        owned
-            .iter()
-            .find(|p| name_of(p).1 == format!("{name}-{i}"))
-            .copied()
-    };
-
-    // Finished pods are replaced, as the controller does.
-    for pod in owned.iter().filter(|p| !is_active(p) && !is_terminating(p)) {
-        log_err(
-            "replace finished pod",
-            ctx.store
-                .delete(pod_res, ns, name_of(pod).1, &DeleteOptions::default()),
-        );
-    }
-    for i in 0..want {
-        ensure_claims(ctx, sts, i);
-        match pod_at(i) {
-            Some(_) => {}
-            None => {
-                log_err(
-                    "create pod",
-                    ctx.store.create(pod_res, ns, pod_for(sts, i, &revision)),
-                );
-                if ordered {
-                    break;
-                }
-            }
-        }
-        if ordered && !pod_at(i).is_some_and(is_ready) {
-            break;
-        }
-    }
-    // Scale down from the top, one at a time when ordered.
-    let mut extra: Vec<(usize, &Value)> = owned
-        .iter()
-        .filter_map(|p| ordinal(name, name_of(p).1).map(|i| (i, *p)))
-        .filter(|(i, p)| *i >= want && !is_terminating(p))
+    let update_revision = format!("{name}-{}", template_hash(&sts["spec"]["template"]));
+    let current_revision = sts["status"]["currentRevision"]
+        .as_str()
+        .filter(|r| !r.is_empty())
+        .unwrap_or(&update_revision)
+        .to_string();
+    // Pods whose name is not NAME-ORDINAL are not the set's to manage.
+    let mut owned: Vec<(usize, &Value)> = owned_by(sts, pods)
+        .into_iter()
+        .filter_map(|p| ordinal(name, name_of(p).1).map(|i| (i, p)))
         .collect();
-    extra.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
-    for (_, pod) in extra.iter().take(if ordered { 1 } else { usize::MAX }) {
-        log_err(
-            "scale down",
-            ctx.store
-                .delete(pod_res, ns, name_of(pod).1, &DeleteOptions::default()),
-        );
-    }
-    roll(ctx, sts, &owned, want, &revision);
+    owned.sort_by_key(|(i, _)| *i);
+    let set = Set {
+        ctx,
+        sts,
+        want,
+        monotonic: sts["spec"]["podManagementPolicy"].as_str() != Some("Parallel"),
+        revision: &update_revision,
+    };
+    set.reconcile(&owned);
 
-    let active: Vec<&&Value> = owned.iter().filter(|p| is_active(p)).collect();
-    let ready = active.iter().filter(|p| is_ready(p)).count();
-    let updated = active
-        .iter()
-        .filter(|p| p["metadata"]["labels"][REVISION] == json!(revision))
-        .count();
-    let status = json!({
-        "observedGeneration": sts["metadata"]["generation"],
-        "replicas": active.len(),
-        "readyReplicas": ready,
-        "currentReplicas": active.len(),
-        "updatedReplicas": updated,
-        "availableReplicas": ready,
-        "currentRevision": format!("{name}-{revision}"),
-        "updateRevision": format!("{name}-{revision}"),
-    });
+    let status = replica_status(sts, &owned, &current_revision, &update_revision);
     write_status(ctx, "statefulsets", sts, status);
 }
 
-/// Deletes the highest-ordinal pod of an older revision once every pod is
-/// ready; it comes back from the new template.
-fn roll(ctx: &Ctx, sts: &Value, owned: &[&Value], want: usize, revision: &str) {
-    let (ns, name) = name_of(sts);
-    let all_ready = owned.len() == want && owned.iter().all(|p| is_ready(p));
-    if !all_ready {
-        return;
+/// One pass over a set: what it wants and how it may get there.
+struct Set<'a> {
+    ctx: &'a Ctx,
+    sts: &'a Value,
+    want: usize,
+    /// OrderedReady: one pod at a time, each waiting for its predecessors.
+    monotonic: bool,
+    revision: &'a str,
+}
+
+impl Set<'_> {
+    /// Replicas first (create, replace finished), then condemned pods
+    /// (scale-down), then the rolling update; in OrderedReady, anything
+    /// that must wait ends the pass.
+    fn reconcile(&self, owned: &[(usize, &Value)]) {
+        let pod_at = |i: usize| owned.iter().find(|(o, _)| *o == i).map(|(_, p)| *p);
+        for i in 0..self.want {
+            if self.replica(i, pod_at(i)) == Step::Wait && self.monotonic {
+                return;
+            }
+        }
+        // Condemned pods, highest ordinal first. The first unhealthy pod
+        // (every replica is healthy by now in OrderedReady) may go even if
+        // it is not Ready; anything above it waits for it.
+        let condemned: Vec<&Value> = owned
+            .iter()
+            .filter(|(i, _)| *i >= self.want)
+            .map(|(_, p)| *p)
+            .collect();
+        let first_unhealthy = owned
+            .iter()
+            .map(|(_, p)| *p)
+            .find(|p| !is_healthy(p))
+            .map(|p| name_of(p).1);
+        for pod in condemned.iter().rev() {
+            if is_terminating(pod) {
+                if self.monotonic {
+                    return;
+                }
+                continue;
+            }
+            if self.monotonic
+                && !is_running_and_ready(pod)
+                && first_unhealthy != Some(name_of(pod).1)
+            {
+                return;
+            }
+            self.delete(pod, "scale down");
+            if self.monotonic {
+                return;
+            }
+        }
+        if self.monotonic && !condemned.is_empty() {
+            return;
+        }
+        self.roll(owned);
     }
-    let stale = owned
-        .iter()
-        .filter(|p| p["metadata"]["labels"][REVISION] != json!(revision))
-        .filter_map(|p| ordinal(name, name_of(p).1).map(|i| (i, p)))
-        .max_by_key(|(i, _)| *i);
-    if let Some((_, pod)) = stale {
+
+    /// One ordinal below `want`: created when missing, replaced when
+    /// finished; Wait when its successors must wait for it.
+    fn replica(&self, i: usize, pod: Option<&Value>) -> Step {
+        let Some(pod) = pod else {
+            ensure_claims(self.ctx, self.sts, i);
+            log_err(
+                "create pod",
+                self.ctx.store.create(
+                    registry::get("pods"),
+                    name_of(self.sts).0,
+                    pod_for(self.sts, i, self.revision),
+                ),
+            );
+            return Step::Wait;
+        };
+        let phase = pod["status"]["phase"].as_str().unwrap_or_default();
+        if phase == "Failed" || phase == "Succeeded" {
+            // Replaced: the new pod comes once this one is gone.
+            if !is_terminating(pod) {
+                self.delete(pod, "replace finished pod");
+            }
+            return Step::Wait;
+        }
+        if phase.is_empty() || phase == "Pending" {
+            ensure_claims(self.ctx, self.sts, i);
+        }
+        if is_terminating(pod) || !is_running_and_ready(pod) || !self.available(pod) {
+            return Step::Wait;
+        }
+        Step::Go
+    }
+
+    /// Deletes the highest-ordinal pod of an older revision, from the top
+    /// down to the partition, once the pods above it are healthy; it comes
+    /// back from the new template.
+    fn roll(&self, owned: &[(usize, &Value)]) {
+        let strategy = &self.sts["spec"]["updateStrategy"];
+        if strategy["type"].as_str() == Some("OnDelete") {
+            return;
+        }
+        let partition = strategy["rollingUpdate"]["partition"].as_u64().unwrap_or(0) as usize;
+        let pod_at = |i: usize| owned.iter().find(|(o, _)| *o == i).map(|(_, p)| *p);
+        for i in (partition..self.want).rev() {
+            // A pod created in this pass is not healthy yet: wait for it.
+            let Some(pod) = pod_at(i) else { return };
+            if pod["metadata"]["labels"][REVISION] != json!(self.revision) && !is_terminating(pod) {
+                self.delete(pod, "rolling update");
+                return;
+            }
+            if !is_healthy(pod) {
+                return;
+            }
+        }
+    }
+
+    /// Ready for `minReadySeconds`.
+    fn available(&self, pod: &Value) -> bool {
+        let min = self.sts["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+        min <= 0 || ready_since(pod).is_some_and(|t| (now() - t).whole_seconds() >= min)
+    }
+
+    fn delete(&self, pod: &Value, why: &str) {
+        let (ns, pod_name) = name_of(pod);
         log_err(
-            "rolling update",
-            ctx.store.delete(
+            why,
+            self.ctx.store.delete(
                 registry::get("pods"),
                 ns,
-                name_of(pod).1,
+                pod_name,
                 &DeleteOptions::default(),
             ),
         );
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Go,
+    Wait,
+}
+
+fn now() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc()
+}
+
+/// `isRunningAndReady`: phase Running and the Ready condition True,
+/// terminating or not.
+fn is_running_and_ready(pod: &Value) -> bool {
+    pod["status"]["phase"] == "Running" && ready_condition(pod).is_some()
+}
+
+/// `isHealthy`: Running and Ready, and not terminating.
+fn is_healthy(pod: &Value) -> bool {
+    is_running_and_ready(pod) && !is_terminating(pod)
+}
+
+fn ready_condition(pod: &Value) -> Option<&Value> {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+fn ready_since(pod: &Value) -> Option<time::OffsetDateTime> {
+    crate::time::parse(ready_condition(pod)?["lastTransitionTime"].as_str()?)
+}
+
+/// `computeReplicaStatus`, then `completeRollingUpdate`. Zero counts the
+/// API omits (`omitempty`) are left out, as a real server returns them.
+fn replica_status(
+    sts: &Value,
+    owned: &[(usize, &Value)],
+    current_revision: &str,
+    update_revision: &str,
+) -> Value {
+    let min_ready = sts["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+    let (mut replicas, mut ready, mut available, mut current, mut updated) = (0, 0, 0, 0, 0);
+    for (_, pod) in owned {
+        replicas += 1;
+        if is_running_and_ready(pod) {
+            ready += 1;
+            if min_ready <= 0
+                || ready_since(pod).is_some_and(|t| (now() - t).whole_seconds() >= min_ready)
+            {
+                available += 1;
+            }
+        }
+        if !is_terminating(pod) {
+            let revision = &pod["metadata"]["labels"][REVISION];
+            if revision == current_revision {
+                current += 1;
+            }
+            if revision == update_revision {
+                updated += 1;
+            }
+        }
+    }
+    let mut current_revision = current_revision;
+    let rolling = sts["spec"]["updateStrategy"]["type"].as_str() != Some("OnDelete");
+    if rolling && updated == replicas && ready == replicas {
+        current = updated;
+        current_revision = update_revision;
+    }
+    let mut status = json!({
+        "observedGeneration": sts["metadata"]["generation"],
+        "replicas": replicas,
+        "availableReplicas": available,
+        "currentRevision": current_revision,
+        "updateRevision": update_revision,
+        "collisionCount": 0,
+    });
+    for (field, count) in [
+        ("readyReplicas", ready),
+        ("currentReplicas", current),
+        ("updatedReplicas", updated),
+    ] {
+        if count > 0 {
+            status[field] = json!(count);
+        }
+    }
+    status
 }
 
 fn ordinal(set: &str, pod: &str) -> Option<usize> {
@@ -155,6 +313,7 @@ fn ensure_claims(ctx: &Ctx, sts: &Value, i: usize) {
     }
 }
 
+/// The pod for ordinal `i`, labelled with its revision's name.
 fn pod_for(sts: &Value, i: usize, revision: &str) -> Value {
     let name = name_of(sts).1;
     let template = &sts["spec"]["template"];
