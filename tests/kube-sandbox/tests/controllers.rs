@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::k8s::{bound_volume, claim_phase, host_path, pod_phase, pv_phase, volume_name};
 use common::{await_object, client, kubectl, kubectl_ok, object, sandbox, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
@@ -105,7 +106,7 @@ async fn statefulsets_keep_their_claims_across_scaling() {
     let mut names = await_running(&pods, "app=db", 2).await;
     names.sort();
     assert_eq!(names, ["db-0", "db-1"]);
-    let volume_of = |c: PersistentVolumeClaim| c.spec.and_then(|s| s.volume_name).expect("bound");
+    let volume_of = |c: PersistentVolumeClaim| volume_name(&c).expect("bound");
     let before = volume_of(claims.get("data-db-0").await.expect("data-db-0"));
     claims.get("data-db-1").await.expect("data-db-1");
 
@@ -129,16 +130,15 @@ async fn statefulsets_keep_their_claims_across_scaling() {
     );
     // The same volume, written by both incarnations of db-0.
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    let pv = volumes.get(&before).await.expect("pv");
-    let dir = pv.spec.and_then(|s| s.host_path).expect("hostPath").path;
+    let dir = host_path(&volumes.get(&before).await.expect("pv"));
     for _ in 0..100 {
-        if std::fs::read_to_string(format!("{dir}/owner")).is_ok_and(|s| s == "db-0\ndb-0\n") {
+        if std::fs::read_to_string(dir.join("owner")).is_ok_and(|s| s == "db-0\ndb-0\n") {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(
-        std::fs::read_to_string(format!("{dir}/owner")).expect("owner file"),
+        std::fs::read_to_string(dir.join("owner")).expect("owner file"),
         "db-0\ndb-0\n"
     );
 
@@ -169,36 +169,16 @@ async fn retained_volumes_are_rebound_by_name_and_deleted_ones_removed() {
         }
         object(c)
     };
-    let bound = |c: Option<&PersistentVolumeClaim>| {
-        c.and_then(|c| c.status.as_ref()?.phase.as_deref()) == Some("Bound")
-    };
-    let pv_phase = |want: &'static str| {
-        move |v: Option<&PersistentVolume>| {
-            v.and_then(|v| v.status.as_ref()?.phase.as_deref()) == Some(want)
-        }
-    };
+    let bound = |c: Option<&PersistentVolumeClaim>| claim_phase(c) == Some("Bound");
+    let in_phase =
+        |want: &'static str| move |v: Option<&PersistentVolume>| pv_phase(v) == Some(want);
 
     claims
         .create(&PostParams::default(), &claim("old", None))
         .await
         .expect("claim");
-    await_object(&claims, "old", "Bound", bound).await;
-    let pv = claims
-        .get("old")
-        .await
-        .expect("claim")
-        .spec
-        .and_then(|s| s.volume_name)
-        .expect("volume");
-    let dir = volumes
-        .get(&pv)
-        .await
-        .expect("pv")
-        .spec
-        .and_then(|s| s.host_path)
-        .expect("hostPath")
-        .path;
-    std::fs::write(format!("{dir}/keep.txt"), "precious").expect("write");
+    let (pv, dir) = bound_volume(&claims, &volumes, "old").await;
+    std::fs::write(dir.join("keep.txt"), "precious").expect("write");
 
     // volmig's dance: Retain, delete the claim, free the volume, rebind it.
     let retain = json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}});
@@ -210,19 +190,19 @@ async fn retained_volumes_are_rebound_by_name_and_deleted_ones_removed() {
         .delete("old", &DeleteParams::default())
         .await
         .expect("delete claim");
-    await_object(&volumes, &pv, "Released", pv_phase("Released")).await;
+    await_object(&volumes, &pv, "Released", in_phase("Released")).await;
     let free = json!({"spec": {"claimRef": null}});
     volumes
         .patch(&pv, &PatchParams::default(), &Patch::Merge(free))
         .await
         .expect("clear claimRef");
-    await_object(&volumes, &pv, "Available", pv_phase("Available")).await;
+    await_object(&volumes, &pv, "Available", in_phase("Available")).await;
     claims
         .create(&PostParams::default(), &claim("new", Some(&pv)))
         .await
         .expect("new claim");
     await_object(&claims, "new", "Bound", bound).await;
-    await_object(&volumes, &pv, "Bound", pv_phase("Bound")).await;
+    await_object(&volumes, &pv, "Bound", in_phase("Bound")).await;
     let reference = volumes
         .get(&pv)
         .await
@@ -232,7 +212,7 @@ async fn retained_volumes_are_rebound_by_name_and_deleted_ones_removed() {
         .expect("claimRef");
     assert_eq!(reference.name.as_deref(), Some("new"));
     assert_eq!(
-        std::fs::read_to_string(format!("{dir}/keep.txt")).expect("data kept"),
+        std::fs::read_to_string(dir.join("keep.txt")).expect("data kept"),
         "precious"
     );
 
@@ -241,30 +221,16 @@ async fn retained_volumes_are_rebound_by_name_and_deleted_ones_removed() {
         .create(&PostParams::default(), &claim("scratch", None))
         .await
         .expect("claim");
-    await_object(&claims, "scratch", "Bound", bound).await;
-    let scratch = claims
-        .get("scratch")
-        .await
-        .expect("claim")
-        .spec
-        .and_then(|s| s.volume_name)
-        .expect("volume");
-    let scratch_dir = volumes
-        .get(&scratch)
-        .await
-        .expect("pv")
-        .spec
-        .and_then(|s| s.host_path)
-        .expect("hostPath")
-        .path;
+    let (scratch, scratch_dir) = bound_volume(&claims, &volumes, "scratch").await;
     claims
         .delete("scratch", &DeleteParams::default())
         .await
         .expect("delete");
     await_object(&volumes, &scratch, "gone", |v| v.is_none()).await;
     assert!(
-        !std::path::Path::new(&scratch_dir).exists(),
-        "{scratch_dir} left behind"
+        !scratch_dir.exists(),
+        "{} left behind",
+        scratch_dir.display()
     );
 }
 
@@ -289,7 +255,7 @@ async fn claims_in_use_wait_for_their_pods() {
     );
     pods.create(&PostParams::default(), &p).await.expect("pod");
     await_object(&pods, "user", "Running", |p| {
-        p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some("Running")
+        pod_phase(p) == Some("Running")
     })
     .await;
     claims

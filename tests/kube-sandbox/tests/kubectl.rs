@@ -6,7 +6,7 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{kubectl, kubectl_ok, sandbox, wait_for};
+use common::{apply, kubectl, kubectl_ok, sandbox, wait_for};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const APP: &str = r#"
@@ -43,7 +43,7 @@ spec:
 #[tokio::test(flavor = "multi_thread")]
 async fn apply_get_describe_and_delete() {
     let sb = sandbox().await;
-    let out = kubectl(&sb, &["apply", "--validate=false", "-f", "-"], Some(APP)).await;
+    let out = apply(&sb, APP).await;
     assert!(out.ok, "apply: {}", out.stderr);
     assert!(
         out.stdout.contains("persistentvolumeclaim/data created"),
@@ -129,24 +129,14 @@ async fn apply_twice_updates_in_place() {
     let cm = |value: &str| {
         format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: {value}\n  keep: \"yes\"\n")
     };
-    let out = kubectl(
-        &sb,
-        &["apply", "--validate=false", "-f", "-"],
-        Some(&cm("fast")),
-    )
-    .await;
+    let out = apply(&sb, &cm("fast")).await;
     assert!(
         out.stdout.contains("configmap/settings created"),
         "{} {}",
         out.stdout,
         out.stderr
     );
-    let out = kubectl(
-        &sb,
-        &["apply", "--validate=false", "-f", "-"],
-        Some(&cm("safe")),
-    )
-    .await;
+    let out = apply(&sb, &cm("safe")).await;
     assert!(
         out.stdout.contains("configmap/settings configured"),
         "{} {}",
@@ -165,12 +155,7 @@ async fn apply_twice_updates_in_place() {
     )
     .await;
     assert_eq!(data, "safe yes");
-    let out = kubectl(
-        &sb,
-        &["apply", "--validate=false", "-f", "-"],
-        Some(&cm("safe")),
-    )
-    .await;
+    let out = apply(&sb, &cm("safe")).await;
     assert!(
         out.stdout.contains("configmap/settings unchanged"),
         "{} {}",

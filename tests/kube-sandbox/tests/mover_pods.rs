@@ -5,9 +5,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use base64::prelude::{Engine as _, BASE64_STANDARD};
+use common::k8s::{bound_volume, container, pod_phase};
 use common::{await_object, client, mover_binary, object, sandbox, MOVER_IMAGE};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, LogParams, PostParams};
@@ -58,30 +59,6 @@ fn mover_pod(name: &str, claim: &str, role: &str, files: &[String], args: Value)
     object(pod)
 }
 
-fn phase(p: Option<&Pod>) -> Option<&str> {
-    p?.status.as_ref()?.phase.as_deref()
-}
-
-async fn volume_dir(
-    claims: &Api<PersistentVolumeClaim>,
-    volumes: &Api<PersistentVolume>,
-    name: &str,
-) -> PathBuf {
-    await_object(claims, name, "Bound", |c| {
-        c.and_then(|c| c.status.as_ref()?.phase.as_deref()) == Some("Bound")
-    })
-    .await;
-    let pv = claims
-        .get(name)
-        .await
-        .expect("claim")
-        .spec
-        .and_then(|s| s.volume_name)
-        .expect("volume");
-    let pv = volumes.get(&pv).await.expect("pv");
-    PathBuf::from(pv.spec.and_then(|s| s.host_path).expect("hostPath").path)
-}
-
 /// Path → BLAKE3 of contents (files) or "dir" / "-> target" (links).
 fn manifest(root: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -126,8 +103,8 @@ async fn mover_pods_copy_a_claim_over_tls() {
             .await
             .expect("claim");
     }
-    let src = volume_dir(&claims, &volumes, "src").await;
-    let dst = volume_dir(&claims, &volumes, "dst").await;
+    let (_, src) = bound_volume(&claims, &volumes, "src").await;
+    let (_, dst) = bound_volume(&claims, &volumes, "dst").await;
     std::fs::create_dir_all(src.join("db/wal")).expect("dirs");
     for i in 0..50 {
         let body: Vec<u8> = (0..(i * 997 + 13)).map(|b| (b * 31 + i) as u8).collect();
@@ -179,8 +156,7 @@ async fn mover_pods_copy_a_claim_over_tls() {
     .await
     .expect("receiver");
     await_object(&pods, "receiver", "Ready", |p| {
-        let status = p.and_then(|p| p.status.as_ref()?.container_statuses.as_ref()?.first());
-        status.is_some_and(|s| s.ready)
+        container(p).is_some_and(|c| c.ready)
     })
     .await;
     let ip = pods
@@ -210,12 +186,12 @@ async fn mover_pods_copy_a_claim_over_tls() {
 
     for name in ["sender", "receiver"] {
         await_object(&pods, name, "finished", |p| {
-            matches!(phase(p), Some("Succeeded" | "Failed"))
+            matches!(pod_phase(p), Some("Succeeded" | "Failed"))
         })
         .await;
         let logs = pods.logs(name, &LogParams::default()).await.expect("logs");
         assert_eq!(
-            phase(pods.get_opt(name).await.expect("get").as_ref()),
+            pod_phase(pods.get_opt(name).await.expect("get").as_ref()),
             Some("Succeeded"),
             "{name} failed:\n{logs}"
         );

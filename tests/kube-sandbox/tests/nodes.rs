@@ -6,40 +6,15 @@ mod common;
 
 use std::time::Duration;
 
+use common::k8s::{container, is_running, pod_phase};
 use common::{await_object, client, object, sandbox};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn running(p: Option<&Pod>) -> bool {
-    p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some("Running")
-        && p.and_then(|p| {
-            p.status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .first()?
-                .state
-                .as_ref()?
-                .running
-                .as_ref()
-        })
-        .is_some()
-}
-
 fn restarts(p: Option<&Pod>) -> i32 {
-    p.and_then(|p| {
-        Some(
-            p.status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .first()?
-                .restart_count,
-        )
-    })
-    .unwrap_or(0)
+    container(p).map_or(0, |c| c.restart_count)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -55,27 +30,19 @@ async fn a_crashed_nodes_containers_restart_by_policy() {
         pods.create(&PostParams::default(), &pod)
             .await
             .expect("pod");
-        await_object(&pods, name, "Running", running).await;
+        await_object(&pods, name, "Running", is_running).await;
     }
     sb.kill_pods_on("node-2");
     await_object(&pods, "always", "restarted", |p| {
-        running(p) && restarts(p) == 1
+        is_running(p) && restarts(p) == 1
     })
     .await;
     let always = pods.get("always").await.expect("pod");
-    let last = always
-        .status
-        .and_then(|s| s.container_statuses)
-        .expect("statuses")[0]
-        .last_state
-        .clone()
-        .and_then(|s| s.terminated)
+    let last = container(Some(&always))
+        .and_then(|c| c.last_state.clone()?.terminated)
         .expect("last terminated state");
     assert_eq!(last.exit_code, 137);
-    await_object(&pods, "never", "Failed", |p| {
-        p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some("Failed")
-    })
-    .await;
+    await_object(&pods, "never", "Failed", |p| pod_phase(p) == Some("Failed")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -95,7 +62,7 @@ async fn deletion_sends_sigterm_and_waits_for_the_grace_period() {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("pod");
-    await_object(&pods, "graceful", "Running", running).await;
+    await_object(&pods, "graceful", "Running", is_running).await;
     let deleting = pods
         .delete("graceful", &DeleteParams::default())
         .await
@@ -135,7 +102,7 @@ async fn cluster_ip_services_reach_ready_pods() {
         .expect("service");
     let ip = created.spec.and_then(|s| s.cluster_ip).expect("cluster IP");
     assert!(ip.starts_with("127.") && ip.contains(".255."), "{ip}");
-    await_object(&pods, "echo", "Running", running).await;
+    await_object(&pods, "echo", "Running", is_running).await;
     let mut reply = String::new();
     for _ in 0..100 {
         reply.clear();
@@ -162,16 +129,10 @@ async fn dropping_the_sandbox_kills_its_pods() {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("pod");
-    await_object(&pods, "orphan", "Running", running).await;
-    let id = pods
-        .get("orphan")
-        .await
-        .expect("pod")
-        .status
-        .and_then(|s| s.container_statuses)
-        .expect("statuses")[0]
-        .container_id
-        .clone()
+    await_object(&pods, "orphan", "Running", is_running).await;
+    let id = pods.get_opt("orphan").await.expect("get");
+    let id = container(id.as_ref())
+        .and_then(|c| c.container_id.clone())
         .expect("container id");
     let pid = id.strip_prefix("sandbox://").expect("sandbox id");
     let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
@@ -199,7 +160,7 @@ async fn an_unreachable_nodes_pods_stay_terminating_until_it_returns() {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("pod");
-    await_object(&pods, "stranded", "Running", running).await;
+    await_object(&pods, "stranded", "Running", is_running).await;
     sb.set_node_ready("node-1", false)
         .expect("node-1 unreachable");
     let ready = |p: Option<&Pod>| {
@@ -250,19 +211,8 @@ async fn readiness_waits_for_the_probe() {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("pod");
-    await_object(&pods, "slow", "Running", running).await;
-    let ready = |p: Option<&Pod>| {
-        p.and_then(|p| {
-            Some(
-                p.status
-                    .as_ref()?
-                    .container_statuses
-                    .as_ref()?
-                    .first()?
-                    .ready,
-            )
-        })
-    };
+    await_object(&pods, "slow", "Running", is_running).await;
+    let ready = |p: Option<&Pod>| container(p).map(|c| c.ready);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         ready(pods.get_opt("slow").await.expect("get").as_ref()),

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::k8s::{node_of, pod_phase, waiting_reason};
 use common::{await_event, await_object, client, object, sandbox, sandbox_with};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -34,28 +35,6 @@ fn on_node(node: &str) -> Value {
     json!({"nodeSelector": {"kubernetes.io/hostname": node}})
 }
 
-fn phase(p: Option<&Pod>) -> Option<&str> {
-    p?.status.as_ref()?.phase.as_deref()
-}
-
-fn node_of(p: &Pod) -> Option<&str> {
-    p.spec.as_ref()?.node_name.as_deref()
-}
-
-fn waiting_reason(p: Option<&Pod>) -> Option<&str> {
-    p?.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()?
-        .reason
-        .as_deref()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn rwo_claim_in_use_on_one_node_cannot_attach_on_another() {
     let sb = sandbox().await;
@@ -75,7 +54,7 @@ async fn rwo_claim_in_use_on_one_node_cannot_attach_on_another() {
     )
     .await
     .expect("app");
-    await_object(&pods, "app", "Running", |p| phase(p) == Some("Running")).await;
+    await_object(&pods, "app", "Running", |p| pod_phase(p) == Some("Running")).await;
 
     pods.create(
         &PostParams::default(),
@@ -99,7 +78,7 @@ async fn rwo_claim_in_use_on_one_node_cannot_attach_on_another() {
         "scheduled: RWO is not a scheduler filter"
     );
     assert_eq!(
-        (phase(Some(&intruder)), waiting_reason(Some(&intruder))),
+        (pod_phase(Some(&intruder)), waiting_reason(Some(&intruder))),
         (Some("Pending"), Some("ContainerCreating"))
     );
 
@@ -110,7 +89,10 @@ async fn rwo_claim_in_use_on_one_node_cannot_attach_on_another() {
     )
     .await
     .expect("sidecar");
-    await_object(&pods, "sidecar", "Running", |p| phase(p) == Some("Running")).await;
+    await_object(&pods, "sidecar", "Running", |p| {
+        pod_phase(p) == Some("Running")
+    })
+    .await;
 
     // Once the app pods are gone, the intruder attaches and runs.
     for name in ["app", "sidecar"] {
@@ -119,7 +101,7 @@ async fn rwo_claim_in_use_on_one_node_cannot_attach_on_another() {
             .expect("delete");
     }
     await_object(&pods, "intruder", "Running", |p| {
-        phase(p) == Some("Running")
+        pod_phase(p) == Some("Running")
     })
     .await;
 }
@@ -143,7 +125,10 @@ async fn rwop_claim_refuses_a_second_pod_even_on_the_same_node() {
     )
     .await
     .expect("first");
-    await_object(&pods, "first", "Running", |p| phase(p) == Some("Running")).await;
+    await_object(&pods, "first", "Running", |p| {
+        pod_phase(p) == Some("Running")
+    })
+    .await;
     pods.create(
         &PostParams::default(),
         &pod_with("second", Some("solo"), on_node("node-1")),
@@ -154,7 +139,7 @@ async fn rwop_claim_refuses_a_second_pod_even_on_the_same_node() {
     assert!(message.contains("ReadWriteOncePod"), "{message}");
     let second = pods.get("second").await.expect("second");
     assert_eq!(
-        (node_of(&second), phase(Some(&second))),
+        (node_of(&second), pod_phase(Some(&second))),
         (None, Some("Pending"))
     );
 }
@@ -191,7 +176,7 @@ async fn taints_keep_pods_off_unless_tolerated() {
         .await
         .expect("tolerant");
     await_object(&pods, "tolerant", "Running on node-3", |p| {
-        phase(p) == Some("Running") && p.and_then(node_of) == Some("node-3")
+        pod_phase(p) == Some("Running") && p.and_then(node_of) == Some("node-3")
     })
     .await;
 
@@ -207,7 +192,7 @@ async fn taints_keep_pods_off_unless_tolerated() {
     }
     for i in 0..4 {
         await_object(&pods, &format!("spread-{i}"), "Running off node-1", |p| {
-            phase(p) == Some("Running") && p.and_then(node_of) == Some("node-2")
+            pod_phase(p) == Some("Running") && p.and_then(node_of) == Some("node-2")
         })
         .await;
     }
@@ -249,7 +234,10 @@ async fn local_volumes_pin_their_pods_and_wait_for_the_first_consumer() {
     )
     .await
     .expect("pod");
-    await_object(&pods, "first", "Running", |p| phase(p) == Some("Running")).await;
+    await_object(&pods, "first", "Running", |p| {
+        pod_phase(p) == Some("Running")
+    })
+    .await;
     let first = pods.get("first").await.expect("pod");
     let node = node_of(&first).expect("scheduled").to_string();
     let bound = claims.get("local-data").await.expect("claim");
@@ -286,7 +274,7 @@ async fn local_volumes_pin_their_pods_and_wait_for_the_first_consumer() {
     .await
     .expect("pod");
     await_object(&pods, "second", "Running on the volume's node", |p| {
-        phase(p) == Some("Running") && p.and_then(node_of) == Some(node.as_str())
+        pod_phase(p) == Some("Running") && p.and_then(node_of) == Some(node.as_str())
     })
     .await;
 
@@ -338,7 +326,10 @@ async fn a_local_volume_does_not_mount_on_another_node() {
     )
     .await
     .expect("pod");
-    await_object(&pods, "owner", "Running", |p| phase(p) == Some("Running")).await;
+    await_object(&pods, "owner", "Running", |p| {
+        pod_phase(p) == Some("Running")
+    })
+    .await;
     pods.delete("owner", &DeleteParams::default().grace_period(0))
         .await
         .expect("delete");
@@ -357,7 +348,7 @@ async fn a_local_volume_does_not_mount_on_another_node() {
     );
     let stuck = pods.get("elsewhere").await.expect("pod");
     assert_eq!(
-        (phase(Some(&stuck)), waiting_reason(Some(&stuck))),
+        (pod_phase(Some(&stuck)), waiting_reason(Some(&stuck))),
         (Some("Pending"), Some("ContainerCreating"))
     );
 }

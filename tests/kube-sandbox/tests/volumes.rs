@@ -7,6 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::k8s::{claim_phase, host_path, pod_phase, pv_phase, volume_name};
 use common::{await_event, await_object, client, events_for, object, sandbox};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
@@ -56,35 +57,6 @@ fn pod(name: &str, claim: &str, command: &str, restart: &str, extra_spec: Value)
     });
     merge(&mut spec, extra_spec);
     object(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}))
-}
-
-fn claim_phase(c: Option<&PersistentVolumeClaim>) -> Option<&str> {
-    c?.status.as_ref()?.phase.as_deref()
-}
-
-fn pv_phase(v: Option<&PersistentVolume>) -> Option<&str> {
-    v?.status.as_ref()?.phase.as_deref()
-}
-
-fn pod_phase(p: Option<&Pod>) -> Option<&str> {
-    p?.status.as_ref()?.phase.as_deref()
-}
-
-fn volume_name(c: &PersistentVolumeClaim) -> Option<String> {
-    c.spec
-        .as_ref()?
-        .volume_name
-        .clone()
-        .filter(|v| !v.is_empty())
-}
-
-fn host_path(v: &PersistentVolume) -> String {
-    v.spec
-        .as_ref()
-        .and_then(|s| s.host_path.as_ref())
-        .expect("hostPath")
-        .path
-        .clone()
 }
 
 struct Apis {
@@ -182,7 +154,7 @@ async fn a_volume_pre_bound_by_claim_ref_rebinds_without_volume_name() {
     let api = Apis::new(&sb).await;
     let pv = api.bound_claim("old").await;
     let dir = host_path(&api.volume(&pv).await);
-    std::fs::write(format!("{dir}/keep.txt"), "precious").expect("write");
+    std::fs::write(dir.join("keep.txt"), "precious").expect("write");
     api.patch_volume(
         &pv,
         json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}}),
@@ -215,7 +187,7 @@ async fn a_volume_pre_bound_by_claim_ref_rebinds_without_volume_name() {
     api.await_volume_phase(&pv, "Bound").await;
     assert_eq!(api.volume_names().await, vec![pv], "nothing provisioned");
     assert_eq!(
-        std::fs::read_to_string(format!("{dir}/keep.txt")).expect("data kept"),
+        std::fs::read_to_string(dir.join("keep.txt")).expect("data kept"),
         "precious"
     );
     let annotations = new.metadata.annotations.unwrap_or_default();
@@ -526,7 +498,7 @@ async fn the_delete_policy_releases_the_volume_before_deleting_it() {
     );
     assert!(phases.iter().any(|p| p == "Bound"), "{phases:?}");
     assert!(!phases.iter().any(|p| p == "Available"), "{phases:?}");
-    assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
+    assert!(!dir.exists(), "{} left behind", dir.display());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -2,6 +2,8 @@
 //! polling for an expected state.
 #![allow(dead_code)]
 
+pub mod k8s;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -118,6 +120,17 @@ pub async fn kubectl(sb: &Sandbox, args: &[&str], stdin: Option<&str>) -> Out {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// `kubectl apply --validate=false -f -` of a manifest (the sandbox serves
+/// no OpenAPI to validate against).
+pub async fn apply(sb: &Sandbox, manifest: &str) -> Out {
+    kubectl(
+        sb,
+        &["apply", "--validate=false", "-f", "-"],
+        Some(manifest),
+    )
+    .await
 }
 
 /// kubectl that must succeed; its stdout.

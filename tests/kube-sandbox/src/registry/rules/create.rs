@@ -1,0 +1,154 @@
+//! Validation on create.
+
+use serde_json::{json, Value};
+
+use super::metadata::{annotation_causes, invalid_value, label_causes, meta_causes};
+use super::quantity::quantity_sign;
+use super::secrets::{config_map_causes, secret_causes};
+use crate::registry::Resource;
+use crate::status::ApiError;
+
+/// Checks a new object as a real server's validation would, for the rules
+/// tests and volmig can meet: metadata (names, labels, annotations), and the
+/// fields without which the controllers here could not act. Every problem
+/// found is a cause of one 422, as Kubernetes reports them all at once.
+pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
+    let mut causes = meta_causes(res, &obj["metadata"], true);
+    match res.kind {
+        "Pod" => causes.extend(validate_pod_spec(&obj["spec"])),
+        "PersistentVolumeClaim" => causes.extend(claim_spec_causes(&obj["spec"])),
+        "PersistentVolume" => {
+            if obj["spec"]["capacity"]["storage"].is_null() {
+                causes.push("spec.capacity: Required value".into());
+            }
+            if obj["spec"]["accessModes"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+            {
+                causes.push("spec.accessModes: Required value".into());
+            }
+        }
+        "Deployment" | "ReplicaSet" | "StatefulSet" => {
+            let template = &obj["spec"]["template"]["metadata"];
+            causes.extend(label_causes(
+                "spec.template.metadata.labels",
+                &template["labels"],
+            ));
+            causes.extend(annotation_causes(
+                "spec.template.metadata.annotations",
+                &template["annotations"],
+            ));
+            causes.extend(validate_workload(&obj["spec"]));
+        }
+        "Secret" => causes.extend(secret_causes(obj)),
+        "ConfigMap" => causes.extend(config_map_causes(obj)),
+        _ => {}
+    }
+    invalid_if_any(res, obj, causes)
+}
+
+pub(super) fn invalid_if_any(
+    res: &Resource,
+    obj: &Value,
+    causes: Vec<String>,
+) -> Result<(), ApiError> {
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Invalid {
+        kind: res.kind.to_string(),
+        name: obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        causes,
+    })
+}
+
+/// A claim's spec: access modes, and a positive storage request (always,
+/// a claim that names its volume included).
+fn claim_spec_causes(spec: &Value) -> Vec<String> {
+    let mut causes = Vec::new();
+    if spec["accessModes"].as_array().is_none_or(Vec::is_empty) {
+        causes.push("spec.accessModes: Required value: at least 1 access mode is required".into());
+    }
+    let path = "spec.resources[storage]";
+    match &spec["resources"]["requests"]["storage"] {
+        Value::Null => causes.push(format!("{path}: Required value")),
+        storage => {
+            let text = match storage {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            match quantity_sign(&text) {
+                Some(sign) if sign <= 0 => {
+                    let shown = if sign == 0 { "0" } else { text.as_str() };
+                    causes.push(invalid_value(path, shown, "must be greater than zero"));
+                }
+                _ => {}
+            }
+        }
+    }
+    causes
+}
+
+fn validate_pod_spec(spec: &Value) -> Option<String> {
+    let containers = spec["containers"].as_array().filter(|c| !c.is_empty());
+    let Some(containers) = containers else {
+        return Some("spec.containers: Required value".into());
+    };
+    let volumes: Vec<&str> = spec["volumes"]
+        .as_array()
+        .map(|v| v.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default();
+    for (i, c) in containers.iter().enumerate() {
+        if c["name"].as_str().is_none_or(str::is_empty) {
+            return Some(format!("spec.containers[{i}].name: Required value"));
+        }
+        if c["image"].as_str().is_none_or(str::is_empty) {
+            return Some(format!("spec.containers[{i}].image: Required value"));
+        }
+        for (j, m) in c["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let name = m["name"].as_str().unwrap_or_default();
+            if !volumes.contains(&name) {
+                return Some(format!(
+                    "spec.containers[{i}].volumeMounts[{j}].name: Not found: {name:?}"
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn validate_workload(spec: &Value) -> Option<String> {
+    let selector = &spec["selector"];
+    if selector.is_null() {
+        return Some("spec.selector: Required value".into());
+    }
+    let labels = &spec["template"]["metadata"]["labels"];
+    if let Some(wanted) = selector["matchLabels"].as_object() {
+        if wanted.iter().any(|(k, v)| &labels[k] != v) {
+            return Some("spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`".into());
+        }
+    }
+    // A StatefulSet's claim templates are volumes its pods mount too.
+    let mut pod_spec = spec["template"]["spec"].clone();
+    for t in spec["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if !pod_spec["volumes"].is_array() {
+            pod_spec["volumes"] = json!([]);
+        }
+        if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
+            volumes.push(json!({"name": t["metadata"]["name"]}));
+        }
+    }
+    validate_pod_spec(&pod_spec).map(|m| format!("spec.template.{m}"))
+}

@@ -1,0 +1,235 @@
+//! Metadata validation: names, labels, annotations, and the apimachinery
+//! message shapes the other rules share.
+
+use serde_json::Value;
+
+use crate::registry::Resource;
+
+/// apimachinery's `field.Invalid(path, value, detail)`, as it prints.
+pub(super) fn invalid_value(path: &str, value: &str, detail: &str) -> String {
+    format!("{path}: Invalid value: {value:?}: {detail}")
+}
+
+/// apimachinery's `RegexError`: the rule, examples and the regex itself.
+pub(super) fn regex_error(message: &str, regex: &str, examples: &[&str]) -> String {
+    let examples: Vec<String> = examples.iter().map(|e| format!("'{e}', ")).collect();
+    format!(
+        "{message} (e.g. {}regex used for validation is '{regex}')",
+        examples.join(" or ")
+    )
+}
+
+pub(super) fn max_len_error(max: usize) -> String {
+    format!("must be no more than {max} characters")
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, the shape of one DNS label.
+fn is_dns_label(s: &str) -> bool {
+    let inner = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    s.chars().all(inner) && edge(s.chars().next()) && edge(s.chars().next_back())
+}
+
+/// `IsDNS1123Label`: namespace names.
+fn dns1123_label_errors(s: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if s.len() > 63 {
+        errors.push(max_len_error(63));
+    }
+    if !is_dns_label(s) {
+        errors.push(regex_error(
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+            "[a-z0-9]([-a-z0-9]*[a-z0-9])?",
+            &["my-name", "123-abc"],
+        ));
+    }
+    errors
+}
+
+/// `IsDNS1123Subdomain`: most object names, and label key prefixes.
+fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if s.len() > 253 {
+        errors.push(max_len_error(253));
+    }
+    if !s.split('.').all(is_dns_label) {
+        errors.push(regex_error(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+            &["example.com"],
+        ));
+    }
+    errors
+}
+
+/// `IsDNS1035Label`: Service names (they become DNS names and env vars).
+fn dns1035_label_errors(s: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if s.len() > 63 {
+        errors.push(max_len_error(63));
+    }
+    if !is_dns_label(s) || !s.starts_with(|c: char| c.is_ascii_lowercase()) {
+        errors.push(regex_error(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
+            "[a-z]([-a-z0-9]*[a-z0-9])?",
+            &["my-name", "abc-123"],
+        ));
+    }
+    errors
+}
+
+/// The name rule of a kind, as its registry validates `metadata.name`
+/// (and, with `prefix`, a `generateName`, whose trailing dash is allowed).
+fn name_errors(kind: &str, name: &str, prefix: bool) -> Vec<String> {
+    let masked;
+    let name = match name.strip_suffix('-') {
+        Some(rest) if prefix && !rest.is_empty() => {
+            masked = format!("{rest}a");
+            masked.as_str()
+        }
+        _ => name,
+    };
+    match kind {
+        "Service" => dns1035_label_errors(name),
+        "Namespace" => dns1123_label_errors(name),
+        _ => dns1123_subdomain_errors(name),
+    }
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, or empty.
+fn is_label_value(s: &str) -> bool {
+    let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let edge = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
+    s.chars().all(inner) && edge(s.chars().next()) && edge(s.chars().next_back())
+}
+
+const QUALIFIED_NAME_RULE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const QUALIFIED_NAME_REGEX: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const QUALIFIED_NAME_EXAMPLES: &[&str] = &["MyName", "my.name", "123-abc"];
+
+/// `IsQualifiedName`: label and annotation keys, `[prefix/]name`.
+fn qualified_name_errors(key: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    let parts: Vec<&str> = key.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errors.push("prefix part must be non-empty".to_string());
+            } else {
+                errors.extend(
+                    dns1123_subdomain_errors(prefix)
+                        .into_iter()
+                        .map(|e| format!("prefix part {e}")),
+                );
+            }
+            *name
+        }
+        _ => {
+            return vec![format!(
+                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                regex_error(QUALIFIED_NAME_RULE, QUALIFIED_NAME_REGEX, QUALIFIED_NAME_EXAMPLES)
+            )]
+        }
+    };
+    if name.is_empty() {
+        errors.push("name part must be non-empty".to_string());
+    } else if name.len() > 63 {
+        errors.push(format!("name part {}", max_len_error(63)));
+    }
+    if name.is_empty() || !is_label_value(name) {
+        errors.push(format!(
+            "name part {}",
+            regex_error(
+                QUALIFIED_NAME_RULE,
+                QUALIFIED_NAME_REGEX,
+                QUALIFIED_NAME_EXAMPLES
+            )
+        ));
+    }
+    errors
+}
+
+/// `IsValidLabelValue`: empty, or at most 63 of the qualified-name shape.
+fn label_value_errors(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 63 {
+        errors.push(max_len_error(63));
+    }
+    if !is_label_value(value) {
+        errors.push(regex_error(
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+            "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?",
+            &["MyValue", "my_value", "12345"],
+        ));
+    }
+    errors
+}
+
+/// `ValidateLabels` at `path` (`metadata.labels`).
+pub(super) fn label_causes(path: &str, labels: &Value) -> Vec<String> {
+    let mut causes = Vec::new();
+    for (key, value) in labels.as_object().into_iter().flatten() {
+        let value = value.as_str().unwrap_or_default();
+        for e in qualified_name_errors(key) {
+            causes.push(invalid_value(path, key, &e));
+        }
+        for e in label_value_errors(value) {
+            causes.push(invalid_value(path, value, &e));
+        }
+    }
+    causes
+}
+
+/// The most all annotations of an object may hold, keys and values.
+const ANNOTATIONS_LIMIT: usize = 256 << 10;
+
+/// `ValidateAnnotations` at `path`: keys are qualified names (in any
+/// case), and all of them with their values fit in 256 KiB.
+pub(super) fn annotation_causes(path: &str, annotations: &Value) -> Vec<String> {
+    let mut causes = Vec::new();
+    let mut total = 0;
+    for (key, value) in annotations.as_object().into_iter().flatten() {
+        for e in qualified_name_errors(&key.to_lowercase()) {
+            causes.push(invalid_value(path, key, &e));
+        }
+        total += key.len() + value.as_str().map_or(0, str::len);
+    }
+    if total > ANNOTATIONS_LIMIT {
+        causes.push(too_long(path, ANNOTATIONS_LIMIT));
+    }
+    causes
+}
+
+/// apimachinery's `field.TooLong` (1.33 wording).
+pub(super) fn too_long(path: &str, max: usize) -> String {
+    format!("{path}: Too long: may not be more than {max} bytes")
+}
+
+/// `ValidateObjectMeta` (on create: names too) and the label and
+/// annotation half of `ValidateObjectMetaUpdate`.
+pub(super) fn meta_causes(res: &Resource, meta: &Value, create: bool) -> Vec<String> {
+    let mut causes = Vec::new();
+    if create {
+        let generate = meta["generateName"].as_str().unwrap_or_default();
+        if !generate.is_empty() {
+            for e in name_errors(res.kind, generate, true) {
+                causes.push(invalid_value("metadata.generateName", generate, &e));
+            }
+        }
+        let name = meta["name"].as_str().unwrap_or_default();
+        if name.is_empty() {
+            causes.push("metadata.name: Required value: name or generateName is required".into());
+        } else {
+            for e in name_errors(res.kind, name, false) {
+                causes.push(invalid_value("metadata.name", name, &e));
+            }
+        }
+    }
+    causes.extend(label_causes("metadata.labels", &meta["labels"]));
+    causes.extend(annotation_causes(
+        "metadata.annotations",
+        &meta["annotations"],
+    ));
+    causes
+}
