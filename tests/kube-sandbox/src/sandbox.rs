@@ -237,6 +237,8 @@ impl Drop for Sandbox {
         // Kubelets first: their pod workers, and the containers with them.
         self.kubelets.clear();
         self.tasks.clear();
+        // Clients may outlive the sandbox: their watches end now.
+        self.store.close();
     }
 }
 

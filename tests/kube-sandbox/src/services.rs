@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
@@ -63,21 +64,31 @@ fn frontends(service: &Value) -> Vec<(String, String, SocketAddr)> {
 }
 
 async fn forward(store: Arc<Store>, namespace: String, name: String, frontend: SocketAddr) {
-    let listener = match TcpListener::bind(frontend).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!("service {namespace}/{name}: cannot listen on {frontend}: {e}");
-            return;
+    let listener = loop {
+        match TcpListener::bind(frontend).await {
+            Ok(l) => break l,
+            Err(e) => {
+                tracing::warn!(
+                    "service {namespace}/{name}: cannot listen on {frontend} (retrying): {e}"
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     };
     let next = Arc::new(AtomicUsize::new(0));
     loop {
-        let Ok((client, _)) = listener.accept().await else {
-            continue;
+        let client = match listener.accept().await {
+            Ok((client, _)) => client,
+            Err(e) => {
+                tracing::debug!("service {namespace}/{name}: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let backends = backends(&store, &namespace, &name, frontend.port());
         if backends.is_empty() {
-            // No ready endpoint: the connection is refused, as with no rules.
+            // No ready endpoint: closed at once. (kube-proxy rejects the
+            // SYN; a listener cannot, so clients see EOF, not ECONNREFUSED.)
             drop(client);
             continue;
         }

@@ -6,7 +6,9 @@ use serde_json::{json, Value};
 /// a real API server uses, so clients branch on them the same way.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApiError {
-    #[error("{kind} \"{name}\" not found")]
+    /// `kind` is empty for a path that names no resource; `name` is then
+    /// the whole message.
+    #[error("{}", if kind.is_empty() { name.clone() } else { format!("{kind} \"{name}\" not found") })]
     NotFound { kind: String, name: String },
     #[error("{kind} \"{name}\" already exists")]
     AlreadyExists { kind: String, name: String },

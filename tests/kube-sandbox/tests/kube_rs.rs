@@ -263,3 +263,24 @@ async fn too_old_watch_gets_410() {
     }
     assert!(names >= 10, "{names}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watches_end_with_their_sandbox() {
+    let sb = sandbox().await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(client(&sb).await);
+    let mut stream = maps
+        .watch(&WatchParams::default(), "0")
+        .await
+        .expect("watch starts")
+        .boxed();
+    drop(sb);
+    // The client outlives the sandbox; its watch must not.
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the watch went on after its sandbox was dropped"
+    );
+}

@@ -116,6 +116,25 @@ async fn cluster_ip_services_reach_ready_pods() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(reply, "hello from echo");
+    // Written back without its address (kubectl replace), it keeps it.
+    let mut again: Service = object(
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo"},
+        "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": "echo"}]}}),
+    );
+    again.metadata.resource_version = services
+        .get("echo")
+        .await
+        .expect("service")
+        .metadata
+        .resource_version;
+    let replaced = services
+        .replace("echo", &PostParams::default(), &again)
+        .await
+        .expect("replace");
+    assert_eq!(
+        replaced.spec.and_then(|s| s.cluster_ip).as_deref(),
+        Some(ip.as_str())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -160,9 +179,21 @@ async fn an_unreachable_nodes_pods_stay_terminating_until_it_returns() {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("pod");
-    await_object(&pods, "stranded", "Running", is_running).await;
+    let once: Pod = object(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "once"}, "spec": {
+        "nodeName": "node-1", "restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]}}),
+    );
+    pods.create(&PostParams::default(), &once)
+        .await
+        .expect("pod");
+    for name in ["stranded", "once"] {
+        await_object(&pods, name, "Running", is_running).await;
+    }
     sb.set_node_ready("node-1", false)
         .expect("node-1 unreachable");
+    // What dies on an unreachable node is not heard of until it is back.
+    sb.kill_pods_on("node-1");
     let ready = |p: Option<&Pod>| {
         p.and_then(|p| {
             p.status
@@ -187,8 +218,15 @@ async fn an_unreachable_nodes_pods_stay_terminating_until_it_returns() {
         .await
         .expect("still there: nobody confirmed the kill");
     assert!(held.metadata.deletion_timestamp.is_some());
+    let stale = pods.get("once").await.expect("once");
+    assert_eq!(
+        pod_phase(Some(&stale)),
+        Some("Running"),
+        "reported while unreachable"
+    );
     sb.set_node_ready("node-1", true).expect("node-1 back");
     await_object(&pods, "stranded", "gone", |p| p.is_none()).await;
+    await_object(&pods, "once", "Failed", |p| pod_phase(p) == Some("Failed")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

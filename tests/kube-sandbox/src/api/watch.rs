@@ -5,21 +5,20 @@
 //! older than the history, as the watch cache answers.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::objects::{now, Filter, Request};
 use super::table::{self, IncludeObject};
 use crate::registry::Resource;
 use crate::status::ApiError;
-use crate::store::{Change, ChangeType};
+use crate::store::{Change, ChangeType, Subscription};
 
 /// How often a watch that asked for bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
@@ -58,8 +57,7 @@ pub fn serve(req: &Request) -> Result<Response, ApiError> {
         .watch(req.path.resource, req.path.namespace.as_deref(), since)
     {
         Ok(sub) => {
-            let last_rv = req.api.store.resource_version();
-            tokio::spawn(pump(watcher, sub.backlog, sub.live, tx, timeout, last_rv));
+            tokio::spawn(pump(watcher, sub, tx, timeout));
         }
         Err(e) => {
             // The watch cache's way: 200, then one ERROR event.
@@ -81,12 +79,16 @@ pub fn serve(req: &Request) -> Result<Response, ApiError> {
 
 async fn pump(
     watcher: Watcher,
-    backlog: Vec<Arc<Change>>,
-    mut live: broadcast::Receiver<Arc<Change>>,
+    sub: Subscription,
     tx: mpsc::Sender<Result<Bytes, Infallible>>,
     timeout: Option<i64>,
-    mut last_rv: u64,
 ) {
+    let Subscription {
+        backlog,
+        mut live,
+        rv: mut last_rv,
+        mut closed,
+    } = sub;
     let deadline =
         timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs(t.unsigned_abs()));
     let sleep_until = async move {
@@ -107,6 +109,7 @@ async fn pump(
         tokio::select! {
             () = &mut sleep_until => return,
             () = tx.closed() => return,
+            _ = closed.changed() => return,
             _ = bookmark.tick(), if watcher.bookmarks => {
                 let line = event_line("BOOKMARK", &bookmark_object(watcher.resource, last_rv));
                 if tx.send(Ok(line)).await.is_err() {

@@ -6,8 +6,6 @@
 //! the new one is created (no surge accounting); a StatefulSet rolls one pod
 //! at a time from the highest ordinal once all pods are ready.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
-
 use serde_json::{json, Value};
 
 use super::{is_terminating, log_err, name_of, Ctx};
@@ -39,10 +37,11 @@ pub fn reconcile(ctx: &Ctx) {
 }
 
 /// A short stable hash of a pod template, as the controllers label pods.
+/// Stable across builds and toolchains (std's hasher is not), so pod and
+/// ReplicaSet names do not change with the compiler.
 pub fn template_hash(template: &Value) -> String {
-    let mut h = DefaultHasher::new();
-    template.to_string().hash(&mut h);
-    format!("{:x}", h.finish() & 0xff_ffff_ffff)
+    let digest = blake3::hash(template.to_string().as_bytes());
+    digest.to_hex()[..10].to_string()
 }
 
 pub fn owner_ref(owner: &Value) -> Value {

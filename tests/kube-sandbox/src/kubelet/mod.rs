@@ -100,18 +100,26 @@ struct IpPool {
 }
 
 impl IpPool {
+    /// Pod addresses in the block: X from 1 to 254 (X = 255 is the
+    /// Services'), Y from 1 to 254.
+    const SIZE: u32 = 254 * 254;
+
+    /// A fresh address while there are any, so that a client still
+    /// retrying a gone pod's address never reaches a new pod; freed ones
+    /// only after.
     fn allocate(&mut self) -> Ipv4Addr {
-        if let Some(ip) = self.free.pop() {
-            return ip;
+        if self.next < Self::SIZE {
+            let n = self.next;
+            self.next += 1;
+            return Ipv4Addr::new(127, self.block, (1 + n / 254) as u8, (1 + n % 254) as u8);
         }
-        // X.Y from 1.1 on: no .0 or .255 octets.
-        let n = self.next;
-        self.next += 1;
-        Ipv4Addr::new(127, self.block, (1 + n / 254) as u8, (1 + n % 254) as u8)
+        self.free
+            .pop()
+            .unwrap_or(Ipv4Addr::new(127, self.block, 254, 254))
     }
 
     fn release(&mut self, ip: Ipv4Addr) {
-        self.free.push(ip);
+        self.free.insert(0, ip);
     }
 }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,8 @@ const MAPPED_BIN: &str = "/volmig/bin";
 /// Restart back-off: doubles from the first to the cap.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(10);
+/// A container that ran this long restarts without back-off.
+const BACKOFF_RESET: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Clone)]
 pub struct PodId {
@@ -41,6 +44,8 @@ pub struct Worker {
     kill: watch::Receiver<u64>,
     dir: PathBuf,
     containers: Mutex<Vec<Container>>,
+    /// A status write was skipped while the node was unreachable.
+    unpublished: AtomicBool,
 }
 
 impl Worker {
@@ -63,6 +68,7 @@ impl Worker {
             kill,
             dir,
             containers: Mutex::new(Vec::new()),
+            unpublished: AtomicBool::new(false),
         })
     }
 
@@ -97,8 +103,10 @@ impl Worker {
     /// node is back.
     fn publish(&self) {
         if !self.node_ready() {
+            self.unpublished.store(true, Ordering::Relaxed);
             return;
         }
+        self.unpublished.store(false, Ordering::Relaxed);
         let model = self.model().clone();
         let uid = json!(self.id.uid);
         let _ = self.shared.store.modify(
@@ -166,6 +174,8 @@ impl Worker {
                         .unwrap_or(0);
                     break Duration::from_secs(secs);
                 }
+                // Back from unreachable: report what happened meanwhile.
+                Some(_) if self.unpublished.load(Ordering::Relaxed) => self.publish(),
                 Some(_) => {}
             }
             tokio::select! {
@@ -347,9 +357,10 @@ impl Worker {
                         &format!("Error: {message}"),
                     );
                     self.update_container(index, |c| c.state = waiting(reason, Some(message)));
-                    if !self.back_off(&mut stop, BACKOFF_CAP).await {
+                    if !self.back_off(&mut stop, backoff).await {
                         return self.update_container(index, |c| c.done = true);
                     }
+                    backoff = (backoff * 2).min(BACKOFF_CAP);
                     continue;
                 }
             };
@@ -424,6 +435,7 @@ impl Worker {
                 ))),
                 _ => None,
             };
+            let ran_since = std::time::Instant::now();
             let (exit, stopping) = tokio::select! {
                 exit = process.wait() => (exit, false),
                 _ = stop.changed() => {
@@ -435,6 +447,10 @@ impl Worker {
             };
             finished_tx.send_replace(true);
             run += 1;
+            // A run that lasted resets the back-off, as the kubelet's does.
+            if ran_since.elapsed() > BACKOFF_RESET {
+                backoff = BACKOFF_FIRST;
+            }
             let terminated = Terminated::new(exit, started_at);
             let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
             let restart =

@@ -180,8 +180,21 @@ pub fn prepare_update(
             ));
         }
     }
+    if res.kind == "Service" {
+        keep_allocated(old, &mut new);
+    }
     bump_generation(old, &mut new);
     Ok(new)
+}
+
+/// A Service written back without its allocated address keeps it, as the
+/// API server's `patchAllocatedValues` does (so `kubectl replace` works).
+fn keep_allocated(old: &Value, new: &mut Value) {
+    let unset = |v: &Value| v.as_str().is_none_or(str::is_empty);
+    if unset(&new["spec"]["clusterIP"]) && !unset(&old["spec"]["clusterIP"]) {
+        new["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
+        new["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
+    }
 }
 
 fn finalizers(obj: &Value) -> impl Iterator<Item = &Value> {

@@ -100,12 +100,17 @@ pub struct DeleteOptions {
 pub struct Subscription {
     pub backlog: Vec<Arc<Change>>,
     pub live: broadcast::Receiver<Arc<Change>>,
+    /// The version the watch has seen up to once the backlog is sent.
+    pub rv: u64,
+    /// Turns true when the store closes (its sandbox is gone): watches end.
+    pub closed: watch::Receiver<bool>,
 }
 
 pub struct Store {
     inner: Mutex<Inner>,
     changes: broadcast::Sender<Arc<Change>>,
     version: watch::Sender<u64>,
+    closed: watch::Sender<bool>,
 }
 
 struct Inner {
@@ -141,7 +146,15 @@ impl Store {
             }),
             changes,
             version,
+            closed: watch::channel(false).0,
         })
+    }
+
+    /// Ends every watch (their clients see the stream close and watch
+    /// again, finding nobody): for a sandbox that is going away while its
+    /// clients may live on.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -381,6 +394,8 @@ impl Store {
         Ok(Subscription {
             backlog,
             live: self.changes.subscribe(),
+            rv: inner.rv.max(since.unwrap_or(0)),
+            closed: self.closed.subscribe(),
         })
     }
 

@@ -50,10 +50,12 @@ pub fn mover_binary() -> PathBuf {
             return;
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "--quiet", "-p", "mover", "--bin", "mover"])
-            .status()
-            .expect("cargo runs");
+        let mut build = std::process::Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "mover", "--bin", "mover"]);
+        if dir.ends_with("release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
         assert!(status.success(), "building mover failed");
     });
     assert!(mover.exists(), "{} missing", mover.display());
