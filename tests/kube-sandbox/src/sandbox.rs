@@ -217,7 +217,7 @@ impl Sandbox {
             let _ = self.store.modify(pods, ns, name, |p| {
                 let condition =
                     json!({"type": "Ready", "status": "False", "reason": "NodeNotReady"});
-                crate::controllers::scheduler::set_condition(p, condition)
+                controllers::set_condition(p, condition)
             });
         }
     }
@@ -308,22 +308,13 @@ fn bootstrap(store: &Store, config: &SandboxConfig, block: u8) -> Result<(), cra
         }
         c
     };
-    let classes = registry::get("storageclasses");
-    store.create(
-        classes,
-        "",
+    for c in [
         class(CLASS_STANDARD, volumes::SHARED, "Immediate", true),
-    )?;
-    store.create(
-        classes,
-        "",
         class(CLASS_WAIT, volumes::SHARED, "WaitForFirstConsumer", false),
-    )?;
-    store.create(
-        classes,
-        "",
         class(CLASS_LOCAL, volumes::LOCAL, "WaitForFirstConsumer", false),
-    )?;
+    ] {
+        store.create(registry::get("storageclasses"), "", c)?;
+    }
     Ok(())
 }
 

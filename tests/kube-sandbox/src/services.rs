@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,7 +74,7 @@ async fn forward(store: Arc<Store>, namespace: String, name: String, frontend: S
             }
         }
     };
-    let next = Arc::new(AtomicUsize::new(0));
+    let mut next = 0;
     loop {
         let client = match listener.accept().await {
             Ok((client, _)) => client,
@@ -92,7 +91,8 @@ async fn forward(store: Arc<Store>, namespace: String, name: String, frontend: S
             drop(client);
             continue;
         }
-        let backend = backends[next.fetch_add(1, Ordering::Relaxed) % backends.len()];
+        let backend = backends[next % backends.len()];
+        next = next.wrapping_add(1);
         tokio::spawn(async move {
             let Ok(mut upstream) = TcpStream::connect(backend).await else {
                 return;

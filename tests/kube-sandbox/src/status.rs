@@ -118,9 +118,3 @@ impl ApiError {
         status
     }
 }
-
-/// The `Status` a successful DELETE of a whole collection, or of an object
-/// that is gone at once, may answer with.
-pub fn success() -> Value {
-    json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success" })
-}

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, kubectl, object, sandbox};
+use common::{client, create, kubectl, object, sandbox};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::{
@@ -609,12 +609,25 @@ async fn a_stale_scale_is_a_conflict() {
     );
     assert_eq!(status.code, 409);
 
-    let mut fresh = sets.get_scale("db").await.expect("scale");
-    fresh.spec.get_or_insert_with(Default::default).replicas = Some(2);
-    let scaled = sets
-        .replace_scale("db", &PostParams::default(), &fresh)
-        .await
-        .expect("current version");
+    // Read-modify-write as clients do: the StatefulSet controller writes
+    // the status meanwhile, so a fresh version may be stale by the PUT.
+    let mut scaled = None;
+    for _ in 0..10 {
+        let mut fresh = sets.get_scale("db").await.expect("scale");
+        fresh.spec.get_or_insert_with(Default::default).replicas = Some(2);
+        match sets
+            .replace_scale("db", &PostParams::default(), &fresh)
+            .await
+        {
+            Ok(s) => {
+                scaled = Some(s);
+                break;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => panic!("replace_scale: {e}"),
+        }
+    }
+    let scaled = scaled.expect("a current version is accepted");
     assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(2));
     let unpinned = json!({"spec": {"replicas": 0}});
     let scaled = sets
@@ -658,11 +671,6 @@ async fn protobuf_bodies_are_refused_with_advice() {
     )
     .await;
     assert!(manifest.ok, "{}", manifest.stderr);
-    let out = kubectl(
-        &sb,
-        &["create", "--validate=false", "-f", "-"],
-        Some(&manifest.stdout),
-    )
-    .await;
+    let out = create(&sb, &manifest.stdout).await;
     assert!(out.ok, "{}", out.stderr);
 }

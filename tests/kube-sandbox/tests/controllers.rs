@@ -5,7 +5,7 @@
 mod common;
 
 use common::k8s::{bound_volume, claim_phase, host_path, pod_phase, pv_phase, volume_name};
-use common::{await_object, client, kubectl, kubectl_ok, object, sandbox, wait_for};
+use common::{await_object, client, create, kubectl_ok, object, sandbox, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -43,7 +43,7 @@ async fn await_running(pods: &Api<Pod>, selector: &str, count: usize) -> Vec<Str
 async fn deployments_scale_and_replace_pods() {
     let sb = sandbox().await;
     let pods: Api<Pod> = Api::default_namespaced(client(&sb).await);
-    let out = kubectl(&sb, &["create", "--validate=false", "-f", "-"], Some(WEB)).await;
+    let out = create(&sb, WEB).await;
     assert!(out.ok, "{}", out.stderr);
     let first = await_running(&pods, "app=web", 2).await;
     assert!(first.iter().all(|n| n.starts_with("web-")), "{first:?}");

@@ -6,7 +6,8 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{apply, kubectl, kubectl_ok, sandbox, wait_for};
+use common::{apply, create, kubectl, kubectl_ok, sandbox, wait_for, Out};
+use kube_sandbox::Sandbox;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const APP: &str = r#"
@@ -45,12 +46,8 @@ async fn apply_get_describe_and_delete() {
     let sb = sandbox().await;
     let out = apply(&sb, APP).await;
     assert!(out.ok, "apply: {}", out.stderr);
-    assert!(
-        out.stdout.contains("persistentvolumeclaim/data created"),
-        "{}",
-        out.stdout
-    );
-    assert!(out.stdout.contains("pod/app created"), "{}", out.stdout);
+    assert_printed(&out, "persistentvolumeclaim/data created");
+    assert_printed(&out, "pod/app created");
 
     wait_for(&sb, &["get", "pvc", "data"], "{.status.phase}", "Bound").await;
     wait_for(&sb, &["get", "pod", "app"], "{.status.phase}", "Running").await;
@@ -112,7 +109,7 @@ async fn apply_get_describe_and_delete() {
 
     let out = kubectl(&sb, &["delete", "pod", "app", "--grace-period=1"], None).await;
     assert!(out.ok, "delete: {}", out.stderr);
-    assert!(out.stdout.contains("pod \"app\" deleted"), "{}", out.stdout);
+    assert_printed(&out, "pod \"app\" deleted");
     let gone = kubectl(&sb, &["get", "pod", "app"], None).await;
     assert!(!gone.ok);
     assert!(
@@ -130,38 +127,13 @@ async fn apply_twice_updates_in_place() {
         format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: {value}\n  keep: \"yes\"\n")
     };
     let out = apply(&sb, &cm("fast")).await;
-    assert!(
-        out.stdout.contains("configmap/settings created"),
-        "{} {}",
-        out.stdout,
-        out.stderr
-    );
+    assert_printed(&out, "configmap/settings created");
     let out = apply(&sb, &cm("safe")).await;
-    assert!(
-        out.stdout.contains("configmap/settings configured"),
-        "{} {}",
-        out.stdout,
-        out.stderr
-    );
-    let data = kubectl_ok(
-        &sb,
-        &[
-            "get",
-            "cm",
-            "settings",
-            "-o",
-            "jsonpath={.data.mode} {.data.keep}",
-        ],
-    )
-    .await;
+    assert_printed(&out, "configmap/settings configured");
+    let data = jsonpath(&sb, "cm", "settings", "{.data.mode} {.data.keep}").await;
     assert_eq!(data, "safe yes");
     let out = apply(&sb, &cm("safe")).await;
-    assert!(
-        out.stdout.contains("configmap/settings unchanged"),
-        "{} {}",
-        out.stdout,
-        out.stderr
-    );
+    assert_printed(&out, "configmap/settings unchanged");
     let out = kubectl(
         &sb,
         &["apply", "--server-side", "--validate=false", "-f", "-"],
@@ -169,11 +141,7 @@ async fn apply_twice_updates_in_place() {
     )
     .await;
     assert!(out.ok, "server-side apply: {}", out.stderr);
-    let data = kubectl_ok(
-        &sb,
-        &["get", "cm", "settings", "-o", "jsonpath={.data.mode}"],
-    )
-    .await;
+    let data = jsonpath(&sb, "cm", "settings", "{.data.mode}").await;
     assert_eq!(data, "server");
 }
 
@@ -184,7 +152,7 @@ async fn patch_by_all_three_types() {
         "spec": {"nodeSelector": {"none": "such"}, "containers": [
             {"name": "one", "image": "busybox:1", "command": ["sleep", "60"], "env": [{"name": "X", "value": "1"}]},
             {"name": "two", "image": "busybox:1", "command": ["sleep", "60"]}]}}"#;
-    let out = kubectl(&sb, &["create", "--validate=false", "-f", "-"], Some(pod)).await;
+    let out = create(&sb, pod).await;
     assert!(out.ok, "create: {}", out.stderr);
 
     kubectl_ok(
@@ -199,11 +167,7 @@ async fn patch_by_all_three_types() {
         ],
     )
     .await;
-    let labels = kubectl_ok(
-        &sb,
-        &["get", "pod", "p", "-o", "jsonpath={.metadata.labels}"],
-    )
-    .await;
+    let labels = jsonpath(&sb, "pod", "p", "{.metadata.labels}").await;
     assert_eq!(labels, r#"{"b":"2"}"#);
 
     // Strategic merge: the container list merges by name, so `one` keeps
@@ -219,15 +183,11 @@ async fn patch_by_all_three_types() {
         ],
     )
     .await;
-    let images = kubectl_ok(
+    let images = jsonpath(
         &sb,
-        &[
-            "get",
-            "pod",
-            "p",
-            "-o",
-            "jsonpath={.spec.containers[*].image} {.spec.containers[0].env[0].name}",
-        ],
+        "pod",
+        "p",
+        "{.spec.containers[*].image} {.spec.containers[0].env[0].name}",
     )
     .await;
     assert_eq!(images, "busybox:2 busybox:1 X");
@@ -244,17 +204,7 @@ async fn patch_by_all_three_types() {
         ],
     )
     .await;
-    let images = kubectl_ok(
-        &sb,
-        &[
-            "get",
-            "pod",
-            "p",
-            "-o",
-            "jsonpath={.spec.containers[*].image}",
-        ],
-    )
-    .await;
+    let images = jsonpath(&sb, "pod", "p", "{.spec.containers[*].image}").await;
     assert_eq!(images, "busybox:2 busybox:3");
 
     // Pod specs are immutable beyond images: the server says so.
@@ -285,7 +235,7 @@ async fn logs_follow_until_the_container_exits() {
     let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "counter"},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox",
         "command": ["sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done"]}]}}"#;
-    kubectl(&sb, &["create", "--validate=false", "-f", "-"], Some(pod)).await;
+    create(&sb, pod).await;
     wait_for(
         &sb,
         &["get", "pod", "counter"],
@@ -324,7 +274,7 @@ async fn get_watch_sees_new_pods_until_its_timeout() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "watched"},
         "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "30"]}]}}"#;
-    kubectl(&sb, &["create", "--validate=false", "-f", "-"], Some(pod)).await;
+    create(&sb, pod).await;
     let mut seen = Vec::new();
     let finished = tokio::time::timeout(Duration::from_secs(20), async {
         while let Ok(Some(line)) = lines.next_line().await {
@@ -351,4 +301,19 @@ async fn wait_until(mut check: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("condition not reached in 30 s");
+}
+
+/// kubectl's stdout says `want`.
+fn assert_printed(out: &Out, want: &str) {
+    assert!(
+        out.stdout.contains(want),
+        "{want:?} not in {} {}",
+        out.stdout,
+        out.stderr
+    );
+}
+
+/// `kubectl get KIND NAME -o jsonpath=PATH`, which must succeed.
+async fn jsonpath(sb: &Sandbox, kind: &str, name: &str, path: &str) -> String {
+    kubectl_ok(sb, &["get", kind, name, "-o", &format!("jsonpath={path}")]).await
 }

@@ -21,9 +21,11 @@ fn claim(name: &str) -> PersistentVolumeClaim {
     }))
 }
 
-/// A mover pod: `args` run by the image's entrypoint, the claim at `/data`,
-/// this role's key material at `/tls`.
-fn mover_pod(name: &str, claim: &str, role: &str, files: &[String], args: Value) -> Pod {
+/// A mover pod: `args` then `--root /data --tls-dir /tls` run by the
+/// image's entrypoint, the claim at `/data`, this role's key material at
+/// `/tls`.
+fn mover_pod(name: &str, claim: &str, role: &str, files: &[String], args: &[&str]) -> Pod {
+    let args: Vec<&str> = [args, &["--root", "/data", "--tls-dir", "/tls"]].concat();
     let items: Vec<Value> = files
         .iter()
         .filter(|f| !f.contains("sender") && !f.contains("receiver") || f.contains(role))
@@ -140,21 +142,11 @@ async fn mover_pods_copy_a_claim_over_tls() {
         .await
         .expect("secret");
 
-    let receive = json!([
-        "receive",
-        "--listen",
-        "$(POD_IP):7000",
-        "--root",
-        "/data",
-        "--tls-dir",
-        "/tls"
-    ]);
-    pods.create(
-        &PostParams::default(),
-        &mover_pod("receiver", "dst", "receiver", &files, receive),
-    )
-    .await
-    .expect("receiver");
+    let receive = ["receive", "--listen", "$(POD_IP):7000"];
+    let receiver = mover_pod("receiver", "dst", "receiver", &files, &receive);
+    pods.create(&PostParams::default(), &receiver)
+        .await
+        .expect("receiver");
     await_object(&pods, "receiver", "Ready", |p| {
         container(p).is_some_and(|c| c.ready)
     })
@@ -168,21 +160,11 @@ async fn mover_pods_copy_a_claim_over_tls() {
         .expect("pod IP");
     assert!(ip.starts_with("127.") && !ip.starts_with("127.0."), "{ip}");
 
-    let send = json!([
-        "send",
-        "--to",
-        format!("{ip}:7000"),
-        "--root",
-        "/data",
-        "--tls-dir",
-        "/tls"
-    ]);
-    pods.create(
-        &PostParams::default(),
-        &mover_pod("sender", "src", "sender", &files, send),
-    )
-    .await
-    .expect("sender");
+    let peer = format!("{ip}:7000");
+    let sender = mover_pod("sender", "src", "sender", &files, &["send", "--to", &peer]);
+    pods.create(&PostParams::default(), &sender)
+        .await
+        .expect("sender");
 
     for name in ["sender", "receiver"] {
         await_object(&pods, name, "finished", |p| {

@@ -10,15 +10,22 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{json, Value};
 
-fn claim(name: &str, class: &str, mode: &str) -> PersistentVolumeClaim {
-    object(json!({
+/// Creates a 1Gi claim of `class` with the access mode `mode`.
+async fn create_claim(claims: &Api<PersistentVolumeClaim>, name: &str, class: &str, mode: &str) {
+    let claim: PersistentVolumeClaim = object(json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": name},
         "spec": {"storageClassName": class, "accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}},
-    }))
+    }));
+    claims
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("claim");
 }
 
-fn pod_with(name: &str, claim: Option<&str>, extra_spec: Value) -> Pod {
+/// Creates a pod that sleeps, with `claim` (if any) at `/data` and
+/// `extra_spec` merged into its spec.
+async fn create_pod(pods: &Api<Pod>, name: &str, claim: Option<&str>, extra_spec: Value) {
     let mut spec =
         json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]});
     if let Some(claim) = claim {
@@ -28,7 +35,21 @@ fn pod_with(name: &str, claim: Option<&str>, extra_spec: Value) -> Pod {
     for (k, v) in extra_spec.as_object().into_iter().flatten() {
         spec[k] = v.clone();
     }
-    object(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}))
+    let pod: Pod = object(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}),
+    );
+    pods.create(&PostParams::default(), &pod).await.expect(name);
+}
+
+async fn await_running(pods: &Api<Pod>, name: &str) {
+    await_object(pods, name, "Running", |p| pod_phase(p) == Some("Running")).await;
+}
+
+/// Deletes the pod at once (grace period 0).
+async fn delete_now(pods: &Api<Pod>, name: &str) {
+    pods.delete(name, &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
 }
 
 fn on_node(node: &str) -> Value {
@@ -41,27 +62,11 @@ async fn rwo_claim_in_use_on_one_node_cannot_attach_on_another() {
     let client = client(&sb).await;
     let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
-    claims
-        .create(
-            &PostParams::default(),
-            &claim("data", "standard", "ReadWriteOnce"),
-        )
-        .await
-        .expect("claim");
-    pods.create(
-        &PostParams::default(),
-        &pod_with("app", Some("data"), on_node("node-1")),
-    )
-    .await
-    .expect("app");
-    await_object(&pods, "app", "Running", |p| pod_phase(p) == Some("Running")).await;
+    create_claim(&claims, "data", "standard", "ReadWriteOnce").await;
+    create_pod(&pods, "app", Some("data"), on_node("node-1")).await;
+    await_running(&pods, "app").await;
 
-    pods.create(
-        &PostParams::default(),
-        &pod_with("intruder", Some("data"), on_node("node-2")),
-    )
-    .await
-    .expect("intruder");
+    create_pod(&pods, "intruder", Some("data"), on_node("node-2")).await;
     let message = await_event(&client, "default", "intruder", "FailedAttachVolume").await;
     assert!(
         message.starts_with("Multi-Attach error for volume"),
@@ -83,27 +88,14 @@ async fn rwo_claim_in_use_on_one_node_cannot_attach_on_another() {
     );
 
     // A second pod on the same node shares the volume.
-    pods.create(
-        &PostParams::default(),
-        &pod_with("sidecar", Some("data"), on_node("node-1")),
-    )
-    .await
-    .expect("sidecar");
-    await_object(&pods, "sidecar", "Running", |p| {
-        pod_phase(p) == Some("Running")
-    })
-    .await;
+    create_pod(&pods, "sidecar", Some("data"), on_node("node-1")).await;
+    await_running(&pods, "sidecar").await;
 
     // Once the app pods are gone, the intruder attaches and runs.
     for name in ["app", "sidecar"] {
-        pods.delete(name, &DeleteParams::default().grace_period(0))
-            .await
-            .expect("delete");
+        delete_now(&pods, name).await;
     }
-    await_object(&pods, "intruder", "Running", |p| {
-        pod_phase(p) == Some("Running")
-    })
-    .await;
+    await_running(&pods, "intruder").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -112,29 +104,10 @@ async fn rwop_claim_refuses_a_second_pod_even_on_the_same_node() {
     let client = client(&sb).await;
     let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
-    claims
-        .create(
-            &PostParams::default(),
-            &claim("solo", "standard", "ReadWriteOncePod"),
-        )
-        .await
-        .expect("claim");
-    pods.create(
-        &PostParams::default(),
-        &pod_with("first", Some("solo"), on_node("node-1")),
-    )
-    .await
-    .expect("first");
-    await_object(&pods, "first", "Running", |p| {
-        pod_phase(p) == Some("Running")
-    })
-    .await;
-    pods.create(
-        &PostParams::default(),
-        &pod_with("second", Some("solo"), on_node("node-1")),
-    )
-    .await
-    .expect("second");
+    create_claim(&claims, "solo", "standard", "ReadWriteOncePod").await;
+    create_pod(&pods, "first", Some("solo"), on_node("node-1")).await;
+    await_running(&pods, "first").await;
+    create_pod(&pods, "second", Some("solo"), on_node("node-1")).await;
     let message = await_event(&client, "default", "second", "FailedScheduling").await;
     assert!(message.contains("ReadWriteOncePod"), "{message}");
     let second = pods.get("second").await.expect("second");
@@ -152,12 +125,7 @@ async fn taints_keep_pods_off_unless_tolerated() {
     .await;
     let client = client(&sb).await;
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
-    pods.create(
-        &PostParams::default(),
-        &pod_with("plain", None, on_node("node-3")),
-    )
-    .await
-    .expect("plain");
+    create_pod(&pods, "plain", None, on_node("node-3")).await;
     let message = await_event(&client, "default", "plain", "FailedScheduling").await;
     assert!(message.starts_with("0/3 nodes are available:"), "{message}");
     assert!(
@@ -172,9 +140,7 @@ async fn taints_keep_pods_off_unless_tolerated() {
     let mut spec = on_node("node-3");
     spec["tolerations"] =
         json!([{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}]);
-    pods.create(&PostParams::default(), &pod_with("tolerant", None, spec))
-        .await
-        .expect("tolerant");
+    create_pod(&pods, "tolerant", None, spec).await;
     await_object(&pods, "tolerant", "Running on node-3", |p| {
         pod_phase(p) == Some("Running") && p.and_then(node_of) == Some("node-3")
     })
@@ -183,12 +149,7 @@ async fn taints_keep_pods_off_unless_tolerated() {
     // A NotReady node takes no new pods.
     sb.set_node_ready("node-1", false).expect("node-1 down");
     for i in 0..4 {
-        pods.create(
-            &PostParams::default(),
-            &pod_with(&format!("spread-{i}"), None, json!({})),
-        )
-        .await
-        .expect("pod");
+        create_pod(&pods, &format!("spread-{i}"), None, json!({})).await;
     }
     for i in 0..4 {
         await_object(&pods, &format!("spread-{i}"), "Running off node-1", |p| {
@@ -205,13 +166,7 @@ async fn local_volumes_pin_their_pods_and_wait_for_the_first_consumer() {
     let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
-    claims
-        .create(
-            &PostParams::default(),
-            &claim("local-data", "local", "ReadWriteOnce"),
-        )
-        .await
-        .expect("claim");
+    create_claim(&claims, "local-data", "local", "ReadWriteOnce").await;
     let message = await_event(&client, "default", "local-data", "WaitForFirstConsumer").await;
     assert_eq!(
         message,
@@ -228,16 +183,8 @@ async fn local_volumes_pin_their_pods_and_wait_for_the_first_consumer() {
         Some("Pending")
     );
 
-    pods.create(
-        &PostParams::default(),
-        &pod_with("first", Some("local-data"), json!({})),
-    )
-    .await
-    .expect("pod");
-    await_object(&pods, "first", "Running", |p| {
-        pod_phase(p) == Some("Running")
-    })
-    .await;
+    create_pod(&pods, "first", Some("local-data"), json!({})).await;
+    await_running(&pods, "first").await;
     let first = pods.get("first").await.expect("pod");
     let node = node_of(&first).expect("scheduled").to_string();
     let bound = claims.get("local-data").await.expect("claim");
@@ -256,42 +203,19 @@ async fn local_volumes_pin_their_pods_and_wait_for_the_first_consumer() {
 
     // Its next consumer lands on the same node, however busy that node is.
     for i in 0..3 {
-        pods.create(
-            &PostParams::default(),
-            &pod_with(&format!("filler-{i}"), None, on_node(&node)),
-        )
-        .await
-        .expect("filler");
+        create_pod(&pods, &format!("filler-{i}"), None, on_node(&node)).await;
     }
-    pods.delete("first", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete");
+    delete_now(&pods, "first").await;
     await_object(&pods, "first", "gone", |p| p.is_none()).await;
-    pods.create(
-        &PostParams::default(),
-        &pod_with("second", Some("local-data"), json!({})),
-    )
-    .await
-    .expect("pod");
+    create_pod(&pods, "second", Some("local-data"), json!({})).await;
     await_object(&pods, "second", "Running on the volume's node", |p| {
         pod_phase(p) == Some("Running") && p.and_then(node_of) == Some(node.as_str())
     })
     .await;
 
     // WaitForFirstConsumer on shared storage binds where the pod went.
-    claims
-        .create(
-            &PostParams::default(),
-            &claim("late", "standard-wffc", "ReadWriteOnce"),
-        )
-        .await
-        .expect("claim");
-    pods.create(
-        &PostParams::default(),
-        &pod_with("consumer", Some("late"), on_node("node-2")),
-    )
-    .await
-    .expect("pod");
+    create_claim(&claims, "late", "standard-wffc", "ReadWriteOnce").await;
+    create_pod(&pods, "consumer", Some("late"), on_node("node-2")).await;
     await_object(&claims, "late", "Bound", |c| {
         c.and_then(|c| c.status.as_ref()?.phase.as_deref()) == Some("Bound")
     })
@@ -313,34 +237,19 @@ async fn a_local_volume_does_not_mount_on_another_node() {
     let client = client(&sb).await;
     let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
-    claims
-        .create(
-            &PostParams::default(),
-            &claim("pinned", "local", "ReadWriteOnce"),
-        )
-        .await
-        .expect("claim");
-    pods.create(
-        &PostParams::default(),
-        &pod_with("owner", Some("pinned"), on_node("node-1")),
-    )
-    .await
-    .expect("pod");
-    await_object(&pods, "owner", "Running", |p| {
-        pod_phase(p) == Some("Running")
-    })
-    .await;
-    pods.delete("owner", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete");
+    create_claim(&claims, "pinned", "local", "ReadWriteOnce").await;
+    create_pod(&pods, "owner", Some("pinned"), on_node("node-1")).await;
+    await_running(&pods, "owner").await;
+    delete_now(&pods, "owner").await;
     await_object(&pods, "owner", "gone", |p| p.is_none()).await;
     // Bypassing the scheduler with nodeName does not bypass the disk.
-    pods.create(
-        &PostParams::default(),
-        &pod_with("elsewhere", Some("pinned"), json!({"nodeName": "node-2"})),
+    create_pod(
+        &pods,
+        "elsewhere",
+        Some("pinned"),
+        json!({"nodeName": "node-2"}),
     )
-    .await
-    .expect("pod");
+    .await;
     let message = await_event(&client, "default", "elsewhere", "FailedMount").await;
     assert!(
         message.starts_with("MountVolume.NodeAffinity check failed for volume \"pvc-"),

@@ -91,6 +91,17 @@ impl Apis {
             .expect("create volume");
     }
 
+    async fn create_pod(&self, p: Pod) {
+        self.pods
+            .create(&PostParams::default(), &p)
+            .await
+            .expect("pod");
+    }
+
+    async fn await_pod_phase(&self, name: &str, want: &'static str) {
+        await_object(&self.pods, name, want, move |p| pod_phase(p) == Some(want)).await;
+    }
+
     async fn claim(&self, name: &str) -> PersistentVolumeClaim {
         self.claims.get(name).await.expect("claim")
     }
@@ -140,6 +151,19 @@ impl Apis {
             .expect("patch volume");
     }
 
+    /// Keeps the volume when its claim goes.
+    async fn retain(&self, name: &str) {
+        let retain = json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}});
+        self.patch_volume(name, retain).await;
+    }
+
+    async fn delete_volume(&self, name: &str) {
+        self.volumes
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete volume");
+    }
+
     async fn delete_claim(&self, name: &str) {
         self.claims
             .delete(name, &DeleteParams::default())
@@ -155,11 +179,7 @@ async fn a_volume_pre_bound_by_claim_ref_rebinds_without_volume_name() {
     let pv = api.bound_claim("old").await;
     let dir = host_path(&api.volume(&pv).await);
     std::fs::write(dir.join("keep.txt"), "precious").expect("write");
-    api.patch_volume(
-        &pv,
-        json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}}),
-    )
-    .await;
+    api.retain(&pv).await;
     api.delete_claim("old").await;
     api.await_volume_phase(&pv, "Released").await;
 
@@ -204,17 +224,15 @@ async fn a_completed_pod_holds_its_claim_until_it_is_deleted() {
     let sb = sandbox().await;
     let api = Apis::new(&sb).await;
     api.bound_claim("done").await;
-    api.pods
-        .create(
-            &PostParams::default(),
-            &pod("job", "done", "echo ok > /data/out", "Never", json!({})),
-        )
-        .await
-        .expect("pod");
-    await_object(&api.pods, "job", "Succeeded", |p| {
-        pod_phase(p) == Some("Succeeded")
-    })
+    api.create_pod(pod(
+        "job",
+        "done",
+        "echo ok > /data/out",
+        "Never",
+        json!({}),
+    ))
     .await;
+    api.await_pod_phase("job", "Succeeded").await;
     api.delete_claim("done").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let held = api.claim("done").await;
@@ -232,13 +250,8 @@ async fn a_completed_pod_holds_its_claim_until_it_is_deleted() {
     // A pod that never got a node holds nothing.
     api.bound_claim("idle").await;
     let nowhere = json!({"nodeSelector": {"kubernetes.io/hostname": "no-such-node"}});
-    api.pods
-        .create(
-            &PostParams::default(),
-            &pod("stuck", "idle", "sleep 300", "Always", nowhere),
-        )
-        .await
-        .expect("pod");
+    api.create_pod(pod("stuck", "idle", "sleep 300", "Always", nowhere))
+        .await;
     api.delete_claim("idle").await;
     await_object(&api.claims, "idle", "gone", |c| c.is_none()).await;
 }
@@ -270,23 +283,15 @@ async fn wait_for_first_consumer_binds_a_static_volume_only_once_a_pod_is_schedu
     assert_eq!(pv_phase(Some(&free)), Some("Available"));
     assert!(free.spec.and_then(|s| s.claim_ref).is_none());
 
-    api.pods
-        .create(
-            &PostParams::default(),
-            &pod(
-                "consumer",
-                "wffc",
-                "cat /data/seed; sleep 300",
-                "Always",
-                json!({}),
-            ),
-        )
-        .await
-        .expect("pod");
-    await_object(&api.pods, "consumer", "Running", |p| {
-        pod_phase(p) == Some("Running")
-    })
+    api.create_pod(pod(
+        "consumer",
+        "wffc",
+        "cat /data/seed; sleep 300",
+        "Always",
+        json!({}),
+    ))
     .await;
+    api.await_pod_phase("consumer", "Running").await;
     let bound = api.claim("wffc").await;
     assert_eq!(claim_phase(Some(&bound)), Some("Bound"));
     assert_eq!(volume_name(&bound).as_deref(), Some("static-wffc"));
@@ -303,13 +308,8 @@ async fn a_pod_gets_its_node_only_once_its_claims_are_bound() {
     let api = Apis::new(&sb).await;
     api.create_claim(claim("late", Some("standard-wffc"), "1Gi", json!({})))
         .await;
-    api.pods
-        .create(
-            &PostParams::default(),
-            &pod("user", "late", "sleep 300", "Always", json!({})),
-        )
-        .await
-        .expect("pod");
+    api.create_pod(pod("user", "late", "sleep 300", "Always", json!({})))
+        .await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let node = loop {
         assert!(Instant::now() < deadline, "the pod never got a node");
@@ -329,10 +329,7 @@ async fn a_pod_gets_its_node_only_once_its_claims_are_bound() {
         annotations.get("volume.kubernetes.io/selected-node"),
         Some(&node)
     );
-    await_object(&api.pods, "user", "Running", |p| {
-        pod_phase(p) == Some("Running")
-    })
-    .await;
+    api.await_pod_phase("user", "Running").await;
     let failed: Vec<_> = events_for(&api.client, "default", "user")
         .await
         .into_iter()
@@ -388,11 +385,7 @@ async fn a_requested_volume_binds_as_soon_as_it_is_freed() {
     let sb = sandbox().await;
     let api = Apis::new(&sb).await;
     let pv = api.bound_claim("first").await;
-    api.patch_volume(
-        &pv,
-        json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}}),
-    )
-    .await;
+    api.retain(&pv).await;
     api.delete_claim("first").await;
     api.await_volume_phase(&pv, "Released").await;
     api.create_claim(claim(
@@ -441,10 +434,7 @@ async fn a_requested_volume_binds_as_soon_as_it_is_freed() {
     let mut doomed = volume("doomed", "1Gi", json!({"storageClassName": "standard"}));
     doomed.metadata.finalizers = Some(vec!["example.com/hold".to_string()]);
     api.create_volume(doomed).await;
-    api.volumes
-        .delete("doomed", &DeleteParams::default())
-        .await
-        .expect("delete volume");
+    api.delete_volume("doomed").await;
     api.create_claim(claim(
         "late",
         Some("standard"),
@@ -533,10 +523,7 @@ async fn static_volumes_with_the_delete_policy_fail_as_in_tree_deleters_do() {
 
     // Not Bound, so deleting them is not held up.
     for pv in ["outside", "node-local"] {
-        api.volumes
-            .delete(pv, &DeleteParams::default())
-            .await
-            .expect("delete");
+        api.delete_volume(pv).await;
         await_object(&api.volumes, pv, "gone", |v| v.is_none()).await;
     }
 }
@@ -546,15 +533,8 @@ async fn a_bound_volume_is_deleted_only_once_released() {
     let sb = sandbox().await;
     let api = Apis::new(&sb).await;
     let pv = api.bound_claim("held").await;
-    api.patch_volume(
-        &pv,
-        json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}}),
-    )
-    .await;
-    api.volumes
-        .delete(&pv, &DeleteParams::default())
-        .await
-        .expect("delete");
+    api.retain(&pv).await;
+    api.delete_volume(&pv).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let held = api.volume(&pv).await;
     assert!(held.metadata.deletion_timestamp.is_some());
@@ -616,13 +596,8 @@ async fn a_pod_waits_unbound_while_an_external_provisioner_works() {
         .expect("class");
     api.create_claim(claim("ext", Some("external"), "1Gi", json!({})))
         .await;
-    api.pods
-        .create(
-            &PostParams::default(),
-            &pod("patient", "ext", "sleep 300", "Always", json!({})),
-        )
-        .await
-        .expect("pod");
+    api.create_pod(pod("patient", "ext", "sleep 300", "Always", json!({})))
+        .await;
     await_object(&api.claims, "ext", "a selected node", |c| {
         c.and_then(|c| c.metadata.annotations.as_ref())
             .is_some_and(|a| a.contains_key("volume.kubernetes.io/selected-node"))
@@ -659,10 +634,7 @@ async fn a_pod_waits_unbound_while_an_external_provisioner_works() {
         .into(),
     );
     api.create_volume(delivered).await;
-    await_object(&api.pods, "patient", "Running", |p| {
-        pod_phase(p) == Some("Running")
-    })
-    .await;
+    api.await_pod_phase("patient", "Running").await;
     let running = api.pods.get("patient").await.expect("pod");
     assert_eq!(running.spec.and_then(|s| s.node_name), Some(node));
     assert_eq!(

@@ -3,6 +3,7 @@
 
 mod discovery;
 pub use discovery::{MAJOR, MINOR};
+mod filter;
 mod logs;
 mod objects;
 mod request;

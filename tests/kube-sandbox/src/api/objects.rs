@@ -5,15 +5,17 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
+use time::OffsetDateTime;
 
+use super::filter::Filter;
 use super::request::{Path, Query};
 use super::table::{self, IncludeObject};
 use super::{json, Api};
 use crate::patch::{self, PatchType};
 use crate::registry::{rules, Resource};
-use crate::selector::{FieldSelector, LabelSelector};
+use crate::selector::LabelSelector;
 use crate::status::ApiError;
-use crate::store::{qualified, DeleteOptions, Deleted, Part};
+use crate::store::{stale, DeleteOptions, Deleted, Part};
 
 pub struct Request<'a> {
     pub api: &'a Api,
@@ -83,197 +85,13 @@ impl Request<'_> {
     fn respond(&self, code: StatusCode, obj: &Value) -> Response {
         if table::wants_table(&self.accept) {
             let include = IncludeObject::from_query(self.query.get("includeObject"));
-            let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
-            let t = table::to_table(
-                self.path.resource.plural,
-                std::slice::from_ref(obj),
-                include,
-                meta,
-                now(),
+            return json(
+                code,
+                &table::one_row(self.path.resource.plural, obj, include),
             );
-            return json(code, &t);
         }
         json(code, obj)
     }
-}
-
-pub fn now() -> time::OffsetDateTime {
-    time::OffsetDateTime::now_utc()
-}
-
-/// Label and field selectors from the query, as one predicate.
-pub struct Filter {
-    resource: &'static Resource,
-    labels: LabelSelector,
-    fields: FieldSelector,
-}
-
-impl Filter {
-    /// The selectors of a list, watch or deletecollection of `resource`. A
-    /// field the resource cannot be selected by is a 400, worded as the
-    /// API server's field label conversion words it.
-    pub fn from_query(resource: &'static Resource, query: &Query) -> Result<Filter, ApiError> {
-        let bad = |e: crate::selector::SelectorError| ApiError::BadRequest(e.to_string());
-        let fields =
-            FieldSelector::parse(query.get("fieldSelector").unwrap_or_default()).map_err(bad)?;
-        for path in fields.paths() {
-            check_field(resource, path)?;
-        }
-        Ok(Filter {
-            resource,
-            labels: LabelSelector::parse(query.get("labelSelector").unwrap_or_default())
-                .map_err(bad)?,
-            fields,
-        })
-    }
-
-    pub fn matches(&self, obj: &Value) -> bool {
-        self.labels.matches(&obj["metadata"]["labels"])
-            && (self.fields.is_empty()
-                || self.fields.matches(&selectable_fields(self.resource, obj)))
-    }
-}
-
-/// The fields each kind registers a field label conversion for (all others
-/// take apimachinery's default: `metadata.name` and `metadata.namespace`).
-fn supported_fields(resource: &Resource) -> Option<&'static [&'static str]> {
-    Some(match resource.kind {
-        "Pod" => &[
-            "metadata.name",
-            "metadata.namespace",
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.podIPs",
-            "status.nominatedNodeName",
-            // What old v1 clients send for spec.nodeName.
-            "spec.host",
-        ],
-        "Node" => &["metadata.name", "spec.unschedulable"],
-        "Event" => &[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-            "metadata.namespace",
-            "metadata.name",
-        ],
-        "Namespace" => &["status.phase", "metadata.name"],
-        "Secret" => &["type", "metadata.namespace", "metadata.name"],
-        "Service" => &[
-            "metadata.namespace",
-            "metadata.name",
-            "spec.clusterIP",
-            "spec.type",
-        ],
-        _ => return None,
-    })
-}
-
-fn check_field(resource: &Resource, path: &str) -> Result<(), ApiError> {
-    match supported_fields(resource) {
-        Some(fields) if fields.contains(&path) => Ok(()),
-        Some(_) => Err(ApiError::BadRequest(format!(
-            "field label not supported: {path}"
-        ))),
-        None if ["metadata.name", "metadata.namespace"].contains(&path) => Ok(()),
-        None => Err(ApiError::BadRequest(format!(
-            "{path:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
-        ))),
-    }
-}
-
-/// The field set a selector is matched against, as each kind's
-/// `ToSelectableFields` builds it: values as strings, defaults filled
-/// (`spec.hostNetwork` is "false" when unset), `metadata.namespace` only
-/// for namespaced kinds, and fields with no value there reading as "".
-fn selectable_fields(resource: &Resource, obj: &Value) -> Value {
-    let text = |path: &str| -> String {
-        match obj.pointer(&format!("/{}", path.replace('.', "/"))) {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-        }
-    };
-    let mut fields: Vec<(&str, String)> = vec![("metadata.name", text("metadata.name"))];
-    if resource.namespaced {
-        fields.push(("metadata.namespace", text("metadata.namespace")));
-    }
-    match resource.kind {
-        "Pod" => {
-            let node = text("spec.nodeName");
-            fields.push(("spec.host", node.clone()));
-            fields.push(("spec.nodeName", node));
-            for f in [
-                "spec.restartPolicy",
-                "spec.schedulerName",
-                "spec.serviceAccountName",
-                "status.phase",
-                "status.nominatedNodeName",
-            ] {
-                fields.push((f, text(f)));
-            }
-            let host_network = obj["spec"]["hostNetwork"] == json!(true);
-            fields.push(("spec.hostNetwork", host_network.to_string()));
-            let ip = obj["status"]["podIPs"][0]["ip"]
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| text("status.podIP"));
-            fields.push(("status.podIP", ip));
-        }
-        "Node" => {
-            let unschedulable = obj["spec"]["unschedulable"] == json!(true);
-            fields.push(("spec.unschedulable", unschedulable.to_string()));
-        }
-        "Event" => {
-            for f in [
-                "involvedObject.kind",
-                "involvedObject.namespace",
-                "involvedObject.name",
-                "involvedObject.uid",
-                "involvedObject.apiVersion",
-                "involvedObject.resourceVersion",
-                "involvedObject.fieldPath",
-                "reason",
-                "reportingComponent",
-                "type",
-            ] {
-                fields.push((f, text(f)));
-            }
-            let mut source = text("source.component");
-            if source.is_empty() {
-                source = text("reportingComponent");
-            }
-            fields.push(("source", source));
-        }
-        "Namespace" => fields.push(("status.phase", text("status.phase"))),
-        "Secret" => fields.push(("type", text("type"))),
-        "Service" => {
-            fields.push(("spec.clusterIP", text("spec.clusterIP")));
-            fields.push(("spec.type", text("spec.type")));
-        }
-        _ => {}
-    }
-    let mut view = json!({});
-    for (path, value) in fields {
-        let mut slot = &mut view;
-        for segment in path.split('.') {
-            slot = &mut slot[segment];
-        }
-        *slot = json!(value);
-    }
-    view
 }
 
 pub fn get(req: &Request) -> Result<Response, ApiError> {
@@ -290,24 +108,37 @@ pub fn get(req: &Request) -> Result<Response, ApiError> {
 
 fn list(req: &Request) -> Result<Response, ApiError> {
     let res = req.path.resource;
-    let filter = Filter::from_query(res, &req.query)?;
-    let (items, rv) = req.api.store.list(res, req.path.namespace.as_deref());
-    let items: Vec<Value> = items.into_iter().filter(|o| filter.matches(o)).collect();
-    let meta = json!({"resourceVersion": rv.to_string()});
+    let (items, rv) = selected(req)?;
     if table::wants_table(&req.accept) {
         let include = IncludeObject::from_query(req.query.get("includeObject"));
-        return Ok(json(
-            StatusCode::OK,
-            &table::to_table(res.plural, &items, include, meta, now()),
-        ));
+        let meta = json!({"resourceVersion": rv.to_string()});
+        let now = OffsetDateTime::now_utc();
+        let table = table::to_table(res.plural, &items, include, meta, now);
+        return Ok(json(StatusCode::OK, &table));
     }
-    let body = json!({
+    Ok(json(StatusCode::OK, &list_of(res, rv, items)))
+}
+
+/// The objects the request's path and selectors name, with the version
+/// the list is consistent at.
+fn selected(req: &Request) -> Result<(Vec<Value>, u64), ApiError> {
+    let res = req.path.resource;
+    let filter = Filter::from_query(res, &req.query)?;
+    let (items, rv) = req.api.store.list(res, req.path.namespace.as_deref());
+    Ok((
+        items.into_iter().filter(|o| filter.matches(o)).collect(),
+        rv,
+    ))
+}
+
+/// A `<Kind>List` of `items` at version `rv`.
+fn list_of(res: &Resource, rv: u64, items: Vec<Value>) -> Value {
+    json!({
         "kind": format!("{}List", res.kind),
         "apiVersion": res.api_version(),
-        "metadata": meta,
+        "metadata": {"resourceVersion": rv.to_string()},
         "items": items,
-    });
-    Ok(json(StatusCode::OK, &body))
+    })
 }
 
 pub fn create(req: &Request) -> Result<Response, ApiError> {
@@ -450,10 +281,7 @@ fn scale(req: &Request, wanted: Value, pinned: bool) -> Result<Response, ApiErro
             return false;
         }
         if rv.is_some_and(|rv| meta["resourceVersion"] != json!(rv)) {
-            refused = Some(ApiError::Conflict(format!(
-                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                qualified(res)
-            )));
+            refused = Some(stale(res, name));
             return false;
         }
         obj["spec"]["replicas"] = json!(replicas);
@@ -479,8 +307,9 @@ fn scale_type_error(found: &Value) -> ApiError {
 }
 
 fn scale_of(obj: &Value) -> Value {
+    // The whole selector, matchExpressions too, in label-selector syntax.
     let selector = LabelSelector::from_object(&obj["spec"]["selector"])
-        .map(|_| selector_string(&obj["spec"]["selector"]["matchLabels"]))
+        .map(|s| s.to_string())
         .unwrap_or_default();
     json!({
         "kind": "Scale",
@@ -495,18 +324,6 @@ fn scale_of(obj: &Value) -> Value {
         "spec": {"replicas": obj["spec"]["replicas"]},
         "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
     })
-}
-
-fn selector_string(labels: &Value) -> String {
-    labels
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default()
 }
 
 pub fn delete(req: &Request) -> Result<Response, ApiError> {
@@ -574,10 +391,9 @@ fn deleted_status(res: &Resource, obj: &Value) -> Value {
 /// deletion), as a list.
 fn delete_collection(req: &Request, opts: &Deletion) -> Result<Response, ApiError> {
     let res = req.path.resource;
-    let filter = Filter::from_query(res, &req.query)?;
-    let (items, rv) = req.api.store.list(res, req.path.namespace.as_deref());
+    let (items, rv) = selected(req)?;
     let mut deleted = Vec::new();
-    for obj in items.into_iter().filter(|o| filter.matches(o)) {
+    for obj in items {
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = obj["metadata"]["name"].as_str().unwrap_or_default();
         match req.api.store.delete(res, ns, name, &opts.store) {
@@ -586,13 +402,7 @@ fn delete_collection(req: &Request, opts: &Deletion) -> Result<Response, ApiErro
         }
         deleted.push(obj);
     }
-    let body = json!({
-        "kind": format!("{}List", res.kind),
-        "apiVersion": res.api_version(),
-        "metadata": {"resourceVersion": rv.to_string()},
-        "items": deleted,
-    });
-    Ok(json(StatusCode::OK, &body))
+    Ok(json(StatusCode::OK, &list_of(res, rv, deleted)))
 }
 
 /// What a DELETE asks: the store's options, and how it asked about

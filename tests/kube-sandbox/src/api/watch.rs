@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::objects::{now, Filter, Request};
+use super::filter::Filter;
+use super::objects::Request;
 use super::table::{self, IncludeObject};
 use crate::registry::Resource;
 use crate::status::ApiError;
@@ -141,16 +142,7 @@ async fn send(
         return true;
     };
     let object = match watcher.table {
-        Some(include) => {
-            let meta = json!({"resourceVersion": object["metadata"]["resourceVersion"]});
-            table::to_table(
-                watcher.resource.plural,
-                std::slice::from_ref(object),
-                include,
-                meta,
-                now(),
-            )
-        }
+        Some(include) => table::one_row(watcher.resource.plural, object, include),
         None => object.clone(),
     };
     tx.send(Ok(event_line(kind.as_str(), &object)))

@@ -43,20 +43,13 @@ fn subsets(service: &Value, pods: &[Value]) -> Value {
             "targetRef": {"kind": "Pod", "namespace": p["metadata"]["namespace"], "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]},
         })
     };
-    let ready: Vec<Value> = selected
-        .iter()
-        .filter(|p| is_ready(p))
-        .map(|p| address(p))
-        .collect();
-    let not_ready: Vec<Value> = selected
-        .iter()
-        .filter(|p| !is_ready(p))
-        .map(|p| address(p))
-        .collect();
-    if ready.is_empty() && not_ready.is_empty() {
+    let Some(first) = selected.first().copied() else {
         return json!([]);
-    }
-    let first = selected.first().copied().unwrap_or(&Value::Null);
+    };
+    let (ready, not_ready): (Vec<&Value>, Vec<&Value>) =
+        selected.iter().copied().partition(|p| is_ready(p));
+    let ready: Vec<Value> = ready.into_iter().map(address).collect();
+    let not_ready: Vec<Value> = not_ready.into_iter().map(address).collect();
     let ports: Vec<Value> = service["spec"]["ports"]
         .as_array()
         .into_iter()
@@ -103,10 +96,10 @@ fn write(ctx: &Ctx, service: &Value, subsets: Value) {
         Ok(_) => {
             log_err(
                 "endpoints",
+                // Unchanged subsets are no write: `modify` compares.
                 ctx.store.modify(endpoints, ns, name, |e| {
-                    let changed = e["subsets"] != subsets;
                     e["subsets"] = subsets;
-                    changed
+                    true
                 }),
             );
         }

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::store::Store;
 use crate::task::Owned;
@@ -67,7 +67,7 @@ pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
     ]
 }
 
-/// `metadata.name` and `metadata.namespace` of an object.
+/// `metadata.namespace` and `metadata.name` of an object.
 pub fn name_of(obj: &Value) -> (&str, &str) {
     (
         obj["metadata"]["namespace"].as_str().unwrap_or_default(),
@@ -77,6 +77,29 @@ pub fn name_of(obj: &Value) -> (&str, &str) {
 
 pub fn is_terminating(obj: &Value) -> bool {
     !obj["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// Sets a pod condition by type; true when something changed. The
+/// transition time moves only when the status does.
+pub fn set_condition(pod: &mut Value, mut condition: Value) -> bool {
+    if !pod["status"]["conditions"].is_array() {
+        pod["status"]["conditions"] = json!([]);
+    }
+    let Some(list) = pod["status"]["conditions"].as_array_mut() else {
+        return false;
+    };
+    let existing = list.iter_mut().find(|c| c["type"] == condition["type"]);
+    condition["lastTransitionTime"] = match &existing {
+        Some(e) if e["status"] == condition["status"] => e["lastTransitionTime"].clone(),
+        _ => json!(crate::time::now()),
+    };
+    condition["lastProbeTime"] = Value::Null;
+    match existing {
+        Some(e) if *e == condition => return false,
+        Some(e) => *e = condition,
+        None => list.push(condition),
+    }
+    true
 }
 
 /// Logs a controller write that failed; the next pass tries again.

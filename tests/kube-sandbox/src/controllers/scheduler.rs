@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::placement::{self, Cluster, Decision};
 use super::volumes::SELECTED_NODE;
-use super::{is_terminating, log_err, name_of, Ctx};
+use super::{is_terminating, log_err, name_of, set_condition, Ctx};
 use crate::events::{self, EventType, Source};
 use crate::registry;
 
@@ -53,7 +53,10 @@ pub fn reconcile(ctx: &Ctx) {
     let claims = ctx.store.list_as("persistentvolumeclaims");
     let volumes = ctx.store.list_as("persistentvolumes");
     let classes = ctx.store.list_as("storageclasses");
-    let mut pods: Vec<Pod> = ctx.store.list_as("pods");
+    let mut pods: Vec<Pod> = raw_pods
+        .iter()
+        .filter_map(|p| serde_json::from_value(p.clone()).ok())
+        .collect();
     // Pods waiting in PreBind count on their nodes, as assumed pods do in
     // the scheduler's cache.
     let waiting = assumed().clone();
@@ -225,37 +228,4 @@ fn unschedulable(ctx: &Ctx, pod: &Value, message: &str) {
             message,
         );
     }
-}
-
-/// Sets a pod condition by type; true when something changed. The
-/// transition time moves only when the status does.
-pub fn set_condition(pod: &mut Value, mut condition: Value) -> bool {
-    if !pod["status"]["conditions"].is_array() {
-        pod["status"]["conditions"] = json!([]);
-    }
-    let Some(list) = pod["status"]["conditions"].as_array_mut() else {
-        return false;
-    };
-    let same_type = list.iter_mut().find(|c| c["type"] == condition["type"]);
-    match same_type {
-        Some(existing) => {
-            let keep_time = existing["status"] == condition["status"];
-            condition["lastTransitionTime"] = if keep_time {
-                existing["lastTransitionTime"].clone()
-            } else {
-                json!(crate::time::now())
-            };
-            condition["lastProbeTime"] = Value::Null;
-            if *existing == condition {
-                return false;
-            }
-            *existing = condition;
-        }
-        None => {
-            condition["lastTransitionTime"] = json!(crate::time::now());
-            condition["lastProbeTime"] = Value::Null;
-            list.push(condition);
-        }
-    }
-    true
 }

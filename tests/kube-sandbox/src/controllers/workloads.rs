@@ -10,7 +10,6 @@ use serde_json::{json, Value};
 
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
-use crate::selector::LabelSelector;
 use crate::store::DeleteOptions;
 
 pub const TEMPLATE_HASH: &str = "pod-template-hash";
@@ -83,7 +82,8 @@ pub fn is_ready(pod: &Value) -> bool {
             .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
-fn replicas(obj: &Value) -> i64 {
+/// A workload's `spec.replicas` (1 when unset, never below 0).
+pub(super) fn replicas(obj: &Value) -> i64 {
     obj["spec"]["replicas"].as_i64().unwrap_or(1).max(0)
 }
 
@@ -162,20 +162,20 @@ fn sync_replicaset(ctx: &Ctx, rs: &Value, pods: &[Value]) {
         .collect();
     let want = replicas(rs) as usize;
     if active.len() < want {
+        let template = &rs["spec"]["template"];
+        let pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": format!("{name}-"),
+                "labels": template["metadata"]["labels"],
+                "annotations": template["metadata"]["annotations"],
+                "ownerReferences": [owner_ref(rs)],
+            },
+            "spec": template["spec"],
+        });
         for _ in active.len()..want {
-            let template = &rs["spec"]["template"];
-            let pod = json!({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "generateName": format!("{name}-"),
-                    "labels": template["metadata"]["labels"],
-                    "annotations": template["metadata"]["annotations"],
-                    "ownerReferences": [owner_ref(rs)],
-                },
-                "spec": template["spec"],
-            });
-            log_err("create pod", ctx.store.create(pod_res, ns, pod));
+            log_err("create pod", ctx.store.create(pod_res, ns, pod.clone()));
         }
     } else if active.len() > want {
         // Unscheduled and not-ready pods go first, then the newest.
@@ -200,15 +200,12 @@ fn sync_replicaset(ctx: &Ctx, rs: &Value, pods: &[Value]) {
             );
         }
     }
-    let owned: Vec<&Value> = owned_by(rs, pods)
-        .into_iter()
-        .filter(|p| is_active(p))
-        .collect();
-    let ready = owned.iter().filter(|p| is_ready(p)).count();
+    // As the pass began: pods created or deleted now count on the next.
+    let ready = active.iter().filter(|p| is_ready(p)).count();
     let status = json!({
         "observedGeneration": rs["metadata"]["generation"],
-        "replicas": owned.len(),
-        "fullyLabeledReplicas": owned.len(),
+        "replicas": active.len(),
+        "fullyLabeledReplicas": active.len(),
         "readyReplicas": ready,
         "availableReplicas": ready,
     });
@@ -219,17 +216,10 @@ pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, status: Value) {
     let (ns, name) = name_of(obj);
     log_err(
         "workload status",
+        // An unchanged status is no write: `modify` compares.
         ctx.store.modify(registry::get(plural), ns, name, |o| {
-            let changed = o["status"] != status;
             o["status"] = status;
-            changed
+            true
         }),
     );
-}
-
-/// Whether a workload's selector selects the pod (pods adopted by label
-/// are not emulated; ownership is by ownerReference).
-pub fn selects(owner: &Value, pod: &Value) -> bool {
-    LabelSelector::from_object(&owner["spec"]["selector"])
-        .is_ok_and(|s| s.matches(&pod["metadata"]["labels"]))
 }

@@ -17,14 +17,14 @@
 
 use serde_json::{json, Value};
 
-use super::workloads::{owned_by, owner_ref, template_hash, write_status, REVISION};
+use super::workloads::{owned_by, owner_ref, replicas, template_hash, write_status, REVISION};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
 use crate::store::DeleteOptions;
 
 pub fn sync(ctx: &Ctx, sts: &Value, pods: &[Value]) {
     let name = name_of(sts).1;
-    let want = sts["spec"]["replicas"].as_i64().unwrap_or(1).max(0) as usize;
+    let want = replicas(sts) as usize;
     let update_revision = format!("{name}-{}", template_hash(&sts["spec"]["template"]));
     let current_revision = sts["status"]["currentRevision"]
         .as_str()
@@ -65,9 +65,8 @@ impl Set<'_> {
     /// (scale-down), then the rolling update; in OrderedReady, anything
     /// that must wait ends the pass.
     fn reconcile(&self, owned: &[(usize, &Value)]) {
-        let pod_at = |i: usize| owned.iter().find(|(o, _)| *o == i).map(|(_, p)| *p);
         for i in 0..self.want {
-            if self.replica(i, pod_at(i)) == Step::Wait && self.monotonic {
+            if self.replica(i, pod_at(owned, i)) == Step::Wait && self.monotonic {
                 return;
             }
         }
@@ -134,7 +133,8 @@ impl Set<'_> {
         if phase.is_empty() || phase == "Pending" {
             ensure_claims(self.ctx, self.sts, i);
         }
-        if is_terminating(pod) || !is_running_and_ready(pod) || !self.available(pod) {
+        let min_ready = min_ready_seconds(self.sts);
+        if is_terminating(pod) || !is_running_and_ready(pod) || !available(pod, min_ready) {
             return Step::Wait;
         }
         Step::Go
@@ -149,10 +149,9 @@ impl Set<'_> {
             return;
         }
         let partition = strategy["rollingUpdate"]["partition"].as_u64().unwrap_or(0) as usize;
-        let pod_at = |i: usize| owned.iter().find(|(o, _)| *o == i).map(|(_, p)| *p);
         for i in (partition..self.want).rev() {
             // A pod created in this pass is not healthy yet: wait for it.
-            let Some(pod) = pod_at(i) else { return };
+            let Some(pod) = pod_at(owned, i) else { return };
             if pod["metadata"]["labels"][REVISION] != json!(self.revision) && !is_terminating(pod) {
                 self.delete(pod, "rolling update");
                 return;
@@ -161,12 +160,6 @@ impl Set<'_> {
                 return;
             }
         }
-    }
-
-    /// Ready for `minReadySeconds`.
-    fn available(&self, pod: &Value) -> bool {
-        let min = self.sts["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
-        min <= 0 || ready_since(pod).is_some_and(|t| (now() - t).whole_seconds() >= min)
     }
 
     fn delete(&self, pod: &Value, why: &str) {
@@ -189,8 +182,20 @@ enum Step {
     Wait,
 }
 
-fn now() -> time::OffsetDateTime {
-    time::OffsetDateTime::now_utc()
+/// The pod of ordinal `i`, if there is one.
+fn pod_at<'a>(owned: &[(usize, &'a Value)], i: usize) -> Option<&'a Value> {
+    owned.iter().find(|(o, _)| *o == i).map(|(_, p)| *p)
+}
+
+fn min_ready_seconds(sts: &Value) -> i64 {
+    sts["spec"]["minReadySeconds"].as_i64().unwrap_or(0)
+}
+
+/// Ready for `min_ready` seconds (a Ready pod is available at once when
+/// that is 0).
+fn available(pod: &Value, min_ready: i64) -> bool {
+    let now = time::OffsetDateTime::now_utc();
+    min_ready <= 0 || ready_since(pod).is_some_and(|t| (now - t).whole_seconds() >= min_ready)
 }
 
 /// `isRunningAndReady`: phase Running and the Ready condition True,
@@ -224,16 +229,14 @@ fn replica_status(
     current_revision: &str,
     update_revision: &str,
 ) -> Value {
-    let min_ready = sts["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
-    let (mut replicas, mut ready, mut available, mut current, mut updated) = (0, 0, 0, 0, 0);
+    let min_ready = min_ready_seconds(sts);
+    let (mut replicas, mut ready, mut available_count, mut current, mut updated) = (0, 0, 0, 0, 0);
     for (_, pod) in owned {
         replicas += 1;
         if is_running_and_ready(pod) {
             ready += 1;
-            if min_ready <= 0
-                || ready_since(pod).is_some_and(|t| (now() - t).whole_seconds() >= min_ready)
-            {
-                available += 1;
+            if available(pod, min_ready) {
+                available_count += 1;
             }
         }
         if !is_terminating(pod) {
@@ -255,7 +258,7 @@ fn replica_status(
     let mut status = json!({
         "observedGeneration": sts["metadata"]["generation"],
         "replicas": replicas,
-        "availableReplicas": available,
+        "availableReplicas": available_count,
         "currentRevision": current_revision,
         "updateRevision": update_revision,
         "collisionCount": 0,

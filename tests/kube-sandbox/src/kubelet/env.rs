@@ -5,11 +5,9 @@
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use serde_json::Value;
 
-use super::runtime::expand_vars;
+use super::runtime::{expand_vars, DEFAULT_PATH};
 use crate::registry;
 use crate::store::Store;
-
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The environment, or the CreateContainerConfigError message.
 pub fn build(
@@ -73,20 +71,16 @@ fn set(env: &mut Vec<(String, String)>, key: &str, value: String) {
 }
 
 /// A Secret's (decoded) or ConfigMap's data.
-pub fn data_of(
+fn data_of(
     store: &Store,
     plural: &str,
     ns: &str,
     name: &str,
 ) -> Result<Vec<(String, String)>, String> {
-    let kind = if plural == "secrets" {
-        "secret"
-    } else {
-        "configmap"
-    };
+    let res = registry::get(plural);
     let obj = store
-        .get(registry::get(plural), ns, name)
-        .map_err(|_| format!("{kind} \"{name}\" not found"))?;
+        .get(res, ns, name)
+        .map_err(|_| format!("{} \"{name}\" not found", res.singular))?;
     let mut out = Vec::new();
     for (k, v) in obj["data"].as_object().into_iter().flatten() {
         let text = v.as_str().unwrap_or_default();
@@ -124,10 +118,8 @@ fn value_from(store: &Store, pod: &Value, from: &Value) -> Result<Option<String>
                 .find(|(k, _)| k == wanted)
                 .map(|(_, v)| v)
                 .ok_or_else(|| {
-                    format!(
-                        "couldn't find key {wanted} in {} {ns}/{name}",
-                        &plural[..plural.len() - 1]
-                    )
+                    let kind = registry::get(plural).singular;
+                    format!("couldn't find key {wanted} in {kind} {ns}/{name}")
                 })
         });
         return match found {

@@ -38,10 +38,7 @@ pub fn read_log(
     limit_bytes: Option<usize>,
 ) -> io::Result<Vec<u8>> {
     let mut file = File::open(path)?;
-    let start = match tail_lines {
-        Some(lines) => tail_start(&file, lines)?,
-        None => 0,
-    };
+    let start = tail_start(&file, tail_lines)?;
     file.seek(SeekFrom::Start(start))?;
     let mut out = Vec::new();
     match limit_bytes {
@@ -122,10 +119,7 @@ impl Follower {
     ) -> io::Result<Self> {
         let (file, offset) = blocking(move || {
             let file = File::open(&path)?;
-            let offset = match tail_lines {
-                Some(lines) => tail_start(&file, lines)?,
-                None => 0,
-            };
+            let offset = tail_start(&file, tail_lines)?;
             Ok((file, offset))
         })
         .await?;
@@ -180,9 +174,13 @@ fn read_at_most(file: &File, offset: u64, max: usize) -> io::Result<Vec<u8>> {
 }
 
 /// The offset at which the file's last `lines` lines start (0 when it has
-/// fewer). A last line without its newline counts as a line, and the newline
-/// that ends the file does not start another.
-fn tail_start(file: &File, lines: usize) -> io::Result<u64> {
+/// fewer, or for all of it when `None`). A last line without its newline
+/// counts as a line, and the newline that ends the file does not start
+/// another.
+fn tail_start(file: &File, lines: Option<usize>) -> io::Result<u64> {
+    let Some(lines) = lines else {
+        return Ok(0);
+    };
     let len = file.metadata()?.len();
     if lines == 0 {
         return Ok(len);

@@ -6,6 +6,7 @@
 //! grace period and removes the pod.
 
 mod env;
+mod launch;
 pub mod logs;
 mod pod;
 mod probe;
@@ -206,27 +207,19 @@ async fn run(shared: Arc<Shared>, node: String, host_ip: Ipv4Addr, kill: watch::
             .iter()
             .filter(|p| p["spec"]["nodeName"].as_str() == Some(node.as_str()))
         {
-            let uid = p["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if workers.contains_key(&uid) {
+            let uid = p["metadata"]["uid"].as_str().unwrap_or_default();
+            if workers.contains_key(uid) {
                 continue;
             }
+            let (namespace, name) = crate::controllers::name_of(p);
             let id = pod::PodId {
-                namespace: p["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                name: p["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                uid: uid.clone(),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                uid: uid.to_string(),
             };
             let worker =
                 pod::Worker::new(shared.clone(), node.clone(), host_ip, id, kill.subscribe());
-            workers.insert(uid, Owned::spawn(worker.run()));
+            workers.insert(uid.to_string(), Owned::spawn(worker.run()));
         }
         // A finished worker's pod is gone; forget it once it is.
         workers.retain(|uid, task| {

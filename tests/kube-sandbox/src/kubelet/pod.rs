@@ -14,15 +14,13 @@ use tokio::sync::watch;
 use super::probe::{self, Check, Probe};
 use super::status::{self, waiting, Container, State, Terminated};
 use super::volumes::{self, HostVolume, NotReady};
-use super::{env, runtime, LogFile, Shared};
+use super::{launch, runtime, LogFile, Shared};
 use crate::controllers::placement::{self, Cluster};
 use crate::events::{self, EventType, Source};
 use crate::registry;
 use crate::store::DeleteOptions;
 use crate::task::Owned;
 
-/// Where a mapped image's binary appears in its containers.
-const MAPPED_BIN: &str = "/volmig/bin";
 /// Restart back-off: doubles from the first to the cap.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(10);
@@ -34,6 +32,13 @@ pub struct PodId {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+}
+
+/// `NAME_NAMESPACE(UID)`, as the kubelet names a pod in its messages.
+impl std::fmt::Display for PodId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}_{}({})", self.name, self.namespace, self.uid)
+    }
 }
 
 pub struct Worker {
@@ -136,7 +141,7 @@ impl Worker {
     pub async fn run(self: Arc<Self>) {
         let mut version = self.shared.store.subscribe_version();
         let Some((pod, volumes)) = self.wait_until_startable(&mut version).await else {
-            return self.remove(None).await;
+            return self.remove().await;
         };
         let ip = self.shared.allocate_ip();
         let host_ip = self.host_ip.to_string();
@@ -189,7 +194,7 @@ impl Worker {
         }
         self.publish();
         self.shared.release_ip(ip);
-        self.remove(Some(pod)).await;
+        self.remove().await;
     }
 
     /// Waits for the node to be Ready and the pod's volumes to be
@@ -279,28 +284,32 @@ impl Worker {
             .is_ok_and(|n| is_ready(&n))
     }
 
+    /// The attach-detach controller's verdict on the pod's claims. A pod
+    /// without any never waits, and the store is not read for it.
     fn multi_attach(&self, pod: &Value) -> Option<String> {
+        let mut volumes = pod["spec"]["volumes"].as_array().into_iter().flatten();
+        if !volumes.any(|v| v["persistentVolumeClaim"].is_object()) {
+            return None;
+        }
         let store = &self.shared.store;
         let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod.clone()).ok()?;
-        let (nodes, pods, claims, volumes, classes) = (
-            store.list_as("nodes"),
+        let (pods, claims, volumes) = (
             store.list_as("pods"),
             store.list_as("persistentvolumeclaims"),
             store.list_as("persistentvolumes"),
-            store.list_as("storageclasses"),
         );
         let cluster = Cluster {
-            nodes: &nodes,
+            nodes: &[],
             pods: &pods,
             claims: &claims,
             volumes: &volumes,
-            classes: &classes,
+            classes: &[],
         };
         placement::multi_attach_conflict(&typed, &self.node, &cluster)
     }
 
     /// Deletes the pod object (its kubelet's confirmation) and cleans up.
-    async fn remove(&self, _pod: Option<Value>) {
+    async fn remove(&self) {
         let opts = DeleteOptions {
             grace_seconds: Some(0),
             uid: Some(self.id.uid.clone()),
@@ -343,12 +352,25 @@ impl Worker {
         let mut run = 0u32;
         loop {
             if stop.borrow().is_some() {
-                return self.update_container(index, |c| c.done = true);
+                return self.finish(index);
             }
             let Some(pod) = self.current() else { return };
             let log_path = self.dir.join("logs").join(&name).join(format!("{run}.log"));
-            let launch = match self.launch(&pod, &spec, &volumes, log_path.clone()) {
-                Ok(l) => l,
+            let started = launch::build(
+                &self.shared,
+                &self.dir,
+                &pod,
+                &spec,
+                &volumes,
+                log_path.clone(),
+            )
+            .and_then(|launch| {
+                let process =
+                    runtime::Process::spawn(&launch).map_err(|e| (e.reason(), e.to_string()))?;
+                Ok((launch, process))
+            });
+            let (launch, mut process) = match started {
+                Ok(started) => started,
                 Err((reason, message)) => {
                     self.event(
                         &pod,
@@ -357,26 +379,8 @@ impl Worker {
                         &format!("Error: {message}"),
                     );
                     self.update_container(index, |c| c.state = waiting(reason, Some(message)));
-                    if !self.back_off(&mut stop, backoff).await {
-                        return self.update_container(index, |c| c.done = true);
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_CAP);
-                    continue;
-                }
-            };
-            let mut process = match runtime::Process::spawn(&launch) {
-                Ok(p) => p,
-                Err(e) => {
-                    let message = e.to_string();
-                    self.event(
-                        &pod,
-                        EventType::Warning,
-                        "Failed",
-                        &format!("Error: {message}"),
-                    );
-                    self.update_container(index, |c| c.state = waiting(e.reason(), Some(message)));
-                    if !self.back_off(&mut stop, backoff).await {
-                        return self.update_container(index, |c| c.done = true);
+                    if !self.back_off(index, &mut stop, backoff).await {
+                        return;
                     }
                     backoff = (backoff * 2).min(BACKOFF_CAP);
                     continue;
@@ -461,34 +465,29 @@ impl Worker {
                     c.done = true;
                 });
             }
-            let message = format!(
-                "back-off {}s restarting failed container={name} pod={}_{}({})",
-                backoff.as_secs(),
-                self.id.name,
-                self.id.namespace,
-                self.id.uid
-            );
+            let (secs, id) = (backoff.as_secs(), &self.id);
+            let message = format!("back-off {secs}s restarting failed container={name} pod={id}");
             self.event(
                 &pod,
                 EventType::Warning,
                 "BackOff",
-                &format!(
-                    "Back-off restarting failed container {name} in pod {}_{}({})",
-                    self.id.name, self.id.namespace, self.id.uid
-                ),
+                &format!("Back-off restarting failed container {name} in pod {id}"),
             );
             self.update_container(index, |c| {
                 c.last = Some(terminated);
                 c.restarts += 1;
                 c.state = waiting("CrashLoopBackOff", Some(message));
             });
-            if !self.back_off(&mut stop, backoff).await {
-                return self.update_container(index, |c| c.done = true);
+            if !self.back_off(index, &mut stop, backoff).await {
+                return;
             }
             backoff = (backoff * 2).min(BACKOFF_CAP);
             while !self.node_ready() {
-                if !self.back_off(&mut stop, Duration::from_millis(500)).await {
-                    return self.update_container(index, |c| c.done = true);
+                if !self
+                    .back_off(index, &mut stop, Duration::from_millis(500))
+                    .await
+                {
+                    return;
                 }
             }
         }
@@ -546,9 +545,11 @@ impl Worker {
         }
     }
 
-    /// Sleeps, or returns false as soon as the pod is being stopped.
+    /// Sleeps; false as soon as the pod is being stopped, the container
+    /// then marked done.
     async fn back_off(
         &self,
+        index: usize,
         stop: &mut watch::Receiver<Option<Duration>>,
         delay: Duration,
     ) -> bool {
@@ -556,103 +557,16 @@ impl Worker {
             () = tokio::time::sleep(delay) => false,
             _ = stop.wait_for(Option::is_some) => true,
         };
-        !stopped && stop.borrow().is_none()
+        if stopped || stop.borrow().is_some() {
+            self.finish(index);
+            return false;
+        }
+        true
     }
 
-    /// What to run: argv, env, mounts. Err: (waiting reason, message).
-    fn launch(
-        &self,
-        pod: &Value,
-        spec: &Value,
-        volumes: &HashMap<String, HostVolume>,
-        log_path: PathBuf,
-    ) -> Result<runtime::Launch, (&'static str, String)> {
-        let image = spec["image"].as_str().unwrap_or_default();
-        let name = spec["name"].as_str().unwrap_or_default();
-        let mapping = self.shared.images.iter().find(|m| m.matches(image));
-        let mut mounts = Vec::new();
-        let mut entrypoint = Vec::new();
-        if let Some(m) = mapping {
-            let file = m
-                .binary
-                .file_name()
-                .map(|f| f.to_string_lossy().to_string())
-                .unwrap_or_default();
-            let in_container = format!("{MAPPED_BIN}/{file}");
-            mounts.push(runtime::Mount {
-                host_path: m.binary.clone(),
-                container_path: PathBuf::from(&in_container),
-                read_only: true,
-            });
-            entrypoint.push(in_container);
-        }
-        let env = env::build(&self.shared.store, pod, spec, mapping.map(|_| MAPPED_BIN))
-            .map_err(|e| ("CreateContainerConfigError", e))?;
-        let strings = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .into_iter()
-                .flatten()
-                .map(|s| runtime::expand_vars(s.as_str().unwrap_or_default(), &env))
-                .collect()
-        };
-        let command = strings(&spec["command"]);
-        let args = strings(&spec["args"]);
-        let mut argv = if command.is_empty() {
-            entrypoint
-        } else {
-            command
-        };
-        if argv.is_empty() {
-            return Err((
-                "CreateContainerError",
-                format!("kube-sandbox runs containers as host commands: container {name:?} (image {image:?}) has no command"),
-            ));
-        }
-        argv.extend(args);
-        for m in spec["volumeMounts"].as_array().into_iter().flatten() {
-            let volume_name = m["name"].as_str().unwrap_or_default();
-            let Some(volume) = volumes.get(volume_name) else {
-                return Err((
-                    "CreateContainerConfigError",
-                    format!("volume {volume_name:?} not found"),
-                ));
-            };
-            let mut host_path = volume.path.clone();
-            if let Some(sub) = m["subPath"].as_str().filter(|s| !s.is_empty()) {
-                if sub.split('/').any(|c| c == "..") || sub.starts_with('/') {
-                    return Err((
-                        "CreateContainerConfigError",
-                        format!("invalid subPath {sub:?}"),
-                    ));
-                }
-                host_path = host_path.join(sub);
-                std::fs::create_dir_all(&host_path).map_err(|e| {
-                    (
-                        "CreateContainerConfigError",
-                        format!("subPath {sub:?}: {e}"),
-                    )
-                })?;
-            }
-            mounts.push(runtime::Mount {
-                host_path,
-                container_path: PathBuf::from(m["mountPath"].as_str().unwrap_or_default()),
-                read_only: volume.read_only || m["readOnly"] == json!(true),
-            });
-        }
-        let scratch_dir = self.dir.join("containers").join(name);
-        std::fs::create_dir_all(&scratch_dir)
-            .map_err(|e| ("CreateContainerError", e.to_string()))?;
-        if let Some(parent) = log_path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| ("CreateContainerError", e.to_string()))?;
-        }
-        Ok(runtime::Launch {
-            argv,
-            env,
-            working_dir: spec["workingDir"].as_str().map(PathBuf::from),
-            mounts,
-            scratch_dir,
-            log_path,
-        })
+    /// The container will not run again.
+    fn finish(&self, index: usize) {
+        self.update_container(index, |c| c.done = true);
     }
 }
 

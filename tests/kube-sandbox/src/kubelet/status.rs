@@ -3,6 +3,8 @@
 
 use serde_json::{json, Value};
 
+use crate::controllers::set_condition;
+
 /// What one container is doing.
 #[derive(Debug, Clone, PartialEq)]
 pub enum State {
@@ -161,7 +163,6 @@ pub fn apply(pod: &mut Value, containers: &[Container]) -> bool {
         .map(Container::to_json)
         .collect::<Vec<_>>());
     let started = !matches!(phase, "Pending") || containers.iter().any(|c| c.pid.is_some());
-    let mut changed = false;
     let sandbox_ready = if started { "True" } else { "False" };
     for (kind, status) in [
         ("PodReadyToStartContainers", sandbox_ready),
@@ -170,16 +171,16 @@ pub fn apply(pod: &mut Value, containers: &[Container]) -> bool {
         ("Ready", ready),
     ] {
         let mut condition = json!({"type": kind, "status": status});
-        if status == "False" && kind.ends_with("Ready") && kind != "PodReadyToStartContainers" {
+        if status == "False" && matches!(kind, "ContainersReady" | "Ready") {
             condition["reason"] = json!(if phase == "Succeeded" || phase == "Failed" {
                 "PodCompleted"
             } else {
                 "ContainersNotReady"
             });
         }
-        changed |= crate::controllers::scheduler::set_condition(pod, condition);
+        set_condition(pod, condition);
     }
-    changed || pod["status"] != before
+    pod["status"] != before
 }
 
 #[cfg(test)]

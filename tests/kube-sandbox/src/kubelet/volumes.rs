@@ -50,18 +50,8 @@ pub fn prepare(
                 path: claim_path(store, ns, claim_name, node)?,
                 read_only: claim.get("readOnly") == Some(&Value::Bool(true)),
             }
-        } else if volume["secret"].is_object() {
-            let source = &volume["secret"];
-            let secret = source["secretName"].as_str().unwrap_or_default();
-            write_keys(store, "secrets", ns, secret, source, &own_dir, name)?;
-            HostVolume {
-                path: own_dir,
-                read_only: true,
-            }
-        } else if volume["configMap"].is_object() {
-            let source = &volume["configMap"];
-            let map = source["name"].as_str().unwrap_or_default();
-            write_keys(store, "configmaps", ns, map, source, &own_dir, name)?;
+        } else if let Some((plural, source, object)) = keys_source(volume) {
+            write_keys(store, plural, ns, object, source, &own_dir, name)?;
             HostVolume {
                 path: own_dir,
                 read_only: true,
@@ -90,6 +80,23 @@ pub fn prepare(
         out.insert(name.to_string(), hv);
     }
     Ok(out)
+}
+
+/// A Secret or ConfigMap volume's source: the resource, the source, and
+/// the object's name.
+fn keys_source(volume: &Value) -> Option<(&'static str, &Value, &str)> {
+    let (plural, source, name_field) = if volume["secret"].is_object() {
+        ("secrets", &volume["secret"], "secretName")
+    } else if volume["configMap"].is_object() {
+        ("configmaps", &volume["configMap"], "name")
+    } else {
+        return None;
+    };
+    Some((
+        plural,
+        source,
+        source[name_field].as_str().unwrap_or_default(),
+    ))
 }
 
 fn mount_failed(volume: &str, why: impl std::fmt::Display) -> NotReady {
@@ -166,15 +173,12 @@ fn write_keys(
     dir: &Path,
     volume: &str,
 ) -> Result<(), NotReady> {
-    let obj = match store.get(registry::get(plural), ns, name) {
+    let res = registry::get(plural);
+    let obj = match store.get(res, ns, name) {
         Ok(obj) => obj,
         Err(_) if source["optional"] == Value::Bool(true) => return make_dir(dir, volume),
         Err(_) => {
-            let kind = if plural == "secrets" {
-                "secret"
-            } else {
-                "configmap"
-            };
+            let kind = res.singular;
             return Err(mount_failed(volume, format!("{kind} \"{name}\" not found")));
         }
     };

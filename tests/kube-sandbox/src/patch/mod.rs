@@ -58,7 +58,8 @@ impl PatchType {
     /// The media types a PATCH accepts, for a 415 Unsupported Media Type message.
     pub fn accepted() -> &'static str {
         "application/json-patch+json, application/merge-patch+json, \
-         application/strategic-merge-patch+json, application/apply-patch+yaml"
+         application/strategic-merge-patch+json, application/apply-patch+yaml, \
+         application/apply-patch+json"
     }
 }
 

@@ -71,6 +71,27 @@ const fn core(
     }
 }
 
+/// A workload of `apps/v1`: namespaced, scalable, in the `all` category.
+const fn apps(
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    short_names: &'static [&'static str],
+) -> Resource {
+    Resource {
+        group: "apps",
+        categories: ALL,
+        ..core(
+            plural,
+            singular,
+            kind,
+            short_names,
+            true,
+            &["status", "scale"],
+        )
+    }
+}
+
 const ALL: &[&str] = &["all"];
 
 /// Every resource served, in discovery order.
@@ -127,39 +148,9 @@ pub static RESOURCES: &[Resource] = &[
         false,
         &["status"],
     ),
-    Resource {
-        group: "apps",
-        version: "v1",
-        plural: "deployments",
-        singular: "deployment",
-        kind: "Deployment",
-        short_names: &["deploy"],
-        namespaced: true,
-        subresources: &["status", "scale"],
-        categories: ALL,
-    },
-    Resource {
-        group: "apps",
-        version: "v1",
-        plural: "statefulsets",
-        singular: "statefulset",
-        kind: "StatefulSet",
-        short_names: &["sts"],
-        namespaced: true,
-        subresources: &["status", "scale"],
-        categories: ALL,
-    },
-    Resource {
-        group: "apps",
-        version: "v1",
-        plural: "replicasets",
-        singular: "replicaset",
-        kind: "ReplicaSet",
-        short_names: &["rs"],
-        namespaced: true,
-        subresources: &["status", "scale"],
-        categories: ALL,
-    },
+    apps("deployments", "deployment", "Deployment", &["deploy"]),
+    apps("statefulsets", "statefulset", "StatefulSet", &["sts"]),
+    apps("replicasets", "replicaset", "ReplicaSet", &["rs"]),
     Resource {
         group: "storage.k8s.io",
         version: "v1",

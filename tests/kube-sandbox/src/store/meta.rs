@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{json, Value};
 
-use super::{qualified, DeleteOptions, Part};
+use super::{qualified, stale, DeleteOptions, Part};
 use crate::registry::Resource;
 use crate::status::ApiError;
 
@@ -137,10 +137,7 @@ pub fn prepare_update(
         .as_str()
         .unwrap_or_default();
     if !rv.is_empty() && obj["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] {
-        return Err(ApiError::Conflict(format!(
-            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-            qualified(res)
-        )));
+        return Err(stale(res, name));
     }
     let mut new = match part {
         Part::Status => {
@@ -263,24 +260,14 @@ pub fn deletion(res: &Resource, obj: &mut Value, opts: &DeleteOptions) -> Deleti
     };
     let meta = &obj["metadata"];
     let already = !meta["deletionTimestamp"].is_null();
-    if already {
-        // A second DELETE may shorten a pod's grace period, never lengthen it.
-        let current = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
-        if res.kind == "Pod" && grace < current {
-            let when = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
-            obj["metadata"]["deletionTimestamp"] = json!(crate::time::format(when));
-            obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-        }
-        return if still_held(res.plural, obj) {
-            Deletion::Held
-        } else {
-            Deletion::Now
-        };
+    let current = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
+    // A second DELETE may shorten a pod's grace period, never lengthen it.
+    if !already || (res.kind == "Pod" && grace < current) {
+        let when = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
+        obj["metadata"]["deletionTimestamp"] = json!(crate::time::format(when));
+        obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
     }
-    let when = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
-    obj["metadata"]["deletionTimestamp"] = json!(crate::time::format(when));
-    obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-    if res.kind == "Namespace" {
+    if !already && res.kind == "Namespace" {
         obj["status"]["phase"] = json!("Terminating");
     }
     if still_held(res.plural, obj) {

@@ -172,12 +172,7 @@ impl Store {
     }
 
     pub fn get(&self, res: &Resource, namespace: &str, name: &str) -> Result<Value, ApiError> {
-        let key = key(res, namespace, name);
-        self.lock()
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| not_found(res, name))
+        self.lock().stored(res, &key(res, namespace, name))
     }
 
     /// Every object of `res` (in `namespace`, or all when None), in name
@@ -185,11 +180,7 @@ impl Store {
     pub fn list(&self, res: &Resource, namespace: Option<&str>) -> (Vec<Value>, u64) {
         let inner = self.lock();
         let items = inner
-            .objects
-            .iter()
-            .filter(|(k, _)| {
-                k.resource == res.plural && namespace.is_none_or(|ns| k.namespace == ns)
-            })
+            .objects_of(res, namespace)
             .map(|(_, v)| v.clone())
             .collect();
         (items, inner.rv)
@@ -270,11 +261,7 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let key = key(res, namespace, name);
-        let old = inner
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| not_found(res, name))?;
+        let old = inner.stored(res, &key)?;
         let mut new = meta::prepare_update(res, &old, obj, part)?;
         let default_class = inner.default_class();
         registry::default_object(res, &mut new, default_class.as_deref());
@@ -300,11 +287,7 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let key = key(res, namespace, name);
-        let old = inner
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| not_found(res, name))?;
+        let old = inner.stored(res, &key)?;
         let mut new = old.clone();
         if !edit(&mut new) || new == old {
             return Ok(old);
@@ -322,24 +305,14 @@ impl Store {
     ) -> Result<Deleted, ApiError> {
         let mut inner = self.lock();
         let key = key(res, namespace, name);
-        let old = inner
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| not_found(res, name))?;
+        let old = inner.stored(res, &key)?;
         meta::check_preconditions(res, &old, opts)?;
         if opts.orphan {
             inner.orphan_dependents(self, &old);
         }
         let mut obj = old.clone();
         match meta::deletion(res, &mut obj, opts) {
-            meta::Deletion::Now => {
-                inner.objects.remove(&key);
-                let rv = inner.next_rv();
-                obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-                self.publish(&mut inner, ChangeType::Deleted, key, rv, obj.clone(), None);
-                Ok(Deleted::Gone(obj))
-            }
+            meta::Deletion::Now => Ok(Deleted::Gone(self.remove(&mut inner, key, obj))),
             meta::Deletion::Held => {
                 if obj == old {
                     return Ok(Deleted::Terminating(old));
@@ -374,11 +347,7 @@ impl Store {
                 .cloned()
                 .collect(),
             None => inner
-                .objects
-                .iter()
-                .filter(|(k, _)| {
-                    k.resource == res.plural && namespace.is_none_or(|ns| k.namespace == ns)
-                })
+                .objects_of(res, namespace)
                 .map(|(k, v)| {
                     Arc::new(Change {
                         kind: ChangeType::Added,
@@ -404,14 +373,18 @@ impl Store {
     fn write(&self, inner: &mut Inner, key: Key, obj: Value) -> Value {
         let terminating = !obj["metadata"]["deletionTimestamp"].is_null();
         if terminating && !meta::still_held(key.resource, &obj) {
-            inner.objects.remove(&key);
-            let rv = inner.next_rv();
-            let mut obj = obj;
-            obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-            self.publish(inner, ChangeType::Deleted, key, rv, obj.clone(), None);
-            return obj;
+            return self.remove(inner, key, obj);
         }
         self.commit(inner, key, ChangeType::Modified, obj)
+    }
+
+    /// Removes the object, publishing its last state under a new version.
+    fn remove(&self, inner: &mut Inner, key: Key, mut obj: Value) -> Value {
+        inner.objects.remove(&key);
+        let rv = inner.next_rv();
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        self.publish(inner, ChangeType::Deleted, key, rv, obj.clone(), None);
+        obj
     }
 
     fn commit(&self, inner: &mut Inner, key: Key, kind: ChangeType, mut obj: Value) -> Value {
@@ -452,6 +425,25 @@ impl Store {
 }
 
 impl Inner {
+    /// The object at `key` (of `res`), or a 404 naming it.
+    fn stored(&self, res: &Resource, key: &Key) -> Result<Value, ApiError> {
+        self.objects
+            .get(key)
+            .cloned()
+            .ok_or_else(|| not_found(res, &key.name))
+    }
+
+    /// The objects of `res`, in `namespace` or all, in key order.
+    fn objects_of<'a>(
+        &'a self,
+        res: &'a Resource,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
+        self.objects.iter().filter(move |(k, _)| {
+            k.resource == res.plural && namespace.is_none_or(|ns| k.namespace == ns)
+        })
+    }
+
     fn next_rv(&mut self) -> u64 {
         self.rv += 1;
         self.rv
@@ -526,6 +518,14 @@ fn key(res: &Resource, namespace: &str, name: &str) -> Key {
 
 fn not_found(res: &Resource, name: &str) -> ApiError {
     ApiError::not_found(&qualified(res), name)
+}
+
+/// The 409 an update with a stale resourceVersion gets.
+pub fn stale(res: &Resource, name: &str) -> ApiError {
+    ApiError::Conflict(format!(
+        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+        qualified(res)
+    ))
 }
 
 /// `pods`, `deployments.apps`: how a real server names a resource in errors.

@@ -135,6 +135,16 @@ pub async fn apply(sb: &Sandbox, manifest: &str) -> Out {
     .await
 }
 
+/// `kubectl create --validate=false -f -` of a manifest.
+pub async fn create(sb: &Sandbox, manifest: &str) -> Out {
+    kubectl(
+        sb,
+        &["create", "--validate=false", "-f", "-"],
+        Some(manifest),
+    )
+    .await
+}
+
 /// kubectl that must succeed; its stdout.
 pub async fn kubectl_ok(sb: &Sandbox, args: &[&str]) -> String {
     let out = kubectl(sb, args, None).await;

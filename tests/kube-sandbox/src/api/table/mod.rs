@@ -54,7 +54,7 @@ impl IncludeObject {
 /// `now` is the time ages are measured against.
 ///
 /// `list_metadata` is the list's metadata (resourceVersion, continue) to copy into the
-/// Table's metadata; for a single object pass `{"resourceVersion": <its version>}`.
+/// Table's metadata; a single object's Table is [`one_row`].
 /// Items of a group kube-apiserver does not serve itself print as custom resources
 /// without printer columns do: NAME, AGE.
 pub fn to_table(
@@ -87,6 +87,13 @@ pub fn to_table(
         "columnDefinitions": printer.columns.lines().filter_map(column).collect::<Vec<_>>(),
         "rows": rows,
     })
+}
+
+/// A one-row Table for a single object, its ages measured from now.
+pub fn one_row(plural: &str, obj: &Value, include: IncludeObject) -> Value {
+    let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
+    let now = OffsetDateTime::now_utc();
+    to_table(plural, std::slice::from_ref(obj), include, meta, now)
 }
 
 /// Whether an Accept header asks for a Table (as=Table;g=meta.k8s.io with v=v1 or v1beta1).

@@ -126,6 +126,9 @@ pub fn schedule(pod: &Pod, cluster: &Cluster) -> Decision {
 /// another node's non-terminated pod (see [`is_attached`]), the controller records
 /// `FailedAttachVolume` with the message returned here, which names the users in the pod's
 /// own namespace and only counts the others. `None` when the pod may start.
+///
+/// Only the cluster's pods, claims and volumes are read: its nodes and
+/// classes may be left empty.
 pub fn multi_attach_conflict(pod: &Pod, node: &str, cluster: &Cluster) -> Option<String> {
     let ns = namespace(&pod.metadata);
     let volumes = claim_names(pod).filter_map(|c| find_claim(cluster, ns, c)?.spec.as_ref());
@@ -290,15 +293,7 @@ fn volume_binding_reasons(volumes: &PodVolumes, node: &str, labels: &Labels) -> 
     // checkBoundClaims stops at the first volume that fails.
     let unreachable = volumes.bound.iter().find_map(|pv| match pv {
         None => Some(PV_NOT_FOUND),
-        Some(pv) => {
-            let required = pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_affinity.as_ref()?.required.as_ref());
-            let conflict =
-                required.is_some_and(|r| !terms_match(&r.node_selector_terms, labels, None));
-            conflict.then_some(PV_AFFINITY_CONFLICT)
-        }
+        Some(pv) => (!volume_admits(pv, labels)).then_some(PV_AFFINITY_CONFLICT),
     });
     reasons.extend(unreachable.map(str::to_owned));
     let provisionable = volumes.delayed.iter().all(|(claim, class)| {

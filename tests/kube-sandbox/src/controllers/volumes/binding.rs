@@ -14,20 +14,16 @@ use crate::controllers::{is_terminating, name_of, placement, Ctx};
 use crate::registry::rules::parse_quantity;
 use crate::selector::LabelSelector;
 
-/// `GetPersistentVolumeClaimClass`: the beta annotation, then the field.
-pub(super) fn claim_class(claim: &Value) -> &str {
-    annotation(claim, BETA_CLASS).unwrap_or_else(|| str_at(claim, &["spec", "storageClassName"]))
-}
-
-/// `GetPersistentVolumeClass`.
-fn volume_class(volume: &Value) -> &str {
-    annotation(volume, BETA_CLASS).unwrap_or_else(|| str_at(volume, &["spec", "storageClassName"]))
+/// `GetPersistentVolumeClaimClass` and `GetPersistentVolumeClass`, which
+/// read alike: the beta annotation, then the field.
+pub(super) fn class_of(obj: &Value) -> &str {
+    annotation(obj, BETA_CLASS).unwrap_or_else(|| str_at(obj, &["spec", "storageClassName"]))
 }
 
 /// `IsDelayBindingMode`: the claim's class exists and binds
 /// WaitForFirstConsumer.
 pub(super) fn delay_binding(claim: &Value, classes: &[Value]) -> bool {
-    let class = claim_class(claim);
+    let class = class_of(claim);
     !class.is_empty()
         && classes.iter().any(|c| {
             name_of(c).1 == class && str_at(c, &["volumeBindingMode"]) == "WaitForFirstConsumer"
@@ -87,7 +83,7 @@ pub(super) fn check_volume_satisfies_claim(volume: &Value, claim: &Value) -> Res
     if capacity(volume) < requested(claim) {
         return Err("requested PV is too small".into());
     }
-    if volume_class(volume) != claim_class(claim) {
+    if class_of(volume) != class_of(claim) {
         return Err("storageClassName does not match".into());
     }
     if volume_mode_mismatch(claim, volume) {
@@ -144,7 +140,7 @@ fn find_matching_volume<'a>(
         Value::Null => None,
         s => Some(LabelSelector::from_object(s).map_err(|e| e.to_string())?),
     };
-    let (wanted, class) = (requested(claim), claim_class(claim));
+    let (wanted, class) = (requested(claim), class_of(claim));
     let mut smallest: Option<(&'a Value, u128)> = None;
     for &volume in volumes {
         let bound_to_claim = is_volume_bound_to_claim(volume, claim);
@@ -166,7 +162,7 @@ fn find_matching_volume<'a>(
             || selector
                 .as_ref()
                 .is_some_and(|s| !s.matches(&volume["metadata"]["labels"]))
-            || volume_class(volume) != class
+            || class_of(volume) != class
             || !reachable
             || (node.is_some() && !access_modes_match(claim, volume))
         {

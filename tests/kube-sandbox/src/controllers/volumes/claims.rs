@@ -3,16 +3,16 @@
 use serde_json::{json, Value};
 
 use super::binding::{
-    bind, check_volume_satisfies_claim, claim_class, delay_binding, find_best_match,
+    bind, check_volume_satisfies_claim, class_of, delay_binding, find_best_match,
     is_volume_bound_to_claim,
 };
 use super::provision::provision_claim;
 use super::{
-    annotation, has_finalizer, phase, remove_finalizer, source, str_at, update, View,
+    annotation, event, has_finalizer, phase, remove_finalizer, str_at, update, View,
     BIND_COMPLETED, BOUND_BY_CONTROLLER, CLAIMS, PVC_PROTECTION, SELECTED_NODE,
 };
 use crate::controllers::{is_terminating, name_of, Ctx};
-use crate::events::{self, EventType};
+use crate::events::EventType;
 
 // ---------------------------------------------------------------------------
 // pvc-protection
@@ -100,12 +100,11 @@ fn sync_unbound_claim(ctx: &Ctx, view: &mut View, claim: &Value) {
         }
         if delay && node.is_empty() {
             wait_for_consumer(ctx, view, claim);
-        } else if !claim_class(claim).is_empty() {
+        } else if !class_of(claim).is_empty() {
             provision_claim(ctx, view, claim);
         } else {
-            events::record(
-                &ctx.store,
-                &source(),
+            event(
+                ctx,
                 claim,
                 EventType::Normal,
                 "FailedBinding",
@@ -124,9 +123,8 @@ fn sync_unbound_claim(ctx: &Ctx, view: &mut View, claim: &Value) {
         match check_volume_satisfies_claim(&volume, claim) {
             Ok(()) => bind(ctx, view, &volume, claim),
             Err(reason) => {
-                events::record(
-                    &ctx.store,
-                    &source(),
+                event(
+                    ctx,
                     claim,
                     EventType::Warning,
                     "VolumeMismatch",
@@ -138,9 +136,8 @@ fn sync_unbound_claim(ctx: &Ctx, view: &mut View, claim: &Value) {
     } else if is_volume_bound_to_claim(&volume, claim) {
         bind(ctx, view, &volume, claim);
     } else {
-        events::record(
-            &ctx.store,
-            &source(),
+        event(
+            ctx,
             claim,
             EventType::Warning,
             "FailedBinding",
@@ -189,14 +186,7 @@ fn claim_lost(ctx: &Ctx, view: &mut View, claim: &Value, reason: &str, message: 
         return;
     }
     if let Some(lost) = update(ctx, view, CLAIMS, claim, |c| set_claim_status(c, "Lost")) {
-        events::record(
-            &ctx.store,
-            &source(),
-            &lost,
-            EventType::Warning,
-            reason,
-            message,
-        );
+        event(ctx, &lost, EventType::Warning, reason, message);
     }
 }
 
@@ -240,14 +230,7 @@ fn wait_for_consumer(ctx: &Ctx, view: &View, claim: &Value) {
             format!("waiting for pods {} to be scheduled", pods.join(",")),
         ),
     };
-    events::record(
-        &ctx.store,
-        &source(),
-        claim,
-        EventType::Normal,
-        reason,
-        &message,
-    );
+    event(ctx, claim, EventType::Normal, reason, &message);
 }
 
 fn is_finished(pod: &Value) -> bool {

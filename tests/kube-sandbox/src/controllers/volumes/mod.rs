@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::{is_terminating, log_err, name_of, Ctx};
-use crate::events::Source;
+use crate::events::{self, EventType, Source};
 use crate::registry;
 use claims::{protect_claim, sync_claim};
 use reclaim::sync_volume;
@@ -50,8 +50,10 @@ const VOLUMES: &str = "persistentvolumes";
 
 type Labels = BTreeMap<String, String>;
 
-fn source() -> Source {
-    Source::new("persistentvolume-controller")
+/// Records an event about `obj` as the persistent volume controller.
+fn event(ctx: &Ctx, obj: &Value, kind: EventType, reason: &str, message: &str) {
+    let source = Source::new("persistentvolume-controller");
+    events::record(&ctx.store, &source, obj, kind, reason, message);
 }
 
 /// What one pass works from: the store as listed when the pass began,

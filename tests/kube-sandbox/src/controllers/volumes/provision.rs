@@ -2,9 +2,9 @@
 
 use serde_json::{json, Value};
 
-use super::binding::{claim_class, claim_ref};
+use super::binding::{claim_ref, class_of};
 use super::{
-    annotation, source, str_at, View, LOCAL, PROVISIONED_BY, SELECTED_NODE, SHARED, VOLUMES,
+    annotation, event, str_at, View, LOCAL, PROVISIONED_BY, SELECTED_NODE, SHARED, VOLUMES,
 };
 use crate::controllers::{is_terminating, name_of, Ctx};
 use crate::events::{self, EventType, Source};
@@ -16,14 +16,11 @@ use crate::registry;
 /// `provisionClaim` for a claim that names a class; the sandbox's own
 /// provisioners act as external ones do.
 pub(super) fn provision_claim(ctx: &Ctx, view: &View, claim: &Value) {
-    let class_name = claim_class(claim);
+    let class_name = class_of(claim);
     let Some(class) = view.classes.iter().find(|c| name_of(c).1 == class_name) else {
-        events::record(
-            &ctx.store,
-            &source(),
+        failed(
+            ctx,
             claim,
-            EventType::Warning,
-            "ProvisioningFailed",
             &format!("storageclass.storage.k8s.io \"{class_name}\" not found"),
         );
         return;
@@ -33,26 +30,25 @@ pub(super) fn provision_claim(ctx: &Ctx, view: &View, claim: &Value) {
         return;
     }
     if !claim["spec"]["selector"].is_null() {
-        events::record(
-            &ctx.store,
-            &Source::new(provisioner_component(provisioner)),
+        let message = format!(
+            "failed to provision volume with StorageClass \"{class_name}\": claim Selector is not supported"
+        );
+        let kind = EventType::Warning;
+        provisioner_event(
+            ctx,
+            provisioner,
             claim,
-            EventType::Warning,
+            kind,
             "ProvisioningFailed",
-            &format!(
-                "failed to provision volume with StorageClass \"{class_name}\": claim Selector is not supported"
-            ),
+            &message,
         );
         return;
     }
     let node = annotation(claim, SELECTED_NODE).unwrap_or_default();
     if provisioner == LOCAL && node.is_empty() {
-        events::record(
-            &ctx.store,
-            &source(),
+        failed(
+            ctx,
             claim,
-            EventType::Warning,
-            "ProvisioningFailed",
             "node-local volumes need volumeBindingMode WaitForFirstConsumer",
         );
         return;
@@ -65,14 +61,7 @@ fn provision(ctx: &Ctx, claim: &Value, class: &Value, provisioner: &str, node: &
     let pv_name = format!("pvc-{uid}");
     let dir = ctx.data_dir.join("volumes").join(&pv_name);
     if let Err(e) = std::fs::create_dir_all(&dir) {
-        events::record(
-            &ctx.store,
-            &source(),
-            claim,
-            EventType::Warning,
-            "ProvisioningFailed",
-            &format!("creating {}: {e}", dir.display()),
-        );
+        failed(ctx, claim, &format!("creating {}: {e}", dir.display()));
         return;
     }
     let path = dir.to_string_lossy().to_string();
@@ -99,32 +88,48 @@ fn provision(ctx: &Ctx, claim: &Value, class: &Value, provisioner: &str, node: &
         "spec": spec,
     });
     match ctx.store.create(registry::get(VOLUMES), "", pv) {
-        Ok(_) => events::record(
-            &ctx.store,
-            &Source::new(provisioner_component(provisioner)),
+        Ok(_) => provisioner_event(
+            ctx,
+            provisioner,
             claim,
             EventType::Normal,
             "ProvisioningSucceeded",
             &format!("Successfully provisioned volume {pv_name}"),
         ),
         Err(crate::ApiError::AlreadyExists { .. }) => {}
-        Err(e) => events::record(
-            &ctx.store,
-            &source(),
-            claim,
-            EventType::Warning,
-            "ProvisioningFailed",
-            &e.to_string(),
-        ),
+        Err(e) => failed(ctx, claim, &e.to_string()),
     }
 }
 
-fn provisioner_component(provisioner: &str) -> &'static str {
-    if provisioner == LOCAL {
-        LOCAL
-    } else {
-        SHARED
-    }
+/// `ProvisioningFailed`, as the PV controller records it.
+fn failed(ctx: &Ctx, claim: &Value, message: &str) {
+    event(
+        ctx,
+        claim,
+        EventType::Warning,
+        "ProvisioningFailed",
+        message,
+    );
+}
+
+/// An event about the claim from the provisioner itself.
+fn provisioner_event(
+    ctx: &Ctx,
+    provisioner: &str,
+    claim: &Value,
+    kind: EventType,
+    reason: &str,
+    message: &str,
+) {
+    let component = if provisioner == LOCAL { LOCAL } else { SHARED };
+    events::record(
+        &ctx.store,
+        &Source::new(component),
+        claim,
+        kind,
+        reason,
+        message,
+    );
 }
 
 pub(super) fn provisioned_here(volume: &Value) -> bool {

@@ -6,11 +6,11 @@ use serde_json::Value;
 use super::binding::{set_volume_phase, volume_mode_mismatch};
 use super::provision::provisioned_here;
 use super::{
-    annotation, has_finalizer, is_gone, phase, remove_finalizer, source, str_at, update, View,
+    annotation, event, has_finalizer, is_gone, phase, remove_finalizer, str_at, update, View,
     BOUND_BY_CONTROLLER, PROVISIONED_BY, PV_PROTECTION, VOLUMES,
 };
 use crate::controllers::{is_terminating, log_err, name_of, Ctx};
-use crate::events::{self, EventType};
+use crate::events::EventType;
 use crate::registry;
 
 // ---------------------------------------------------------------------------
@@ -43,18 +43,16 @@ pub(super) fn sync_volume(ctx: &Ctx, view: &mut View, volume: Value) {
         // The claim's sync completes the binding; the phase stays.
         if volume_mode_mismatch(&claim, &volume) {
             let volume_message = format!("Cannot bind PersistentVolume to requested PersistentVolumeClaim \"{}\" due to incompatible volumeMode.", name_of(&claim).1);
-            events::record(
-                &ctx.store,
-                &source(),
+            event(
+                ctx,
                 &volume,
                 EventType::Warning,
                 "VolumeMismatch",
                 &volume_message,
             );
             let claim_message = format!("Cannot bind PersistentVolume \"{name}\" to requested PersistentVolumeClaim due to incompatible volumeMode.");
-            events::record(
-                &ctx.store,
-                &source(),
+            event(
+                ctx,
                 &claim,
                 EventType::Warning,
                 "VolumeMismatch",
@@ -181,14 +179,7 @@ fn failed(ctx: &Ctx, view: &mut View, volume: &Value, reason: &str, message: &st
         set_volume_phase(v, "Failed", message);
     });
     if let Some(written) = written {
-        events::record(
-            &ctx.store,
-            &source(),
-            &written,
-            EventType::Warning,
-            reason,
-            message,
-        );
+        event(ctx, &written, EventType::Warning, reason, message);
     }
 }
 
@@ -227,9 +218,7 @@ fn protect_volume(ctx: &Ctx, view: &mut View, volume: Value) -> Option<Value> {
     {
         return Some(volume);
     }
-    if provisioned_here(&volume) && policy(&volume) == "Delete" {
-        remove_provisioned_dir(ctx, &volume);
-    }
+    remove_provisioned_dir(ctx, &volume);
     let written = update(ctx, view, VOLUMES, &volume, |v| {
         remove_finalizer(v, PV_PROTECTION);
     })?;

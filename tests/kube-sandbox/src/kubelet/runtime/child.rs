@@ -64,6 +64,16 @@ pub(super) enum Op {
 }
 
 impl Op {
+    /// The mount point to create at `path`: a directory, or else an empty
+    /// file.
+    pub(super) fn mount_point(path: CString, dir: bool) -> Op {
+        if dir {
+            Op::Mkdir { path }
+        } else {
+            Op::Mkfile { path }
+        }
+    }
+
     fn apply(&self) -> io::Result<()> {
         use rustix::{fs, mount};
         match self {

@@ -212,11 +212,7 @@ impl Plan {
         source: Source,
     ) -> Result<(), RuntimeError> {
         let path = self.physical(at)?;
-        self.ops.push(if dir {
-            Op::Mkdir { path: path.clone() }
-        } else {
-            Op::Mkfile { path: path.clone() }
-        });
+        self.ops.push(Op::mount_point(path.clone(), dir));
         self.ops.push(Op::Bind {
             source: c(host)?,
             target: path,
@@ -385,12 +381,8 @@ impl Plan {
                 )));
             }
             at.push(name);
-            let (path, is_dir) = (self.physical(&at)?, dir || index < last);
-            self.ops.push(if is_dir {
-                Op::Mkdir { path }
-            } else {
-                Op::Mkfile { path }
-            });
+            let is_dir = dir || index < last;
+            self.ops.push(Op::mount_point(self.physical(&at)?, is_dir));
             let entry = if is_dir {
                 Entry::Dir
             } else {
@@ -420,12 +412,8 @@ impl Plan {
                 None => {}
                 Some(Entry::Symlink(target)) => self.symlink(at, target, Some(staged))?,
                 Some(entry) => {
-                    let path = staged.clone();
-                    self.ops.push(if entry == Entry::Dir {
-                        Op::Mkdir { path }
-                    } else {
-                        Op::Mkfile { path }
-                    });
+                    self.ops
+                        .push(Op::mount_point(staged.clone(), entry == Entry::Dir));
                     self.ops.push(Op::Bind {
                         source: self.physical(&at)?,
                         target: staged,

@@ -11,7 +11,7 @@ pub(super) fn invalid_value(path: &str, value: &str, detail: &str) -> String {
 }
 
 /// apimachinery's `RegexError`: the rule, examples and the regex itself.
-pub(super) fn regex_error(message: &str, regex: &str, examples: &[&str]) -> String {
+fn regex_error(message: &str, regex: &str, examples: &[&str]) -> String {
     let examples: Vec<String> = examples.iter().map(|e| format!("'{e}', ")).collect();
     format!(
         "{message} (e.g. {}regex used for validation is '{regex}')",
@@ -19,7 +19,7 @@ pub(super) fn regex_error(message: &str, regex: &str, examples: &[&str]) -> Stri
     )
 }
 
-pub(super) fn max_len_error(max: usize) -> String {
+fn max_len_error(max: usize) -> String {
     format!("must be no more than {max} characters")
 }
 
@@ -30,52 +30,59 @@ fn is_dns_label(s: &str) -> bool {
     s.chars().all(inner) && edge(s.chars().next()) && edge(s.chars().next_back())
 }
 
+/// The checks most of apimachinery's validators make: at most `max` long,
+/// and of the shape a regex describes (`shaped`), with its `RegexError`.
+pub(super) struct Rule {
+    pub max: usize,
+    pub message: &'static str,
+    pub regex: &'static str,
+    pub examples: &'static [&'static str],
+}
+
+impl Rule {
+    pub(super) fn errors(&self, s: &str, shaped: bool) -> Vec<String> {
+        let mut errors = Vec::new();
+        if s.len() > self.max {
+            errors.push(max_len_error(self.max));
+        }
+        if !shaped {
+            errors.push(regex_error(self.message, self.regex, self.examples));
+        }
+        errors
+    }
+}
+
 /// `IsDNS1123Label`: namespace names.
 fn dns1123_label_errors(s: &str) -> Vec<String> {
-    let mut errors = Vec::new();
-    if s.len() > 63 {
-        errors.push(max_len_error(63));
+    Rule {
+        max: 63,
+        message: "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+        regex: "[a-z0-9]([-a-z0-9]*[a-z0-9])?",
+        examples: &["my-name", "123-abc"],
     }
-    if !is_dns_label(s) {
-        errors.push(regex_error(
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
-            "[a-z0-9]([-a-z0-9]*[a-z0-9])?",
-            &["my-name", "123-abc"],
-        ));
-    }
-    errors
+    .errors(s, is_dns_label(s))
 }
 
 /// `IsDNS1123Subdomain`: most object names, and label key prefixes.
 fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
-    let mut errors = Vec::new();
-    if s.len() > 253 {
-        errors.push(max_len_error(253));
+    Rule {
+        max: 253,
+        message: "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+        regex: r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+        examples: &["example.com"],
     }
-    if !s.split('.').all(is_dns_label) {
-        errors.push(regex_error(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-            r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
-            &["example.com"],
-        ));
-    }
-    errors
+    .errors(s, s.split('.').all(is_dns_label))
 }
 
 /// `IsDNS1035Label`: Service names (they become DNS names and env vars).
 fn dns1035_label_errors(s: &str) -> Vec<String> {
-    let mut errors = Vec::new();
-    if s.len() > 63 {
-        errors.push(max_len_error(63));
+    Rule {
+        max: 63,
+        message: "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
+        regex: "[a-z]([-a-z0-9]*[a-z0-9])?",
+        examples: &["my-name", "abc-123"],
     }
-    if !is_dns_label(s) || !s.starts_with(|c: char| c.is_ascii_lowercase()) {
-        errors.push(regex_error(
-            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
-            "[a-z]([-a-z0-9]*[a-z0-9])?",
-            &["my-name", "abc-123"],
-        ));
-    }
-    errors
+    .errors(s, is_dns_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase()))
 }
 
 /// The name rule of a kind, as its registry validates `metadata.name`
@@ -152,18 +159,13 @@ fn qualified_name_errors(key: &str) -> Vec<String> {
 
 /// `IsValidLabelValue`: empty, or at most 63 of the qualified-name shape.
 fn label_value_errors(value: &str) -> Vec<String> {
-    let mut errors = Vec::new();
-    if value.len() > 63 {
-        errors.push(max_len_error(63));
+    Rule {
+        max: 63,
+        message: "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+        regex: "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?",
+        examples: &["MyValue", "my_value", "12345"],
     }
-    if !is_label_value(value) {
-        errors.push(regex_error(
-            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
-            "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?",
-            &["MyValue", "my_value", "12345"],
-        ));
-    }
-    errors
+    .errors(value, is_label_value(value))
 }
 
 /// `ValidateLabels` at `path` (`metadata.labels`).

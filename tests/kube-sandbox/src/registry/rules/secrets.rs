@@ -4,25 +4,21 @@
 use serde_json::Value;
 
 use super::decode::go_base64_decode;
-use super::metadata::{invalid_value, max_len_error, regex_error, too_long};
+use super::metadata::{invalid_value, too_long, Rule};
 
 /// The most a Secret's (decoded) data may hold.
 const SECRET_LIMIT: usize = 1 << 20;
 
 /// `IsConfigMapKey`: Secret and ConfigMap keys become file names.
 fn config_key_errors(key: &str) -> Vec<String> {
-    let mut errors = Vec::new();
-    if key.len() > 253 {
-        errors.push(max_len_error(253));
-    }
     let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
-    if key.is_empty() || !key.chars().all(ok) {
-        errors.push(regex_error(
-            "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
-            "[-._a-zA-Z0-9]+",
-            &["key.name", "KEY_NAME", "key-name"],
-        ));
+    let mut errors = Rule {
+        max: 253,
+        message: "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+        regex: "[-._a-zA-Z0-9]+",
+        examples: &["key.name", "KEY_NAME", "key-name"],
     }
+    .errors(key, !key.is_empty() && key.chars().all(ok));
     match key {
         "." => errors.push("must not be '.'".into()),
         ".." => errors.push("must not be '..'".into()),
