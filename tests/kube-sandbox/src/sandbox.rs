@@ -124,10 +124,7 @@ impl Sandbox {
             addr,
         });
         let mut tasks = vec![api::serve(listener, api)];
-        let ctx = Arc::new(Ctx {
-            store: store.clone(),
-            data_dir: data_dir.clone(),
-        });
+        let ctx = Arc::new(Ctx::new(store.clone(), data_dir.clone()));
         tasks.extend(controllers::spawn_all(ctx));
         tasks.push(crate::services::spawn(store.clone()));
         let images = config.images.clone();

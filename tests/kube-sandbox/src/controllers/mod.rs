@@ -27,6 +27,18 @@ pub struct Ctx {
     pub store: Arc<Store>,
     /// Provisioned volumes are directories under `<data_dir>/volumes`.
     pub data_dir: PathBuf,
+    /// The scheduler's pods waiting for their claims (PreBind).
+    pub(crate) assumed: scheduler::Assumptions,
+}
+
+impl Ctx {
+    pub fn new(store: Arc<Store>, data_dir: PathBuf) -> Ctx {
+        Ctx {
+            store,
+            data_dir,
+            assumed: Default::default(),
+        }
+    }
 }
 
 /// A control loop: one pass over the store.

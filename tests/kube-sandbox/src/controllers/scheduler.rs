@@ -8,7 +8,7 @@
 //! Until then the pod stays assumed on the node, without nodeName.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
 use serde_json::{json, Value};
@@ -22,17 +22,17 @@ use crate::registry;
 /// A pod waiting in VolumeBinding's PreBind: the node it is assumed on and
 /// the claims it waits for.
 #[derive(Clone)]
-struct Assumed {
+pub(crate) struct Assumed {
     node: String,
     claims: Vec<String>,
 }
 
-/// Pods waiting in PreBind, by uid. Uids are unique, so the sandboxes of one
-/// process share this without clashing.
-static ASSUMED: LazyLock<Mutex<HashMap<String, Assumed>>> = LazyLock::new(Default::default);
+/// A sandbox's pods waiting in PreBind, by uid (the scheduler's cache of
+/// assumed pods).
+pub(crate) type Assumptions = Mutex<HashMap<String, Assumed>>;
 
-fn assumed() -> std::sync::MutexGuard<'static, HashMap<String, Assumed>> {
-    ASSUMED.lock().unwrap_or_else(|e| e.into_inner())
+fn assumed(ctx: &Ctx) -> MutexGuard<'_, HashMap<String, Assumed>> {
+    ctx.assumed.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub fn reconcile(ctx: &Ctx) {
@@ -46,6 +46,9 @@ pub fn reconcile(ctx: &Ctx) {
                 .is_none_or(|s| s == "default-scheduler")
         })
         .collect();
+    // A pod that left PreBind without being bound (deleted, or bound by
+    // someone else) is assumed no longer.
+    assumed(ctx).retain(|uid, _| pending.iter().any(|p| p["metadata"]["uid"] == uid.as_str()));
     if pending.is_empty() {
         return;
     }
@@ -59,7 +62,7 @@ pub fn reconcile(ctx: &Ctx) {
         .collect();
     // Pods waiting in PreBind count on their nodes, as assumed pods do in
     // the scheduler's cache.
-    let waiting = assumed().clone();
+    let waiting = assumed(ctx).clone();
     for pod in &mut pods {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         if let Some(a) = waiting.get(uid) {
@@ -78,14 +81,14 @@ pub fn reconcile(ctx: &Ctx) {
             match check_bindings(ctx, raw, waiting, &nodes) {
                 Ok(false) => continue,
                 Ok(true) => {
-                    assumed().remove(&uid);
+                    assumed(ctx).remove(&uid);
                     bind(ctx, raw, &waiting.node);
                     continue;
                 }
                 // Back to scheduling, as after a failed PreBind.
                 Err(e) => {
                     tracing::debug!("pod {uid}: {e}");
-                    assumed().remove(&uid);
+                    assumed(ctx).remove(&uid);
                 }
             }
         }
@@ -109,7 +112,7 @@ pub fn reconcile(ctx: &Ctx) {
                         node: node.clone(),
                         claims: select_for_claims,
                     };
-                    assumed().insert(uid, waiting);
+                    assumed(ctx).insert(uid, waiting);
                 }
                 // Later pods in this pass see this one on its node (bound,
                 // or assumed there).
