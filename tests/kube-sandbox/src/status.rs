@@ -6,10 +6,11 @@ use serde_json::{json, Value};
 /// a real API server uses, so clients branch on them the same way.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApiError {
-    /// `kind` is empty for a path that names no resource; `name` is then
-    /// the whole message.
-    #[error("{}", if kind.is_empty() { name.clone() } else { format!("{kind} \"{name}\" not found") })]
+    #[error("{kind} \"{name}\" not found")]
     NotFound { kind: String, name: String },
+    /// A path that names no resource (404 NotFound, no details).
+    #[error("{0}")]
+    NoRoute(String),
     #[error("{kind} \"{name}\" already exists")]
     AlreadyExists { kind: String, name: String },
     #[error("{0}")]
@@ -48,7 +49,7 @@ impl ApiError {
 
     pub fn code(&self) -> u16 {
         match self {
-            ApiError::NotFound { .. } => 404,
+            ApiError::NotFound { .. } | ApiError::NoRoute(_) => 404,
             ApiError::AlreadyExists { .. } | ApiError::Conflict(_) => 409,
             ApiError::Invalid { .. } => 422,
             ApiError::Forbidden(_) => 403,
@@ -62,7 +63,7 @@ impl ApiError {
 
     pub fn reason(&self) -> &'static str {
         match self {
-            ApiError::NotFound { .. } => "NotFound",
+            ApiError::NotFound { .. } | ApiError::NoRoute(_) => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict(_) => "Conflict",
             ApiError::Invalid { .. } => "Invalid",

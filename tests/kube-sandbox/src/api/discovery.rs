@@ -37,10 +37,9 @@ pub fn route(api: &Api, method: &Method, path: &str) -> Option<Response> {
             )
         }
         p if p.starts_with("/openapi") => {
-            return Some(error(&ApiError::NotFound {
-                kind: String::new(),
-                name: "the OpenAPI document is not served by kube-sandbox".into(),
-            }))
+            return Some(error(&ApiError::NoRoute(
+                "the OpenAPI document is not served by kube-sandbox".into(),
+            )))
         }
         p => {
             let segments: Vec<&str> = p.trim_matches('/').split('/').collect();

@@ -20,9 +20,10 @@ impl Path {
     /// `/api/v1[/namespaces/NS]/RESOURCE[/NAME[/SUB]]` or the same under
     /// `/apis/GROUP/VERSION`.
     pub fn parse(path: &str) -> Result<Path, ApiError> {
-        let not_found = || ApiError::NotFound {
-            kind: String::new(),
-            name: path.to_string(),
+        let not_found = || {
+            ApiError::NoRoute(format!(
+                "the server could not find the requested resource ({path})"
+            ))
         };
         let segments: Vec<String> = path
             .trim_matches('/')
@@ -47,11 +48,7 @@ impl Path {
             [plural, name, sub] => (*plural, Some(name.to_string()), Some(sub.to_string())),
             _ => return Err(not_found()),
         };
-        let resource =
-            registry::find(group, version, plural).ok_or_else(|| ApiError::NotFound {
-                kind: String::new(),
-                name: format!("the server could not find the requested resource ({path})"),
-            })?;
+        let resource = registry::find(group, version, plural).ok_or_else(not_found)?;
         if namespace.is_some() && !resource.namespaced {
             return Err(not_found());
         }
