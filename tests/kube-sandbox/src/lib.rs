@@ -19,6 +19,7 @@ pub mod services;
 pub mod status;
 pub mod store;
 pub mod task;
+pub mod testkit;
 pub mod time;
 
 pub use sandbox::{Sandbox, SandboxConfig};

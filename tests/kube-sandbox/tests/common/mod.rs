@@ -4,7 +4,7 @@
 
 pub mod k8s;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -33,50 +33,9 @@ pub async fn sandbox_with(taints: Vec<Taint>) -> Sandbox {
     .expect("sandbox starts")
 }
 
-/// The workspace's `mover` binary. `cargo test --workspace` has just built
-/// it (the mover's own tests need it); when it is missing or older than the
-/// mover's sources (`cargo test -p kube-sandbox` after a mover change), it
-/// is built here.
+/// The workspace's `mover` binary (built when stale).
 pub fn mover_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    // target/debug/deps/<test> → target/debug/mover
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let mover = dir.join("mover");
-    static BUILD: std::sync::Once = std::sync::Once::new();
-    BUILD.call_once(|| {
-        let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../mover");
-        let built = std::fs::metadata(&mover).and_then(|m| m.modified()).ok();
-        if built.is_some_and(|b| newest(&sources).is_none_or(|s| s <= b)) {
-            return;
-        }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = std::process::Command::new(cargo);
-        build.args(["build", "--quiet", "-p", "mover", "--bin", "mover"]);
-        if dir.ends_with("release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("cargo runs");
-        assert!(status.success(), "building mover failed");
-    });
-    assert!(mover.exists(), "{} missing", mover.display());
-    mover
-}
-
-/// The newest modification time of the files under `dir`.
-fn newest(dir: &Path) -> Option<std::time::SystemTime> {
-    let mut newest = None;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).ok()?.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if let Ok(t) = entry.metadata().and_then(|m| m.modified()) {
-                newest = newest.max(Some(t));
-            }
-        }
-    }
-    newest
+    kube_sandbox::testkit::workspace_binary("mover", "mover")
 }
 
 pub fn kubectl_program() -> String {

@@ -1,0 +1,62 @@
+//! Support for tests and demos that run the workspace's own binaries in a
+//! sandbox: finding them next to the running test, and building them when
+//! they are missing or older than their sources.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// `target/<profile>/<bin>` of package `package` (a directory at the
+/// workspace root, or under `tests/`), built with cargo when missing or
+/// older than the package's sources. `cargo test --workspace` has usually
+/// built it already; `cargo test -p <one>` after a change may not have.
+///
+/// Panics when it cannot be built: it is for tests.
+pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let exe = std::env::current_exe().expect("current executable path");
+    // target/debug/deps/<test> or target/debug/<bin> → target/debug
+    let mut dir = exe.parent().expect("target dir").to_path_buf();
+    if dir.ends_with("deps") || dir.ends_with("examples") {
+        dir.pop();
+    }
+    let path = dir.join(bin);
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if !built.iter().any(|b| b == bin) {
+        let sources = [workspace.join(package), workspace.join("mover/src")];
+        let stamp = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let fresh = stamp.is_some_and(|b| sources.iter().all(|s| newest(s).is_none_or(|t| t <= b)));
+        if !fresh {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut build = std::process::Command::new(cargo);
+            build
+                .current_dir(&workspace)
+                .args(["build", "--quiet", "-p", package, "--bin", bin]);
+            if dir.ends_with("release") {
+                build.arg("--release");
+            }
+            let status = build.status().expect("cargo runs");
+            assert!(status.success(), "building {bin} failed");
+        }
+        built.push(bin.to_string());
+    }
+    assert!(path.exists(), "{} missing", path.display());
+    path
+}
+
+/// The newest modification time of the files under `dir`.
+fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).ok()?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(t) = entry.metadata().and_then(|m| m.modified()) {
+                newest = newest.max(Some(t));
+            }
+        }
+    }
+    newest
+}
