@@ -1,0 +1,150 @@
+//! Names and labels of everything volmig creates, so that any client can
+//! find an operation's objects by label, and clean them up.
+
+use std::collections::BTreeMap;
+
+/// `app.kubernetes.io/managed-by` on every object volmig creates.
+pub const MANAGED_BY_KEY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "kubectl-volmig";
+/// The operation an object belongs to.
+pub const OPERATION_KEY: &str = "volmig.io/operation";
+/// What the object is to the operation: see [`Component`].
+pub const COMPONENT_KEY: &str = "volmig.io/component";
+/// The attempt a mover pod runs.
+pub const ATTEMPT_KEY: &str = "volmig.io/attempt";
+/// On the record: the operation's phase, for `kubectl get -l`.
+pub const PHASE_KEY: &str = "volmig.io/phase";
+/// On a destination claim volmig created: the source claim (`ns.name`).
+pub const SOURCE_KEY: &str = "volmig.io/source";
+
+/// The port the receiver listens on, in its pod and on its Service.
+pub const MOVER_PORT: i32 = 7000;
+
+/// The roles of volmig's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    Record,
+    Keys,
+    Transport,
+    Receiver,
+    Sender,
+    Destination,
+}
+
+impl Component {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::Record => "record",
+            Component::Keys => "keys",
+            Component::Transport => "transport",
+            Component::Receiver => "receiver",
+            Component::Sender => "sender",
+            Component::Destination => "destination",
+        }
+    }
+}
+
+/// Labels for an object of `component` in operation `op`.
+pub fn labels(op: &str, component: Component) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY_KEY.to_string(), MANAGED_BY.to_string()),
+        (OPERATION_KEY.to_string(), op.to_string()),
+        (COMPONENT_KEY.to_string(), component.as_str().to_string()),
+    ])
+}
+
+/// Selects every object of operation `op`.
+pub fn operation_selector(op: &str) -> String {
+    format!("{MANAGED_BY_KEY}={MANAGED_BY},{OPERATION_KEY}={op}")
+}
+
+/// Selects what an ended operation no longer needs: pods, the Service and
+/// the key Secret (not the record, not the destination claim).
+pub fn disposable_selector(op: &str) -> String {
+    format!(
+        "{},{COMPONENT_KEY} in (keys,transport,receiver,sender)",
+        operation_selector(op)
+    )
+}
+
+/// Selects every record.
+pub fn record_selector() -> String {
+    format!("{MANAGED_BY_KEY}={MANAGED_BY},{COMPONENT_KEY}=record")
+}
+
+/// The record ConfigMap of operation `op`.
+pub fn record_name(op: &str) -> String {
+    format!("volmig-{op}")
+}
+
+/// The Secret with the operation's TLS key material.
+pub fn keys_name(op: &str) -> String {
+    format!("volmig-{op}-keys")
+}
+
+/// The receiver's ClusterIP Service.
+pub fn service_name(op: &str) -> String {
+    format!("volmig-{op}")
+}
+
+/// A mover pod of attempt `attempt`.
+pub fn pod_name(op: &str, component: Component, attempt: u32) -> String {
+    format!("volmig-{op}-{}-{attempt}", component.as_str())
+}
+
+/// An operation id: the source claim's name (cut to leave room for the
+/// longest derived name, a pod's, within 63 characters) and five random
+/// characters. It is a valid label value and mover operation id.
+pub fn new_operation_id(source: &str, random: [u8; 5]) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    // "volmig-" + op + "-receiver-" + up to 4 digits ≤ 63
+    let keep = 63 - "volmig-".len() - "-receiver-9999".len() - 6;
+    let stem: String = source.chars().take(keep).collect();
+    let stem = stem.trim_end_matches(['-', '.']);
+    let suffix: String = random
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect();
+    if stem.is_empty() {
+        format!("op-{suffix}")
+    } else {
+        format!("{stem}-{suffix}")
+    }
+}
+
+/// A fresh operation id for `source`, from the OS's random source.
+pub fn generate_operation_id(source: &str) -> String {
+    let mut random = [0u8; 5];
+    // Without randomness the id is still unique enough per second.
+    if getrandom::fill(&mut random).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        random = (nanos as u64).to_le_bytes()[..5]
+            .try_into()
+            .unwrap_or([0; 5]);
+    }
+    new_operation_id(source, random)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_ids_fit_every_derived_name() {
+        let long = "a".repeat(253);
+        let op = new_operation_id(&long, [1, 2, 3, 4, 5]);
+        assert!(pod_name(&op, Component::Receiver, 9999).len() <= 63, "{op}");
+        assert!(op.len() <= 63);
+        assert_eq!(new_operation_id("data-", [0; 5]), "data-bbbbb");
+        assert_eq!(new_operation_id("", [0; 5]), "op-bbbbb");
+    }
+
+    #[test]
+    fn disposable_objects_exclude_record_and_claim() {
+        let s = disposable_selector("x-1");
+        assert!(s.contains("volmig.io/operation=x-1"));
+        assert!(!s.contains("record") && !s.contains("destination"));
+    }
+}

@@ -1,0 +1,237 @@
+//! [`plan`]: the checks, then the destination claim's shape.
+//!
+//! The checks run in the order a user fixes things: the command's own
+//! values first (they need no cluster), then the source (without it there
+//! is nothing to migrate), then the destination. The first failure is the
+//! [`Refusal`]; a migration that passes every check gets a [`Plan`] with
+//! every choice the spec left open made and explained.
+
+mod destination;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use std::collections::BTreeMap;
+
+use super::refusal::ACCESS_MODES;
+use super::{placement, quantity, Inputs, Placement, Plan, Refusal, SourceVolume};
+use crate::spec::MigrationSpec;
+
+/// Plans `spec` as operation `operation` against what the cluster holds.
+///
+/// Choices the spec leaves open: the destination's storage class is
+/// `--to-storage-class`, else the cluster's default class, else the
+/// source's; its size is `--to-size`, else the source volume's capacity;
+/// its access modes are the source claim's. An existing destination claim
+/// is reused (as it is) when `--reuse` says so or an earlier volmig run
+/// from this source made it.
+pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Plan, Refusal> {
+    let requested_size = requested_size(spec)?;
+    check_access_modes(&spec.destination.access_modes)?;
+    let (src, dst) = (&spec.source, &spec.destination);
+    if src.namespace == dst.namespace && src.name == dst.name {
+        return Err(Refusal::SameClaim {
+            namespace: src.namespace.clone(),
+            name: src.name.clone(),
+        });
+    }
+
+    let claim = bound_source(spec, inputs)?;
+    let volume = source_volume(spec, claim, inputs)?;
+    let source = describe_source(spec, claim, volume, inputs)?;
+    check_read_write_once_pod(spec, claim, volume, inputs)?;
+
+    if inputs.destination_namespace.is_none() {
+        return Err(Refusal::DestinationNamespaceNotFound {
+            namespace: dst.namespace.clone(),
+        });
+    }
+    if let Some(node) = &dst.node {
+        let exists = inputs
+            .nodes
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(node.as_str()));
+        if !exists {
+            let mut available: Vec<String> = inputs
+                .nodes
+                .iter()
+                .filter_map(|n| n.metadata.name.clone())
+                .collect();
+            available.sort();
+            return Err(Refusal::NodeNotFound {
+                name: node.clone(),
+                available,
+            });
+        }
+    }
+
+    let (destination, destination_volume) = match &inputs.destination_claim {
+        Some(existing) => (
+            destination::reuse(spec, existing, &source, inputs)?,
+            inputs.destination_volume.as_ref(),
+        ),
+        None => (
+            destination::create(spec, requested_size, claim, &source, inputs)?,
+            None,
+        ),
+    };
+
+    Ok(Plan {
+        operation: operation.to_string(),
+        spec: spec.clone(),
+        placement: Placement {
+            sender: placement::sender(claim, Some(volume), &inputs.pods, &inputs.nodes),
+            receiver: placement::receiver(dst, destination_volume, &inputs.nodes),
+        },
+        source,
+        destination,
+    })
+}
+
+/// `--to-size` as `(quantity, bytes)`, if given.
+fn requested_size(spec: &MigrationSpec) -> Result<Option<(String, u64)>, Refusal> {
+    let Some(size) = &spec.destination.size else {
+        return Ok(None);
+    };
+    match quantity::parse(size) {
+        Ok(bytes) => Ok(Some((size.clone(), bytes))),
+        Err(error) => Err(Refusal::InvalidSize {
+            value: size.clone(),
+            error,
+        }),
+    }
+}
+
+fn check_access_modes(modes: &[String]) -> Result<(), Refusal> {
+    match modes.iter().find(|m| !ACCESS_MODES.contains(&m.as_str())) {
+        Some(bad) => Err(Refusal::InvalidAccessMode { value: bad.clone() }),
+        None => Ok(()),
+    }
+}
+
+/// The source claim, which must exist and be Bound.
+fn bound_source<'a>(
+    spec: &MigrationSpec,
+    inputs: &'a Inputs,
+) -> Result<&'a PersistentVolumeClaim, Refusal> {
+    let src = &spec.source;
+    let claim = inputs
+        .source_claim
+        .as_ref()
+        .ok_or_else(|| Refusal::SourceNotFound {
+            namespace: src.namespace.clone(),
+            name: src.name.clone(),
+        })?;
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+    // A claim the API has not given a status yet is as good as Pending.
+    let phase = phase.unwrap_or("Pending");
+    if phase != "Bound" {
+        return Err(Refusal::SourceNotBound {
+            namespace: src.namespace.clone(),
+            name: src.name.clone(),
+            phase: phase.to_string(),
+        });
+    }
+    Ok(claim)
+}
+
+/// The volume the source claim is bound to, which must exist.
+fn source_volume<'a>(
+    spec: &MigrationSpec,
+    claim: &PersistentVolumeClaim,
+    inputs: &'a Inputs,
+) -> Result<&'a PersistentVolume, Refusal> {
+    let bound_to = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
+    inputs
+        .source_volume
+        .as_ref()
+        .filter(|v| bound_to.is_empty() || v.metadata.name.as_deref() == Some(bound_to.as_str()))
+        .ok_or_else(|| Refusal::SourceVolumeMissing {
+            namespace: spec.source.namespace.clone(),
+            name: spec.source.name.clone(),
+            volume: bound_to,
+        })
+}
+
+/// The source as found: its volume's name, class, capacity, access modes,
+/// and the pods that still hold it.
+fn describe_source(
+    spec: &MigrationSpec,
+    claim: &PersistentVolumeClaim,
+    volume: &PersistentVolume,
+    inputs: &Inputs,
+) -> Result<SourceVolume, Refusal> {
+    let volume_name = volume.metadata.name.clone().unwrap_or_default();
+    let pv_spec = volume.spec.as_ref();
+    let claim_spec = claim.spec.as_ref();
+    let requests = claim_spec.and_then(|s| s.resources.as_ref()?.requests.as_ref());
+    let (capacity, capacity_bytes) = [
+        pv_spec.and_then(|s| s.capacity.as_ref()),
+        claim.status.as_ref().and_then(|s| s.capacity.as_ref()),
+        requests,
+    ]
+    .into_iter()
+    .find_map(storage)
+    .ok_or_else(|| Refusal::SourceCapacityUnknown {
+        volume: volume_name.clone(),
+    })?;
+    let storage_class = non_empty(pv_spec.and_then(|s| s.storage_class_name.as_deref()))
+        .or_else(|| non_empty(claim_spec.and_then(|s| s.storage_class_name.as_deref())));
+    let access_modes = pv_spec
+        .and_then(|s| s.access_modes.clone())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| placement::access_modes(claim, None));
+    let mut used_by: Vec<String> =
+        placement::mounting_pods(&spec.source.namespace, &spec.source.name, &inputs.pods)
+            .into_iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+    used_by.sort();
+    Ok(SourceVolume {
+        volume: volume_name,
+        storage_class,
+        capacity,
+        capacity_bytes,
+        access_modes,
+        used_by,
+    })
+}
+
+/// A ReadWriteOncePod source mounted by a pod cannot be read by another.
+fn check_read_write_once_pod(
+    spec: &MigrationSpec,
+    claim: &PersistentVolumeClaim,
+    volume: &PersistentVolume,
+    inputs: &Inputs,
+) -> Result<(), Refusal> {
+    let modes = placement::access_modes(claim, Some(volume));
+    if !modes.iter().any(|m| m == "ReadWriteOncePod") {
+        return Ok(());
+    }
+    let users = placement::mounting_pods(&spec.source.namespace, &spec.source.name, &inputs.pods);
+    let holder = placement::preferred(&users).or_else(|| users.first().copied());
+    match holder {
+        Some(pod) => Err(Refusal::SourceInUseReadWriteOncePod {
+            namespace: spec.source.namespace.clone(),
+            name: spec.source.name.clone(),
+            pod: pod.metadata.name.clone().unwrap_or_default(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The `storage` entry of a capacity or request map, as `(quantity, bytes)`,
+/// if it is a valid quantity.
+fn storage(resources: Option<&BTreeMap<String, Quantity>>) -> Option<(String, u64)> {
+    let q = resources?.get("storage")?;
+    let bytes = quantity::parse(&q.0).ok()?;
+    Some((q.0.clone(), bytes))
+}
+
+/// `""` is Kubernetes' way to say "no class".
+fn non_empty(class: Option<&str>) -> Option<String> {
+    class.filter(|c| !c.is_empty()).map(str::to_string)
+}

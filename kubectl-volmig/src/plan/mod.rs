@@ -1,0 +1,129 @@
+//! Planning: the cluster's objects in, a plan (or a refusal that says what
+//! to do) out. Pure: no I/O, so every rule is tested on fixtures.
+//!
+//! - [`build`]: [`plan`], the checks and the destination claim's shape;
+//! - [`placement`]: where the sender and the receiver run, and why;
+//! - [`quantity`]: Kubernetes quantities to bytes and back;
+//! - [`refusal`]: why a migration cannot work, with what to do about it.
+
+mod build;
+pub mod placement;
+pub mod quantity;
+mod refusal;
+#[cfg(test)]
+mod tests;
+
+pub use build::plan;
+pub use refusal::Refusal;
+
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Toleration,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use serde::{Deserialize, Serialize};
+
+use crate::spec::MigrationSpec;
+
+/// What the planner reads from the cluster. `None` is "not found".
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// The source claim (`spec.source`).
+    pub source_claim: Option<PersistentVolumeClaim>,
+    /// The volume the source claim is bound to.
+    pub source_volume: Option<PersistentVolume>,
+    /// Every storage class in the cluster.
+    pub storage_classes: Vec<StorageClass>,
+    /// The pods in the source claim's namespace.
+    pub pods: Vec<Pod>,
+    /// The destination namespace.
+    pub destination_namespace: Option<Namespace>,
+    /// The destination claim, if it exists already.
+    pub destination_claim: Option<PersistentVolumeClaim>,
+    /// The volume an existing destination claim is bound to.
+    pub destination_volume: Option<PersistentVolume>,
+    /// Every node (for `--to-node` and the app pods' nodes).
+    pub nodes: Vec<Node>,
+}
+
+/// A migration that can run: the spec with every choice made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// The operation id (names and labels every object).
+    pub operation: String,
+    /// The request, as given.
+    pub spec: MigrationSpec,
+    pub source: SourceVolume,
+    pub destination: DestinationClaim,
+    pub placement: Placement,
+}
+
+/// The source as found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceVolume {
+    /// The PV.
+    pub volume: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+    /// The PV's capacity (a quantity) and in bytes.
+    pub capacity: String,
+    pub capacity_bytes: u64,
+    pub access_modes: Vec<String>,
+    /// Pods that mount the claim and have not finished.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub used_by: Vec<String>,
+}
+
+/// The destination claim: created by volmig or reused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DestinationClaim {
+    pub namespace: String,
+    pub name: String,
+    /// `None`: the cluster's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+    /// The requested size (a quantity) and in bytes.
+    pub size: String,
+    pub size_bytes: u64,
+    pub access_modes: Vec<String>,
+    /// `Create`: volmig creates the claim. `Reuse`: it exists; only the
+    /// differences are sent.
+    pub action: ClaimAction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClaimAction {
+    Create,
+    Reuse,
+}
+
+/// Where the two mover pods run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    pub sender: NodePlacement,
+    pub receiver: NodePlacement,
+}
+
+/// One pod's placement: a required node (by `kubernetes.io/hostname`
+/// affinity, never `nodeName`, so WaitForFirstConsumer claims still bind),
+/// the tolerations it needs there, and the reason, in words.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePlacement {
+    /// `None`: the scheduler chooses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// That node's `kubernetes.io/hostname` label: what the affinity
+    /// matches (usually, not always, the node's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    pub reason: String,
+    /// The app pod whose node this is, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_pod: Option<String>,
+}

@@ -1,0 +1,263 @@
+//! Why a migration cannot work. Each [`Refusal`] names the object at fault
+//! and says what to do, in the words of a kubectl error, so that the user
+//! can fix the command or the cluster and run it again.
+
+use super::quantity::QuantityError;
+
+/// The access modes a claim may ask for.
+pub(super) const ACCESS_MODES: [&str; 4] = [
+    "ReadWriteOnce",
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOncePod",
+];
+
+/// A migration that cannot work, with what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// `--to-size` is not a byte size.
+    #[error("invalid --to-size {value:?}: {error}")]
+    InvalidSize {
+        value: String,
+        #[source]
+        error: QuantityError,
+    },
+
+    /// An `--access-mode` is not one Kubernetes knows.
+    #[error(
+        "invalid access mode {value:?}{}: use ReadWriteOnce, ReadOnlyMany, ReadWriteMany or ReadWriteOncePod",
+        access_mode_hint(.value)
+    )]
+    InvalidAccessMode { value: String },
+
+    /// `--to` names the source claim itself.
+    #[error(
+        "the destination is the source itself, persistentvolumeclaim {name:?} in namespace {namespace:?}: \
+         choose another --to (a new claim name, or another namespace)"
+    )]
+    SameClaim { namespace: String, name: String },
+
+    #[error(
+        "persistentvolumeclaim {name:?} not found in namespace {namespace:?}: \
+         check the name and the namespace (kubectl get pvc -n {namespace})"
+    )]
+    SourceNotFound { namespace: String, name: String },
+
+    /// The source claim has no volume to read yet (or any more).
+    #[error(
+        "persistentvolumeclaim {name:?} in namespace {namespace:?} is {phase}, not Bound{}",
+        not_bound_advice(.phase, .namespace, .name)
+    )]
+    SourceNotBound {
+        namespace: String,
+        name: String,
+        phase: String,
+    },
+
+    /// The source claim is bound to a volume that does not exist.
+    #[error(
+        "persistentvolumeclaim {name:?} in namespace {namespace:?} is bound to persistentvolume {volume:?}, \
+         which does not exist: check it with kubectl get pv {volume}; if it was deleted, \
+         there is no data left to migrate"
+    )]
+    SourceVolumeMissing {
+        namespace: String,
+        name: String,
+        volume: String,
+    },
+
+    /// Neither the volume nor the claim says how big the source is.
+    #[error(
+        "persistentvolume {volume:?} (the source) has no valid capacity: \
+         check its spec.capacity.storage (kubectl get pv {volume} -o yaml)"
+    )]
+    SourceCapacityUnknown { volume: String },
+
+    /// A ReadWriteOncePod source is mounted by a pod: no other pod can.
+    #[error(
+        "persistentvolumeclaim {name:?} in namespace {namespace:?} is ReadWriteOncePod and used by pod {pod:?}: \
+         ReadWriteOncePod cannot be shared: stop the app (scale its workload to 0) \
+         or migrate from a VolumeSnapshot/clone"
+    )]
+    SourceInUseReadWriteOncePod {
+        namespace: String,
+        name: String,
+        pod: String,
+    },
+
+    #[error(
+        "namespace {namespace:?} not found: create it (kubectl create namespace {namespace}) \
+         or migrate into an existing namespace"
+    )]
+    DestinationNamespaceNotFound { namespace: String },
+
+    /// `--to-node` names no node.
+    #[error(
+        "node {name:?} not found (nodes: {}): pass an existing --to-node",
+        list(.available, 8)
+    )]
+    NodeNotFound {
+        name: String,
+        available: Vec<String>,
+    },
+
+    /// `--to-storage-class` names no class.
+    #[error(
+        "storageclass {name:?} not found (classes: {}): pass an existing --to-storage-class{}",
+        classes(.available, .default.as_deref()),
+        default_advice(.default.as_deref())
+    )]
+    StorageClassNotFound {
+        name: String,
+        available: Vec<String>,
+        default: Option<String>,
+    },
+
+    /// The destination claim exists and reusing it was not asked for.
+    #[error(
+        "persistentvolumeclaim {name:?} already exists in namespace {namespace:?}: \
+         pass --reuse to copy into it (only the differences are sent), or choose another --to"
+    )]
+    DestinationExists { namespace: String, name: String },
+
+    /// The destination claim exists but cannot hold data: Lost, or going.
+    #[error(
+        "persistentvolumeclaim {name:?} in namespace {namespace:?} exists but is {state}{}",
+        unusable_advice(.state, .namespace, .name)
+    )]
+    DestinationUnusable {
+        namespace: String,
+        name: String,
+        state: String,
+    },
+
+    /// The reused destination claim is smaller than the source.
+    #[error(
+        "persistentvolumeclaim {name:?} in namespace {namespace:?} holds {capacity} but the source holds {needed}: \
+         expand it to at least {needed} (if its class allows expansion), choose another --to, \
+         or pass --allow-shrink if the data fits (it is checked when the copy lists the source)"
+    )]
+    DestinationTooSmall {
+        namespace: String,
+        name: String,
+        capacity: String,
+        needed: String,
+    },
+
+    /// `--to-size` is below the source's capacity.
+    #[error(
+        "--to-size {requested} is smaller than the source's capacity {source_capacity}: \
+         pass a --to-size of at least {source_capacity}, or --allow-shrink if the data fits \
+         (it is checked when the copy lists the source)"
+    )]
+    ShrinkNotAllowed {
+        requested: String,
+        source_capacity: String,
+    },
+
+    /// A reused claim's class or access modes are not the ones asked for.
+    #[error(
+        "persistentvolumeclaim {name:?} in namespace {namespace:?} has {what} {existing}, not the requested {requested}: \
+         ask for what it has (or nothing) to reuse it as it is, or choose another --to"
+    )]
+    DestinationDiffers {
+        namespace: String,
+        name: String,
+        /// `storage class` or `access modes`.
+        what: String,
+        existing: String,
+        requested: String,
+    },
+
+    /// `--to-node` is not where the reused destination volume lives.
+    #[error(
+        "persistentvolumeclaim {name:?} in namespace {namespace:?} has its volume on {}, not on --to-node {node:?}: \
+         drop --to-node, or choose another --to to create a volume there",
+        list(.pinned_to, 8)
+    )]
+    DestinationPinnedElsewhere {
+        namespace: String,
+        name: String,
+        pinned_to: Vec<String>,
+        node: String,
+    },
+}
+
+impl Refusal {
+    /// Whether the same migration may work later with nothing changed: only
+    /// a source claim still Pending (it binds by itself) is worth a wait.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Refusal::SourceNotBound { phase, .. } if phase == "Pending")
+    }
+}
+
+/// Up to `max` names, comma-separated, with how many more there are.
+fn list(names: &[String], max: usize) -> String {
+    if names.is_empty() {
+        return "none".to_string();
+    }
+    let shown = names[..names.len().min(max)].join(", ");
+    match names.len().saturating_sub(max) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
+/// Class names, the default marked as `kubectl get storageclass` does.
+fn classes(available: &[String], default: Option<&str>) -> String {
+    let marked: Vec<String> = available
+        .iter()
+        .map(|c| match default {
+            Some(d) if d == c => format!("{c} (default)"),
+            _ => c.clone(),
+        })
+        .collect();
+    list(&marked, usize::MAX)
+}
+
+fn default_advice(default: Option<&str>) -> String {
+    match default {
+        Some(d) => format!(", or leave it out for the default, {d:?}"),
+        None => String::new(),
+    }
+}
+
+fn not_bound_advice(phase: &str, namespace: &str, name: &str) -> String {
+    match phase {
+        "Lost" => format!(
+            " (its volume is gone): restore the persistentvolume it was bound to \
+             (kubectl describe pvc {name} -n {namespace})"
+        ),
+        _ => format!(
+            ": wait until it is Bound (kubectl get pvc {name} -n {namespace} -w); \
+             a WaitForFirstConsumer claim binds when a pod first mounts it"
+        ),
+    }
+}
+
+fn unusable_advice(state: &str, namespace: &str, name: &str) -> String {
+    match state {
+        "Lost" => format!(
+            " (its volume is gone): delete it (kubectl delete pvc {name} -n {namespace}) \
+             or choose another --to"
+        ),
+        _ => ": wait until it is gone and run again, or choose another --to".to_string(),
+    }
+}
+
+/// `did you mean …` for the short names kubectl prints (`RWO`).
+fn access_mode_hint(value: &str) -> String {
+    let full = match value.to_ascii_uppercase().as_str() {
+        "RWO" => "ReadWriteOnce",
+        "ROX" => "ReadOnlyMany",
+        "RWX" => "ReadWriteMany",
+        "RWOP" => "ReadWriteOncePod",
+        _ => {
+            return match ACCESS_MODES.iter().find(|m| m.eq_ignore_ascii_case(value)) {
+                Some(m) => format!(" (did you mean {m}?)"),
+                None => String::new(),
+            }
+        }
+    };
+    format!(" (did you mean {full}?)")
+}

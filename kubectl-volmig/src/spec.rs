@@ -1,0 +1,125 @@
+//! What the user asked for: a migration's spec, as recorded in the
+//! operation record and printed by `-o yaml`.
+
+use serde::{Deserialize, Serialize};
+
+/// The default mover image; its tag follows the plugin's version.
+pub const DEFAULT_MOVER_IMAGE: &str = concat!("ghcr.io/volmig/mover:", env!("CARGO_PKG_VERSION"));
+
+/// Attempts after the first that a failure may cost before the operation
+/// fails (as a Job's `backoffLimit`).
+pub const DEFAULT_BACKOFF_LIMIT: u32 = 6;
+
+/// A migration: copy one claim's data into another claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationSpec {
+    pub source: ClaimRef,
+    pub destination: DestinationSpec,
+    pub transfer: TransferOptions,
+    pub retry: RetryPolicy,
+    pub mover: MoverOptions,
+}
+
+/// A claim by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ClaimRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The destination claim as requested. `None` fields are decided by the
+/// planner (from the source) and recorded in the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DestinationSpec {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+    /// A Kubernetes quantity (`10Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// `ReadWriteOnce`, `ReadWriteMany`, `ReadOnlyMany`, `ReadWriteOncePod`;
+    /// empty: the source's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_modes: Vec<String>,
+    /// Pin the receiver (and so a node-local destination volume) here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Copy into an existing claim (only differences are sent).
+    #[serde(default)]
+    pub reuse: bool,
+    /// Allow a destination smaller than the source's capacity.
+    #[serde(default)]
+    pub allow_shrink: bool,
+}
+
+/// Options handed to the mover (rsync's vocabulary).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransferOptions {
+    /// Delete destination files the source does not have.
+    #[serde(default)]
+    pub delete: bool,
+    /// zstd on literal data.
+    #[serde(default)]
+    pub compress: bool,
+    /// Compare both trees by BLAKE3 after the copy.
+    #[serde(default = "yes")]
+    pub verify: bool,
+    /// The mover's `--bwlimit` (`20M`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bwlimit: Option<String>,
+}
+
+/// How failed attempts are retried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// Retries after the first attempt before the operation fails.
+    pub backoff_limit: u32,
+    /// First delay between attempts; it doubles, up to 5 minutes.
+    pub backoff_seconds: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            backoff_limit: DEFAULT_BACKOFF_LIMIT,
+            backoff_seconds: 10,
+        }
+    }
+}
+
+/// The mover pods' image and resources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MoverOptions {
+    pub image: String,
+    pub cpu_request: String,
+    pub memory_request: String,
+    pub memory_limit: String,
+}
+
+impl Default for MoverOptions {
+    fn default() -> Self {
+        MoverOptions {
+            image: DEFAULT_MOVER_IMAGE.to_string(),
+            cpu_request: "100m".to_string(),
+            memory_request: "64Mi".to_string(),
+            memory_limit: "512Mi".to_string(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
