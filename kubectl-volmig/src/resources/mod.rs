@@ -1,0 +1,137 @@
+//! The Kubernetes objects a [`Plan`] needs, built from the plan alone (no
+//! I/O), in the order they are created:
+//!
+//! - [`claim`]: the destination claim, when volmig creates it;
+//! - [`keys`]: the Secret with the operation's TLS key material, in each
+//!   namespace a mover pod runs in;
+//! - [`service`]: the receiver's ClusterIP Service;
+//! - [`pods`]: the receiver and sender pods of one attempt.
+//!
+//! Every object carries [`names::labels`] for its component, so that the
+//! operation's objects can be found (and cleaned up) by label from anywhere.
+
+mod claim;
+mod keys;
+mod pods;
+mod service;
+#[cfg(test)]
+mod tests;
+
+pub use claim::{destination_claim, SOURCE_ANNOTATION};
+pub use keys::{keys_secret, redacted_keys_secret, REDACTED};
+pub use pods::{receiver_pod, sender_pod, PLACEMENT_REASON_ANNOTATION};
+pub use service::service;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+
+use crate::names;
+use crate::plan::{ClaimAction, Plan};
+
+/// Why an object could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    /// A built object did not serialize (a bug, not a cluster condition).
+    #[error("cannot serialize the {kind} {name}: {source}")]
+    Serialize {
+        kind: &'static str,
+        name: String,
+        source: serde_json::Error,
+    },
+}
+
+impl ResourceError {
+    /// Whether trying again could help: never, the same plan builds the same
+    /// objects.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ResourceError::Serialize { .. } => false,
+        }
+    }
+}
+
+/// What `--dry-run` prints: every object the migration would create for its
+/// first attempt, in creation order, each a complete object (`apiVersion`,
+/// `kind`, `metadata`, `spec`):
+///
+/// 1. the destination claim, when the plan creates it;
+/// 2. the key Secret in the destination namespace, and in the source
+///    namespace when it differs, with placeholders instead of keys;
+/// 3. the receiver's Service;
+/// 4. the receiver pod, then the sender pod, of attempt 1.
+///
+/// The sender is given `receiver_address_placeholder` as its `--to`: the
+/// real address is known only once the Service exists.
+pub fn dry_run_objects(
+    plan: &Plan,
+    receiver_address_placeholder: &str,
+) -> Result<Vec<serde_json::Value>, ResourceError> {
+    let mut objects = Vec::new();
+    if plan.destination.action == ClaimAction::Create {
+        objects.push(to_value(&destination_claim(plan))?);
+    }
+    let destination_ns = plan.destination.namespace.as_str();
+    let source_ns = plan.spec.source.namespace.as_str();
+    objects.push(to_value(&redacted_keys_secret(plan, destination_ns))?);
+    if source_ns != destination_ns {
+        objects.push(to_value(&redacted_keys_secret(plan, source_ns))?);
+    }
+    objects.push(to_value(&service(plan))?);
+    objects.push(to_value(&receiver_pod(plan, 1))?);
+    objects.push(to_value(&sender_pod(
+        plan,
+        1,
+        &plan.placement.sender,
+        receiver_address_placeholder,
+    ))?);
+    Ok(objects)
+}
+
+/// A top-level object as JSON. k8s-openapi writes `apiVersion` and `kind`
+/// for every resource type, so the value is complete as it is.
+fn to_value<K>(object: &K) -> Result<serde_json::Value, ResourceError>
+where
+    K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + Serialize,
+{
+    serde_json::to_value(object).map_err(|source| ResourceError::Serialize {
+        kind: K::KIND,
+        name: object.metadata().name.clone().unwrap_or_default(),
+        source,
+    })
+}
+
+/// Metadata of an object of `component` in operation `op`.
+fn metadata(op: &str, component: names::Component, namespace: &str, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace.to_string()),
+        labels: Some(names::labels(op, component)),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Whether `value` is a valid label value: at most 63 characters,
+/// alphanumerics, `-`, `_` and `.`, beginning and ending with an
+/// alphanumeric (or empty).
+fn is_label_value(value: &str) -> bool {
+    let alnum_ends = value
+        .bytes()
+        .next()
+        .zip(value.bytes().next_back())
+        .is_none_or(|(a, z)| a.is_ascii_alphanumeric() && z.is_ascii_alphanumeric());
+    value.len() <= 63
+        && alnum_ends
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A string map from pairs.
+fn string_map<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

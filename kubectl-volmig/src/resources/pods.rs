@@ -1,0 +1,295 @@
+//! The mover pods of one attempt: the receiver on the destination claim,
+//! the sender on the source claim.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use mover::tls::Role;
+
+use super::keys::items_for;
+use super::service::PORT_NAME;
+use super::{metadata, string_map};
+use crate::names::{self, Component};
+use crate::plan::{NodePlacement, Plan};
+
+/// On a mover pod: why it runs where it runs, in words.
+pub const PLACEMENT_REASON_ANNOTATION: &str = "volmig.io/placement-reason";
+
+/// The node label the placement's required affinity matches.
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+const CONTAINER: &str = "mover";
+const DATA_DIR: &str = "/data";
+const TLS_DIR: &str = "/tls";
+/// Key files are readable by their owner (root) only.
+const TLS_MODE: i32 = 0o400;
+/// Time for the receiver to write its final checkpoint after SIGTERM.
+const GRACE_SECONDS: i64 = 30;
+
+/// The receiver may recreate any owner, mode, time and special file.
+const RECEIVER_CAPABILITIES: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD"];
+/// The sender must read every file and directory whatever its mode.
+/// DAC_OVERRIDE and not DAC_READ_SEARCH: on the read-only mount it grants
+/// the same reads, it is allowed by the Pod Security "baseline" profile
+/// (DAC_READ_SEARCH is not), and it does not open `open_by_handle_at`, the
+/// classic way out of a container.
+const SENDER_CAPABILITIES: &[&str] = &["DAC_OVERRIDE"];
+
+/// The receiver pod of `attempt`, in the destination namespace, on the
+/// destination claim (read-write), where `plan.placement.receiver` says. It
+/// listens on [`names::MOVER_PORT`] of its pod IP.
+pub fn receiver_pod(plan: &Plan, attempt: u32) -> Pod {
+    let listen = format!("$(POD_IP):{}", names::MOVER_PORT);
+    let mut container = container(
+        plan,
+        Role::Receiver,
+        attempt,
+        ["receive", "--listen", &listen],
+    );
+    container.env = Some(vec![EnvVar {
+        name: "POD_IP".to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "status.podIP".to_string(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        value: None,
+    }]);
+    container.ports = Some(vec![ContainerPort {
+        name: Some(PORT_NAME.to_string()),
+        container_port: names::MOVER_PORT,
+        protocol: Some("TCP".to_string()),
+        ..ContainerPort::default()
+    }]);
+    pod(
+        plan,
+        Role::Receiver,
+        attempt,
+        &plan.destination.namespace,
+        &plan.destination.name,
+        &plan.placement.receiver,
+        container,
+    )
+}
+
+/// The sender pod of `attempt`, in the source namespace, on the source
+/// claim (read-only, at the volume and at the mount), placed by
+/// `placement` (the driver re-places it when the app moves), sending to
+/// `receiver_address` (`HOST:PORT`).
+pub fn sender_pod(
+    plan: &Plan,
+    attempt: u32,
+    placement: &NodePlacement,
+    receiver_address: &str,
+) -> Pod {
+    let mut container = container(
+        plan,
+        Role::Sender,
+        attempt,
+        ["send", "--to", receiver_address],
+    );
+    let transfer = &plan.spec.transfer;
+    let args = container.args.get_or_insert_with(Vec::new);
+    for (on, flag) in [
+        (transfer.verify, "--verify"),
+        (transfer.delete, "--delete"),
+        (transfer.compress, "-z"),
+    ] {
+        if on {
+            args.push(flag.to_string());
+        }
+    }
+    if let Some(rate) = &transfer.bwlimit {
+        args.extend(["--bwlimit".to_string(), rate.clone()]);
+    }
+    pod(
+        plan,
+        Role::Sender,
+        attempt,
+        &plan.spec.source.namespace,
+        &plan.spec.source.name,
+        placement,
+        container,
+    )
+}
+
+fn component(role: Role) -> Component {
+    match role {
+        Role::Receiver => Component::Receiver,
+        Role::Sender => Component::Sender,
+    }
+}
+
+/// The mover container of `role`: `head` then the arguments both sides
+/// take; the image's entrypoint is the mover.
+fn container<const N: usize>(plan: &Plan, role: Role, attempt: u32, head: [&str; N]) -> Container {
+    let attempt = attempt.to_string();
+    let tail = [
+        "--root",
+        DATA_DIR,
+        "--tls-dir",
+        TLS_DIR,
+        "--attempt",
+        &attempt,
+        "--progress",
+        "json",
+    ];
+    let args = head.iter().chain(&tail).map(|a| a.to_string()).collect();
+    let mover = &plan.spec.mover;
+    let (read_only_data, capabilities) = match role {
+        Role::Receiver => (false, RECEIVER_CAPABILITIES),
+        Role::Sender => (true, SENDER_CAPABILITIES),
+    };
+    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    };
+    let quantities = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect::<BTreeMap<_, _>>()
+    };
+    Container {
+        name: CONTAINER.to_string(),
+        image: Some(mover.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_string()),
+        args: Some(args),
+        volume_mounts: Some(vec![
+            mount("data", DATA_DIR, read_only_data),
+            mount("tls", TLS_DIR, true),
+            mount("tmp", "/tmp", false),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[
+                ("cpu", &mover.cpu_request),
+                ("memory", &mover.memory_request),
+            ])),
+            limits: Some(quantities(&[("memory", &mover.memory_limit)])),
+            ..ResourceRequirements::default()
+        }),
+        // Root, for numeric owners kept as they are, with only the
+        // capabilities its side needs.
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_user: Some(0),
+            run_as_non_root: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                add: Some(capabilities.iter().map(|c| c.to_string()).collect()),
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    }
+}
+
+/// A mover pod around `container`, mounting `claim`.
+fn pod(
+    plan: &Plan,
+    role: Role,
+    attempt: u32,
+    namespace: &str,
+    claim: &str,
+    placement: &NodePlacement,
+    container: Container,
+) -> Pod {
+    let op = plan.operation.as_str();
+    let component = component(role);
+    let mut meta = metadata(
+        op,
+        component,
+        namespace,
+        names::pod_name(op, component, attempt),
+    );
+    meta.labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(names::ATTEMPT_KEY.to_string(), attempt.to_string());
+    meta.annotations = Some(string_map([(
+        PLACEMENT_REASON_ANNOTATION,
+        placement.reason.as_str(),
+    )]));
+
+    let read_only = role == Role::Sender;
+    Pod {
+        metadata: meta,
+        spec: Some(PodSpec {
+            containers: vec![container],
+            volumes: Some(vec![
+                Volume {
+                    name: "data".to_string(),
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: claim.to_string(),
+                        read_only: read_only.then_some(true),
+                    }),
+                    ..Volume::default()
+                },
+                Volume {
+                    name: "tls".to_string(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(names::keys_name(op)),
+                        items: Some(items_for(role)),
+                        default_mode: Some(TLS_MODE),
+                        optional: Some(false),
+                    }),
+                    ..Volume::default()
+                },
+                Volume {
+                    name: "tmp".to_string(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Volume::default()
+                },
+            ]),
+            affinity: affinity(placement),
+            tolerations: (!placement.tolerations.is_empty()).then(|| placement.tolerations.clone()),
+            restart_policy: Some("Never".to_string()),
+            termination_grace_period_seconds: Some(GRACE_SECONDS),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            // No fsGroup: the kubelet would re-own every file of the volume.
+            security_context: Some(PodSecurityContext {
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".to_string(),
+                    localhost_profile: None,
+                }),
+                ..PodSecurityContext::default()
+            }),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    }
+}
+
+/// Required affinity to the placement's node, by its hostname label (never
+/// `nodeName`, which would skip the scheduler and so the binding of
+/// WaitForFirstConsumer claims). `None` when the scheduler chooses.
+fn affinity(placement: &NodePlacement) -> Option<Affinity> {
+    let node = placement.node.as_ref()?;
+    let hostname = placement.hostname.as_ref().unwrap_or(node);
+    Some(Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: HOSTNAME_LABEL.to_string(),
+                        operator: "In".to_string(),
+                        values: Some(vec![hostname.clone()]),
+                    }]),
+                    match_fields: None,
+                }],
+            }),
+            ..NodeAffinity::default()
+        }),
+        ..Affinity::default()
+    })
+}

@@ -1,0 +1,43 @@
+//! The receiver's Service: a stable address for the sender, whichever
+//! attempt's receiver pod is running.
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{metadata, string_map};
+use crate::names::{self, Component};
+use crate::plan::Plan;
+
+/// The name of the mover's port, in the receiver pod and on the Service.
+pub(super) const PORT_NAME: &str = "mover";
+
+/// The ClusterIP Service of `plan`'s receiver, in the destination
+/// namespace: port [`names::MOVER_PORT`], selecting the receiver pods of
+/// this operation only.
+pub fn service(plan: &Plan) -> Service {
+    let op = plan.operation.as_str();
+    Service {
+        metadata: metadata(
+            op,
+            Component::Transport,
+            &plan.destination.namespace,
+            names::service_name(op),
+        ),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_string()),
+            selector: Some(string_map([
+                (names::OPERATION_KEY, op),
+                (names::COMPONENT_KEY, Component::Receiver.as_str()),
+            ])),
+            ports: Some(vec![ServicePort {
+                name: Some(PORT_NAME.to_string()),
+                protocol: Some("TCP".to_string()),
+                port: names::MOVER_PORT,
+                target_port: Some(IntOrString::String(PORT_NAME.to_string())),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}

@@ -1,0 +1,248 @@
+//! The pods: what they mount, run and may do, and where.
+
+use k8s_openapi::api::core::v1::Toleration;
+
+use super::*;
+
+#[test]
+fn the_sender_reads_the_source_and_the_receiver_writes_the_destination() {
+    let plan = plan();
+    let sender = sender_pod(&plan, 1, &plan.placement.sender, "volmig-x:7000");
+    let claim = volume(&sender, "data")
+        .persistent_volume_claim
+        .as_ref()
+        .expect("claim");
+    assert_eq!(sender.metadata.namespace.as_deref(), Some("app"));
+    assert_eq!(claim.claim_name, "data");
+    assert_eq!(claim.read_only, Some(true));
+    assert_eq!(mount(&sender, "data"), ("/data".to_string(), true));
+
+    let receiver = receiver_pod(&plan, 1);
+    let claim = volume(&receiver, "data")
+        .persistent_volume_claim
+        .as_ref()
+        .expect("claim");
+    assert_eq!(receiver.metadata.namespace.as_deref(), Some("archive"));
+    assert_eq!(claim.claim_name, "data-new");
+    assert_ne!(claim.read_only, Some(true));
+    assert_eq!(mount(&receiver, "data"), ("/data".to_string(), false));
+
+    for pod in [&sender, &receiver] {
+        assert_eq!(mount(pod, "tls"), ("/tls".to_string(), true));
+        assert_eq!(mount(pod, "tmp"), ("/tmp".to_string(), false));
+        assert!(volume(pod, "tmp").empty_dir.is_some());
+    }
+}
+
+#[test]
+fn receiver_arguments_listen_on_the_pod_ip() {
+    let receiver = receiver_pod(&plan(), 2);
+    let container = mover(&receiver);
+    assert_eq!(
+        args(&receiver),
+        strings(&[
+            "receive",
+            "--listen",
+            "$(POD_IP):7000",
+            "--root",
+            "/data",
+            "--tls-dir",
+            "/tls",
+            "--attempt",
+            "2",
+            "--progress",
+            "json",
+        ])
+    );
+    assert!(
+        container.command.is_none(),
+        "the image's entrypoint is the mover"
+    );
+    let env = &container.env.as_ref().expect("env")[0];
+    assert_eq!(env.name, "POD_IP");
+    let field = env.value_from.as_ref().and_then(|f| f.field_ref.as_ref());
+    assert_eq!(field.map(|f| f.field_path.as_str()), Some("status.podIP"));
+    let port = &container.ports.as_ref().expect("ports")[0];
+    assert_eq!(
+        (port.container_port, port.name.as_deref()),
+        (7000, Some("mover"))
+    );
+}
+
+#[test]
+fn sender_arguments_follow_the_transfer_options() {
+    let mut plan = plan();
+    let base = strings(&[
+        "send",
+        "--to",
+        "10.0.0.7:7000",
+        "--root",
+        "/data",
+        "--tls-dir",
+        "/tls",
+        "--attempt",
+        "1",
+        "--progress",
+        "json",
+    ]);
+    let sender = |plan: &Plan| {
+        args(&sender_pod(
+            plan,
+            1,
+            &plan.placement.sender,
+            "10.0.0.7:7000",
+        ))
+    };
+    assert_eq!(sender(&plan), base);
+
+    plan.spec.transfer = TransferOptions {
+        delete: true,
+        compress: true,
+        verify: true,
+        bwlimit: Some("20M".to_string()),
+    };
+    let mut all = base.clone();
+    all.extend(strings(&["--verify", "--delete", "-z", "--bwlimit", "20M"]));
+    assert_eq!(sender(&plan), all);
+
+    plan.spec.transfer.delete = false;
+    plan.spec.transfer.bwlimit = None;
+    let mut some = base;
+    some.extend(strings(&["--verify", "-z"]));
+    assert_eq!(sender(&plan), some);
+}
+
+#[test]
+fn each_pod_mounts_only_its_own_key() {
+    let plan = plan();
+    let sender = sender_pod(&plan, 1, &plan.placement.sender, "x:7000");
+    let receiver = receiver_pod(&plan, 1);
+    assert_eq!(
+        secret_items(&sender),
+        strings(&["ca.crt", "operation-id", "sender.crt", "sender.key"])
+    );
+    assert_eq!(
+        secret_items(&receiver),
+        strings(&["ca.crt", "operation-id", "receiver.crt", "receiver.key"])
+    );
+}
+
+#[test]
+fn placement_is_a_required_hostname_affinity_never_node_name() {
+    let mut plan = plan();
+    plan.placement.sender.tolerations = vec![Toleration {
+        key: Some("dedicated".to_string()),
+        operator: Some("Equal".to_string()),
+        value: Some("db".to_string()),
+        effect: Some("NoSchedule".to_string()),
+        toleration_seconds: None,
+    }];
+    let sender = sender_pod(&plan, 1, &plan.placement.sender, "x:7000");
+    let term = &spec(&sender)
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .expect("required node affinity")
+        .node_selector_terms[0];
+    let req = &term.match_expressions.as_ref().expect("expressions")[0];
+    assert_eq!(req.key, "kubernetes.io/hostname");
+    assert_eq!(req.operator, "In");
+    assert_eq!(req.values, Some(strings(&["host-a"])));
+    assert!(spec(&sender).node_name.is_none());
+    assert!(spec(&sender).node_selector.is_none());
+    assert_eq!(
+        spec(&sender).tolerations,
+        Some(plan.placement.sender.tolerations.clone())
+    );
+    assert_eq!(
+        sender.metadata.annotations.as_ref().expect("annotations")[PLACEMENT_REASON_ANNOTATION],
+        "the source is mounted by web-0 on node-a"
+    );
+
+    // Without a known hostname label, the node's name is the best guess.
+    let moved = placement(Some("node-b"), None, "the app moved");
+    let sender = sender_pod(&plan, 2, &moved, "x:7000");
+    let values = spec(&sender)
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .and_then(|s| s.node_selector_terms[0].match_expressions.as_ref())
+        .map(|e| e[0].values.clone());
+    assert_eq!(values, Some(Some(strings(&["node-b"]))));
+    assert!(spec(&sender).tolerations.is_none());
+
+    let receiver = receiver_pod(&plan, 1);
+    assert!(spec(&receiver).affinity.is_none());
+    assert!(spec(&receiver).node_name.is_none());
+}
+
+#[test]
+fn pods_are_locked_down_to_their_sides_capabilities() {
+    let plan = plan();
+    let sender = sender_pod(&plan, 1, &plan.placement.sender, "x:7000");
+    let receiver = receiver_pod(&plan, 1);
+    for (pod, add) in [
+        (&sender, strings(&["DAC_OVERRIDE"])),
+        (
+            &receiver,
+            strings(&["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD"]),
+        ),
+    ] {
+        let spec = spec(pod);
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.enable_service_links, Some(false));
+        let pod_security = spec
+            .security_context
+            .as_ref()
+            .expect("pod security context");
+        assert_eq!(
+            pod_security
+                .seccomp_profile
+                .as_ref()
+                .map(|p| p.type_.as_str()),
+            Some("RuntimeDefault")
+        );
+        assert!(
+            pod_security.fs_group.is_none(),
+            "fsGroup would re-own the volume"
+        );
+
+        let container = mover(pod);
+        assert_eq!(
+            container.image.as_deref(),
+            Some("registry.example/mover:1.2.3")
+        );
+        assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        let security = container
+            .security_context
+            .as_ref()
+            .expect("security context");
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        assert_eq!(security.read_only_root_filesystem, Some(true));
+        assert_eq!(security.run_as_user, Some(0));
+        assert_eq!(security.run_as_non_root, Some(false));
+        assert_ne!(security.privileged, Some(true));
+        let caps = security.capabilities.as_ref().expect("capabilities");
+        assert_eq!(caps.drop, Some(strings(&["ALL"])));
+        assert_eq!(caps.add, Some(add));
+
+        let resources = container.resources.as_ref().expect("resources");
+        let requests = resources.requests.as_ref().expect("requests");
+        assert_eq!(requests["cpu"].0, "100m");
+        assert_eq!(requests["memory"].0, "64Mi");
+        assert_eq!(
+            resources.limits.as_ref().expect("limits")["memory"].0,
+            "512Mi"
+        );
+    }
+}
