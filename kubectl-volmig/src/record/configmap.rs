@@ -1,0 +1,280 @@
+//! A record to and from its ConfigMap. Pure: no I/O.
+//!
+//! The ConfigMap `volmig-<op>` lives in the destination namespace, labelled
+//! as volmig's record of operation `<op>` (plus its phase, for
+//! `kubectl get cm -l volmig.io/phase=Failed`), with three keys:
+//!
+//! - `format`: `"1"`, the layout of the other two;
+//! - `spec`: the [`MigrationSpec`], pretty JSON;
+//! - `status`: the [`MigrationStatus`], pretty JSON.
+//!
+//! The ConfigMap's `resourceVersion` travels in the record's metadata, so a
+//! write of a record that was read is a compare-and-swap.
+//!
+//! # Size
+//!
+//! A ConfigMap holds at most 1 MiB. Attempts are small except for their log
+//! tails, so when the encoded record would exceed [`MAX_DATA_BYTES`], the
+//! log tails of the oldest attempts are replaced by [`TRIMMED_LOG`], oldest
+//! first, then the newest attempt's oldest lines are dropped, until it fits.
+//! Only the stored copy is trimmed; the record passed in is not changed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use super::{MigrationStatus, Phase, VolumeMigration, API_VERSION, KIND};
+use crate::names::{self, Component};
+use crate::plan::Plan;
+use crate::spec::MigrationSpec;
+
+/// The data key with the record's layout version.
+pub const FORMAT_KEY: &str = "format";
+/// The data key with the spec.
+pub const SPEC_KEY: &str = "spec";
+/// The data key with the status.
+pub const STATUS_KEY: &str = "status";
+/// The layout this version writes and reads.
+pub const FORMAT: &str = "1";
+/// The most data a stored record may hold: Kubernetes refuses ConfigMaps over
+/// 1 MiB, and metadata needs some room too.
+pub const MAX_DATA_BYTES: usize = 900 * 1024;
+/// What a log tail trimmed for size is replaced by.
+pub const TRIMMED_LOG: &str =
+    "(log tail dropped: the operation record is near the 1 MiB ConfigMap limit)";
+
+/// A record that cannot be encoded, or a ConfigMap that is not a record.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The ConfigMap lacks a record's labels or keys.
+    #[error("ConfigMap {namespace}/{name} is not a volmig operation record: {why}")]
+    NotARecord {
+        namespace: String,
+        name: String,
+        why: String,
+    },
+    /// The record was written by a version of volmig that lays it out
+    /// differently.
+    #[error(
+        "ConfigMap {namespace}/{name} holds a volmig record in format {found:?}; \
+         this kubectl-volmig reads format {FORMAT:?}: use the version that wrote it"
+    )]
+    UnknownFormat {
+        namespace: String,
+        name: String,
+        found: String,
+    },
+    /// A key holds JSON that is not what it should be.
+    #[error("ConfigMap {namespace}/{name}: its {key:?} is not a valid record {key}: {source}")]
+    Decode {
+        namespace: String,
+        name: String,
+        key: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The record could not be turned into JSON (not expected to happen).
+    #[error("cannot encode the record of operation {op:?}: {source}")]
+    Encode {
+        op: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Even without log tails, the record exceeds what a ConfigMap holds.
+    #[error(
+        "the record of operation {op:?} would be {size} bytes without its log tails, \
+         over the {MAX_DATA_BYTES}-byte limit of a ConfigMap"
+    )]
+    TooLarge { op: String, size: usize },
+}
+
+impl RecordError {
+    /// None of these go away by trying again: the data is what it is.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+/// A fresh record for `plan`: phase `Pending`, in the destination namespace,
+/// with the plan's source, destination and placement.
+pub fn new_record(plan: &Plan) -> VolumeMigration {
+    VolumeMigration {
+        api_version: API_VERSION.to_string(),
+        kind: KIND.to_string(),
+        metadata: super::Metadata {
+            name: plan.operation.clone(),
+            namespace: plan.destination.namespace.clone(),
+            creation_timestamp: None,
+            resource_version: None,
+        },
+        spec: plan.spec.clone(),
+        status: MigrationStatus {
+            phase: Phase::Pending,
+            source: Some(plan.source.clone()),
+            destination: Some(plan.destination.clone()),
+            placement: Some(plan.placement.clone()),
+            ..MigrationStatus::default()
+        },
+    }
+}
+
+/// The ConfigMap that stores `vm`, carrying its `resourceVersion` (if any)
+/// so that replacing it fails when someone else wrote in between.
+pub fn to_config_map(vm: &VolumeMigration) -> Result<ConfigMap, RecordError> {
+    let op = &vm.metadata.name;
+    let encode = |source| RecordError::Encode {
+        op: op.clone(),
+        source,
+    };
+    let spec = serde_json::to_string_pretty(&vm.spec).map_err(encode)?;
+    let status = encode_status(op, &vm.status, MAX_DATA_BYTES.saturating_sub(spec.len()))?;
+    let mut labels = names::labels(op, Component::Record);
+    labels.insert(
+        names::PHASE_KEY.to_string(),
+        vm.status.phase.as_str().to_string(),
+    );
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(names::record_name(op)),
+            namespace: Some(vm.metadata.namespace.clone()),
+            labels: Some(labels),
+            resource_version: vm.metadata.resource_version.clone(),
+            creation_timestamp: vm.metadata.creation_timestamp.map(Time),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([
+            (FORMAT_KEY.to_string(), FORMAT.to_string()),
+            (SPEC_KEY.to_string(), spec),
+            (STATUS_KEY.to_string(), status),
+        ])),
+        ..ConfigMap::default()
+    })
+}
+
+/// The record a ConfigMap stores. Fields of the status this version does
+/// not know are ignored, so newer writers do not lock older readers out.
+pub fn from_config_map(cm: &ConfigMap) -> Result<VolumeMigration, RecordError> {
+    let name = cm.metadata.name.clone().unwrap_or_default();
+    let namespace = cm.metadata.namespace.clone().unwrap_or_default();
+    let not_a_record = |why: String| RecordError::NotARecord {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        why,
+    };
+    let labels = cm.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    if label(names::MANAGED_BY_KEY) != Some(names::MANAGED_BY)
+        || label(names::COMPONENT_KEY) != Some(Component::Record.as_str())
+    {
+        return Err(not_a_record(format!(
+            "it lacks the labels {}",
+            names::record_selector()
+        )));
+    }
+    let op = label(names::OPERATION_KEY)
+        .ok_or_else(|| not_a_record(format!("it has no {} label", names::OPERATION_KEY)))?;
+    let data = cm.data.as_ref();
+    let key = |key: &'static str| {
+        data.and_then(|d| d.get(key))
+            .ok_or_else(|| not_a_record(format!("it has no {key:?} key")))
+    };
+    let format = key(FORMAT_KEY)?;
+    if format.trim() != FORMAT {
+        return Err(RecordError::UnknownFormat {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            found: format.clone(),
+        });
+    }
+    let decode = |key: &'static str| {
+        let namespace = namespace.clone();
+        let name = name.clone();
+        move |source| RecordError::Decode {
+            namespace,
+            name,
+            key,
+            source,
+        }
+    };
+    let spec: MigrationSpec = serde_json::from_str(key(SPEC_KEY)?).map_err(decode(SPEC_KEY))?;
+    let status: MigrationStatus =
+        serde_json::from_str(key(STATUS_KEY)?).map_err(decode(STATUS_KEY))?;
+    Ok(VolumeMigration {
+        api_version: API_VERSION.to_string(),
+        kind: KIND.to_string(),
+        metadata: super::Metadata {
+            name: op.to_string(),
+            namespace,
+            creation_timestamp: cm.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            resource_version: cm.metadata.resource_version.clone(),
+        },
+        spec,
+        status,
+    })
+}
+
+/// `status` as pretty JSON of at most `limit` bytes, trimming log tails
+/// (oldest attempts first) if it has to.
+fn encode_status(op: &str, status: &MigrationStatus, limit: usize) -> Result<String, RecordError> {
+    let encode = |s: &MigrationStatus| {
+        serde_json::to_string_pretty(s).map_err(|source| RecordError::Encode {
+            op: op.to_string(),
+            source,
+        })
+    };
+    let json = encode(status)?;
+    if json.len() <= limit {
+        return Ok(json);
+    }
+    let mut trimmed = status.clone();
+    let last = trimmed.attempts.len().saturating_sub(1);
+    // Older attempts lose their whole tail, one at a time.
+    for i in 0..last {
+        let tail = &mut trimmed.attempts[i].log_tail;
+        if tail.is_empty() || tail[..] == [TRIMMED_LOG] {
+            continue;
+        }
+        *tail = vec![TRIMMED_LOG.to_string()];
+        let json = encode(&trimmed)?;
+        if json.len() <= limit {
+            return Ok(json);
+        }
+    }
+    // The newest attempt keeps as many of its newest lines as fit.
+    if let Some(full) = trimmed
+        .attempts
+        .last_mut()
+        .map(|a| std::mem::take(&mut a.log_tail))
+    {
+        let base = encode(&trimmed)?.len();
+        let mut budget = limit.saturating_sub(base + TRIMMED_LOG.len() + 16);
+        let mut keep = full.len();
+        for line in full.iter().rev() {
+            // A line's JSON takes at least its bytes plus indentation and quotes.
+            let cost = serde_json::to_string(line).map_or(line.len(), |s| s.len()) + 16;
+            if cost > budget {
+                break;
+            }
+            budget -= cost;
+            keep -= 1;
+        }
+        if let Some(attempt) = trimmed.attempts.last_mut() {
+            if keep > 0 {
+                attempt.log_tail.push(TRIMMED_LOG.to_string());
+            }
+            attempt.log_tail.extend(full.into_iter().skip(keep));
+        }
+    }
+    let json = encode(&trimmed)?;
+    if json.len() <= limit {
+        return Ok(json);
+    }
+    Err(RecordError::TooLarge {
+        op: op.to_string(),
+        size: json.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

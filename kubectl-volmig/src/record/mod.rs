@@ -1,0 +1,268 @@
+//! The operation record: a labelled ConfigMap in the destination namespace
+//! that holds an operation's spec, plan and status (phase, placement, every
+//! attempt), so that `status`, `logs`, `resume` and `abort` work from any
+//! machine. Printed as a Kubernetes-style `VolumeMigration` object.
+//!
+//! - this module: the types;
+//! - [`configmap`]: a record to and from its ConfigMap (pure);
+//! - [`store`]: reading, listing and writing records with optimistic
+//!   concurrency;
+//! - [`print`](mod@print): tables, JSON and YAML for `-o`.
+
+pub mod configmap;
+pub mod print;
+pub mod store;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{DestinationClaim, Placement, SourceVolume};
+use crate::spec::MigrationSpec;
+
+pub const API_VERSION: &str = "volmig.io/v1alpha1";
+pub const KIND: &str = "VolumeMigration";
+
+/// An operation as printed by `-o json|yaml`: `{apiVersion, kind, metadata,
+/// spec, status}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeMigration {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: Metadata,
+    pub spec: MigrationSpec,
+    pub status: MigrationStatus,
+}
+
+/// The record's identity: name (the operation id) and namespace, plus the
+/// ConfigMap's `resourceVersion` for optimistic concurrency.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    pub name: String,
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+/// The operation's phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Phase {
+    /// Recorded, nothing started yet.
+    #[default]
+    Pending,
+    /// Attempts are running (or waiting out a backoff).
+    Running,
+    /// The data is at the destination (and verified, unless `--no-verify`).
+    Succeeded,
+    /// Out of attempts, or a failure no retry can fix.
+    Failed,
+    /// Stopped by `kubectl volmig abort`; the destination keeps its data.
+    Aborted,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+            Phase::Aborted => "Aborted",
+        }
+    }
+
+    /// Succeeded or Failed: no attempt will run again. (Aborted can be
+    /// resumed.)
+    pub fn is_final(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+/// Everything that happened so far.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationStatus {
+    pub phase: Phase,
+    /// Why the phase is what it is, in words (the refusal, the failure and
+    /// what to do, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceVolume>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<DestinationClaim>,
+    /// Where the mover pods run and why (the current attempt's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    /// Every attempt, oldest first.
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+    /// Overall progress, exact across attempts (from the receiver's
+    /// checkpoint-backed progress events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+    /// Seconds spent in attempts, summed over all of them.
+    #[serde(default)]
+    pub elapsed_seconds: f64,
+    /// The successful attempt's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+    /// The client driving the operation, if one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<Driver>,
+}
+
+/// One attempt: a receiver pod and a sender pod.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    /// From 1.
+    pub number: u32,
+    pub phase: AttemptPhase,
+    pub receiver: PodRecord,
+    pub sender: PodRecord,
+    /// Why it ended (the failing side's exit code and error), if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Whether a new attempt may fix that failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Timestamp>,
+    #[serde(default)]
+    pub elapsed_seconds: f64,
+    /// Overall bytes at the destination when the attempt ended (or now).
+    #[serde(default)]
+    pub bytes_done: u64,
+    #[serde(default)]
+    pub bytes_total: u64,
+    /// Bytes this attempt found already done from earlier attempts'
+    /// checkpoints.
+    #[serde(default)]
+    pub bytes_resumed: u64,
+    /// Bytes per second this attempt wrote or settled.
+    #[serde(default)]
+    pub rate: u64,
+    /// The last lines of both pods' logs (kept after the pods are deleted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_tail: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum AttemptPhase {
+    /// Pods created, not both running yet.
+    #[default]
+    Starting,
+    Running,
+    Succeeded,
+    Failed,
+    /// Ended by the driver to move the sender after the app (not counted
+    /// against the backoff limit).
+    Replaced,
+    /// Ended by `abort`.
+    Aborted,
+}
+
+impl AttemptPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptPhase::Starting => "Starting",
+            AttemptPhase::Running => "Running",
+            AttemptPhase::Succeeded => "Succeeded",
+            AttemptPhase::Failed => "Failed",
+            AttemptPhase::Replaced => "Replaced",
+            AttemptPhase::Aborted => "Aborted",
+        }
+    }
+
+    pub fn is_over(self) -> bool {
+        !matches!(self, AttemptPhase::Starting | AttemptPhase::Running)
+    }
+}
+
+/// A mover pod as last seen.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRecord {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The pod's phase (`Pending`, `Running`, `Succeeded`, `Failed`), or
+    /// `Deleted` once gone before it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The container's terminated or waiting reason (`Error`,
+    /// `OOMKilled`, `ImagePullBackOff`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Overall progress, as the latest mover progress event said.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub files_done: u64,
+    pub files_total: u64,
+    /// The totals are final (the source has been listed completely).
+    pub listing_done: bool,
+    #[serde(default)]
+    pub rate: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated: Option<Timestamp>,
+}
+
+/// What the successful attempt did, from the mover's summary.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub entries: u64,
+    pub files: u64,
+    pub bytes: u64,
+    pub files_transferred: u64,
+    pub files_up_to_date: u64,
+    pub bytes_literal: u64,
+    pub bytes_matched: u64,
+    pub bytes_on_wire: u64,
+    pub deleted: u64,
+    /// Entries compared by BLAKE3, if verification ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_entries: Option<u64>,
+    /// The BLAKE3 manifest of the destination as verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
+}
+
+/// The client driving an operation: who, and when it last said so. A
+/// heartbeat older than [`Driver::STALE_SECONDS`] is a driver gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Driver {
+    /// `host/pid`.
+    pub holder: String,
+    pub heartbeat: Timestamp,
+}
+
+impl Driver {
+    pub const STALE_SECONDS: i64 = 30;
+
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        now.duration_since(self.heartbeat).as_secs() < Self::STALE_SECONDS
+    }
+}

@@ -1,0 +1,278 @@
+//! `kubectl volmig status NAME`: one operation, `kubectl describe`-style.
+
+use std::fmt::Write as _;
+
+use jiff::Timestamp;
+
+use super::format::{age, bytes, bytes_compact, columns, elapsed, percent, rate};
+use crate::plan::{ClaimAction, NodePlacement};
+use crate::record::{Attempt, AttemptPhase, Progress, Summary, VolumeMigration};
+
+/// Where values start, as kubectl's describe aligns them.
+const KEY_WIDTH: usize = 15;
+
+/// Lines of `Key:   value`, nested by two spaces.
+struct Out(String);
+
+impl Out {
+    fn field(&mut self, level: usize, key: &str, value: impl std::fmt::Display) {
+        let key = format!("{:indent$}{key}:", "", indent = 2 * level);
+        let _ = writeln!(self.0, "{key:<KEY_WIDTH$}{value}");
+    }
+
+    fn heading(&mut self, level: usize, key: &str) {
+        let _ = writeln!(self.0, "{:indent$}{key}:", "", indent = 2 * level);
+    }
+
+    /// `text`'s lines, each indented by `indent` spaces.
+    fn block(&mut self, indent: usize, text: &str) {
+        for line in text.lines() {
+            let _ = writeln!(self.0, "{:indent$}{line}", "");
+        }
+    }
+}
+
+/// One operation in full: what moves where, its phase and why, progress,
+/// placement, every attempt, the result, who drives it, and the last
+/// attempt's log tail. Ages are relative to `now`.
+pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
+    let mut out = Out(String::new());
+    let status = &vm.status;
+    out.field(0, "Name", &vm.metadata.name);
+    out.field(0, "Namespace", &vm.metadata.namespace);
+    if let Some(created) = vm.metadata.creation_timestamp {
+        out.field(
+            0,
+            "Created",
+            format!("{created} ({} ago)", age(Some(created), now)),
+        );
+    }
+    out.field(0, "Phase", status.phase.as_str());
+    if let Some(message) = &status.message {
+        out.field(0, "Message", message);
+    }
+    out.field(0, "Source", source(vm));
+    out.field(0, "Destination", destination(vm));
+    if let Some(p) = &status.progress {
+        out.field(0, "Progress", progress(p));
+        if let Some(current) = &p.current {
+            out.field(1, "Current", current);
+        }
+    }
+    if let Some(placement) = &status.placement {
+        out.heading(0, "Placement");
+        out.field(1, "Sender", node_placement(&placement.sender));
+        out.field(1, "Receiver", node_placement(&placement.receiver));
+    }
+    let budget = 1 + u64::from(vm.spec.retry.backoff_limit);
+    let replaced = status
+        .attempts
+        .iter()
+        .filter(|a| a.phase == AttemptPhase::Replaced)
+        .count();
+    let used = status.attempts.len() - replaced;
+    let mut count = format!("{used} of {budget}");
+    if replaced > 0 {
+        let _ = write!(count, " (and {replaced} replaced to follow the app)");
+    }
+    out.field(0, "Attempts", count);
+    if !status.attempts.is_empty() {
+        out.block(2, &attempts(&status.attempts, now));
+    }
+    out.field(0, "Elapsed", total_elapsed(vm));
+    if let Some(summary) = &status.summary {
+        summarize(&mut out, summary, vm.spec.transfer.verify);
+    }
+    match &status.driver {
+        Some(d) if d.is_live(now) => out.field(
+            0,
+            "Driver",
+            format!(
+                "{} (heartbeat {} ago)",
+                d.holder,
+                age(Some(d.heartbeat), now)
+            ),
+        ),
+        Some(d) => out.field(
+            0,
+            "Driver",
+            format!(
+                "{} (gone: last heartbeat {} ago)",
+                d.holder,
+                age(Some(d.heartbeat), now)
+            ),
+        ),
+        None => out.field(0, "Driver", "none"),
+    }
+    if let Some(last) = status.attempts.last() {
+        if !last.log_tail.is_empty() {
+            out.heading(0, &format!("Log tail (attempt {})", last.number));
+            out.block(4, &last.log_tail.join("\n"));
+        }
+    }
+    out.0
+}
+
+/// `prod/data (volume pvc-1, class standard, 10Gi)`.
+fn source(vm: &VolumeMigration) -> String {
+    let claim = &vm.spec.source;
+    match &vm.status.source {
+        Some(s) => {
+            let class = s
+                .storage_class
+                .as_deref()
+                .map_or("no class".to_string(), |c| format!("class {c}"));
+            let mut out = format!("{claim} (volume {}, {class}, {}", s.volume, s.capacity);
+            if !s.used_by.is_empty() {
+                let _ = write!(out, ", used by {}", s.used_by.join(", "));
+            }
+            out.push(')');
+            out
+        }
+        None => claim.to_string(),
+    }
+}
+
+/// `prod/data-new (class fast, 20Gi, created by volmig)`.
+fn destination(vm: &VolumeMigration) -> String {
+    match &vm.status.destination {
+        Some(d) => {
+            let class = d
+                .storage_class
+                .as_deref()
+                .map_or("the default class".to_string(), |c| format!("class {c}"));
+            let action = match d.action {
+                ClaimAction::Create => "created by volmig",
+                ClaimAction::Reuse => "existing claim, reused",
+            };
+            format!("{}/{} ({class}, {}, {action})", d.namespace, d.name, d.size)
+        }
+        None => format!(
+            "{}/{}",
+            vm.spec.destination.namespace, vm.spec.destination.name
+        ),
+    }
+}
+
+/// `41% (1.2 GiB of 2.9 GiB), 812 of 2044 files, 74.2 MiB/s, ETA 6m40s`.
+fn progress(p: &Progress) -> String {
+    let mut out = if p.listing_done {
+        format!(
+            "{}% ({} of {}), {} of {} files",
+            percent(p.bytes_done, p.bytes_total),
+            bytes(p.bytes_done),
+            bytes(p.bytes_total),
+            p.files_done,
+            p.files_total
+        )
+    } else {
+        format!(
+            "{} of {} so far, {} of {} files so far (still listing the source)",
+            bytes(p.bytes_done),
+            bytes(p.bytes_total),
+            p.files_done,
+            p.files_total
+        )
+    };
+    if p.rate > 0 {
+        let _ = write!(out, ", {}", rate(p.rate));
+    }
+    if let Some(eta) = p.eta_seconds {
+        let _ = write!(out, ", ETA {}", elapsed(eta as f64));
+    }
+    out
+}
+
+/// `node-2 (the app pod web-0 runs there)`, `any node (...)`.
+fn node_placement(p: &NodePlacement) -> String {
+    format!("{} ({})", p.node.as_deref().unwrap_or("any node"), p.reason)
+}
+
+/// The attempts table: one row per attempt, the reason last.
+fn attempts(attempts: &[Attempt], now: Timestamp) -> String {
+    let dash = || "-".to_string();
+    let code = |c: Option<i32>| c.map_or(dash(), |c| c.to_string());
+    let mut rows = vec![[
+        "#",
+        "PHASE",
+        "SENDER NODE",
+        "EXIT S/R",
+        "STARTED",
+        "ELAPSED",
+        "BYTES",
+        "RATE",
+        "REASON",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for a in attempts {
+        rows.push(vec![
+            a.number.to_string(),
+            a.phase.as_str().to_string(),
+            a.sender.node.clone().unwrap_or_else(dash),
+            format!(
+                "{}/{}",
+                code(a.sender.exit_code),
+                code(a.receiver.exit_code)
+            ),
+            a.start_time
+                .map_or_else(dash, |t| format!("{} ago", age(Some(t), now))),
+            elapsed(a.elapsed_seconds),
+            bytes_compact(a.bytes_done),
+            rate(a.rate).replace(' ', ""),
+            a.reason.clone().unwrap_or_else(dash),
+        ]);
+    }
+    columns(&rows)
+}
+
+/// `9m17s (started ..., completed ...)`.
+fn total_elapsed(vm: &VolumeMigration) -> String {
+    let mut out = elapsed(vm.status.elapsed_seconds);
+    match (vm.status.start_time, vm.status.completion_time) {
+        (Some(start), Some(end)) => {
+            let _ = write!(out, " (started {start}, completed {end})");
+        }
+        (Some(start), None) => {
+            let _ = write!(out, " (started {start})");
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The mover's result, verification and manifest.
+fn summarize(out: &mut Out, s: &Summary, verify: bool) {
+    out.field(
+        0,
+        "Summary",
+        format!(
+            "{} entries, {} files, {}",
+            s.entries,
+            s.files,
+            bytes(s.bytes)
+        ),
+    );
+    out.field(
+        1,
+        "Transferred",
+        format!(
+            "{} files ({} literal, {} matched, {} on the wire)",
+            s.files_transferred,
+            bytes(s.bytes_literal),
+            bytes(s.bytes_matched),
+            bytes(s.bytes_on_wire)
+        ),
+    );
+    out.field(1, "Up to date", format!("{} files", s.files_up_to_date));
+    out.field(1, "Deleted", s.deleted);
+    let verified = match s.verified_entries {
+        Some(n) => format!("{n} entries (BLAKE3)"),
+        None if verify => "not run".to_string(),
+        None => "skipped (--no-verify)".to_string(),
+    };
+    out.field(1, "Verified", verified);
+    if let Some(manifest) = &s.manifest {
+        out.field(1, "Manifest", manifest);
+    }
+}

@@ -1,0 +1,225 @@
+//! Golden tests: whole rendered strings from the fixture records, at a fixed
+//! `now`.
+
+use super::*;
+
+fn fixture(yaml: &str) -> VolumeMigration {
+    serde_saphyr::from_str(yaml).expect("fixture parses")
+}
+
+fn succeeded() -> VolumeMigration {
+    fixture(include_str!(
+        "../../../tests/fixtures/record/succeeded.yaml"
+    ))
+}
+
+fn running() -> VolumeMigration {
+    fixture(include_str!("../../../tests/fixtures/record/running.yaml"))
+}
+
+fn failed() -> VolumeMigration {
+    fixture(include_str!("../../../tests/fixtures/record/failed.yaml"))
+}
+
+fn now() -> Timestamp {
+    "2025-03-01T12:00:00Z".parse().expect("timestamp")
+}
+
+#[test]
+fn table_reads_like_kubectl_get() {
+    let ops = [failed(), succeeded(), running()];
+    assert_eq!(
+        table(&ops, now(), false),
+        "\
+NAME         SOURCE    DESTINATION   PHASE       PROGRESS               ATTEMPTS   AGE
+logs-q9z2c   logs      logs-small    Failed      24% 1000.0MiB/4.0GiB   1/7        2d3h
+data-x7k2p   data      data-fast     Succeeded   100% 2.9GiB/2.9GiB     3/7        120m
+pg-0-b4n7q   db/pg-0   pg-0          Running     42% 21.0GiB/50.0GiB    1/4        5m
+"
+    );
+}
+
+#[test]
+fn all_namespaces_table_leads_with_the_namespace() {
+    let mut pending = running();
+    pending.metadata.name = "new-op".into();
+    pending.status.progress = None;
+    pending.status.attempts.clear();
+    pending.metadata.creation_timestamp = None;
+    let ops = [succeeded(), pending];
+    assert_eq!(
+        table(&ops, now(), true),
+        "\
+NAMESPACE   NAME         SOURCE    DESTINATION   PHASE       PROGRESS             ATTEMPTS   AGE
+prod        data-x7k2p   data      data-fast     Succeeded   100% 2.9GiB/2.9GiB   3/7        120m
+staging     new-op       db/pg-0   pg-0          Running     -                    0/4        <unknown>
+"
+    );
+}
+
+#[test]
+fn no_operations_is_said_in_words() {
+    assert_eq!(
+        empty_message(Some("prod")),
+        "No operations found in namespace prod."
+    );
+    assert_eq!(empty_message(None), "No operations found.");
+}
+
+#[test]
+fn describe_a_success_after_two_failed_attempts() {
+    assert_eq!(
+        describe(&succeeded(), now()),
+        "\
+Name:          data-x7k2p
+Namespace:     prod
+Created:       2025-03-01T10:00:00Z (120m ago)
+Phase:         Succeeded
+Message:       copied and verified after 3 attempts
+Source:        prod/data (volume pvc-1a2b3c, class standard, 10Gi, used by web-0)
+Destination:   prod/data-fast (class fast, 20Gi, created by volmig)
+Progress:      100% (2.9 GiB of 2.9 GiB), 1532 of 1532 files, 10.2 MiB/s
+Placement:
+  Sender:      node-2 (the app pod web-0 mounts the ReadWriteOnce claim on node-2)
+  Receiver:    any node (the scheduler chooses; the new volume is provisioned where the receiver runs)
+Attempts:      3 of 7
+  #   PHASE       SENDER NODE   EXIT S/R   STARTED    ELAPSED   BYTES    RATE        REASON
+  1   Failed      node-2        137/10     119m ago   5m12s     1.2GiB   3.9MiB/s    sender killed (exit 137); receiver: connection reset
+  2   Failed      node-2        137/10     114m ago   2m35s     2.0GiB   5.3MiB/s    sender killed (exit 137); receiver: connection reset
+  3   Succeeded   node-2        0/0        111m ago   1m30s     2.9GiB   10.2MiB/s   -
+Elapsed:       9m17s (started 2025-03-01T10:00:05Z, completed 2025-03-01T10:09:52Z)
+Summary:       1544 entries, 1532 files, 2.9 GiB
+  Transferred: 410 files (921.6 MiB literal, 0 B matched, 488.3 MiB on the wire)
+  Up to date:  1122 files
+  Deleted:     0
+  Verified:    1544 entries (BLAKE3)
+  Manifest:    blake3:9f2c4e1a7b3d5f60
+Driver:        none
+Log tail (attempt 3):
+    receiver: resuming attempt 3 from checkpoint: 2.0 GiB done
+    sender: 1532 files, 2.9 GiB, verified 1544 entries
+"
+    );
+}
+
+#[test]
+fn describe_a_running_operation_with_its_driver() {
+    assert_eq!(
+        describe(&running(), now()),
+        "\
+Name:          pg-0-b4n7q
+Namespace:     staging
+Created:       2025-03-01T11:55:00Z (5m ago)
+Phase:         Running
+Source:        db/pg-0 (volume pvc-77aa, no class, 50Gi)
+Destination:   staging/pg-0 (the default class, 50Gi, created by volmig)
+Progress:      42% (21.0 GiB of 50.0 GiB), 812 of 2044 files, 74.2 MiB/s, ETA 6m40s
+  Current:     base/16384/2619
+Placement:
+  Sender:      any node (the claim is not in use; the scheduler chooses)
+  Receiver:    node-3 (--to-node node-3)
+Attempts:      1 of 4
+  #   PHASE     SENDER NODE   EXIT S/R   STARTED     ELAPSED   BYTES     RATE        REASON
+  1   Running   node-1        -/-        4m50s ago   4m50s     21.0GiB   74.2MiB/s   -
+Elapsed:       4m50s (started 2025-03-01T11:55:10Z)
+Driver:        laptop-7/4242 (heartbeat 3s ago)
+"
+    );
+    // The same driver, silent for a minute, is reported gone.
+    let later = "2025-03-01T12:01:00Z".parse().expect("timestamp");
+    assert!(describe(&running(), later)
+        .contains("Driver:        laptop-7/4242 (gone: last heartbeat 63s ago)\n"));
+}
+
+#[test]
+fn describe_a_failure_no_retry_can_fix() {
+    assert_eq!(
+        describe(&failed(), now()),
+        "\
+Name:          logs-q9z2c
+Namespace:     prod
+Created:       2025-02-27T09:00:00Z (2d3h ago)
+Phase:         Failed
+Message:       the destination is full (ENOSPC): retrying cannot help; use a larger --size
+Source:        prod/logs (volume pvc-5e5e, class standard, 5Gi)
+Destination:   prod/logs-small (class standard, 1Gi, created by volmig)
+Progress:      24% (1000.0 MiB of 4.0 GiB), 20 of 96 files, 23.8 MiB/s
+Placement:
+  Sender:      any node (the claim is not in use; the scheduler chooses)
+  Receiver:    any node (the scheduler chooses; the new volume is provisioned where the receiver runs)
+Attempts:      1 of 7
+  #   PHASE    SENDER NODE   EXIT S/R   STARTED    ELAPSED   BYTES       RATE        REASON
+  1   Failed   node-3        1/12       2d2h ago   42s       1000.0MiB   23.8MiB/s   receiver exited 12: no space left on device
+Elapsed:       42s (started 2025-02-27T09:00:04Z, completed 2025-02-27T09:00:46Z)
+Driver:        none
+Log tail (attempt 1):
+    receiver: writing app/2025-02-26.log
+    receiver: error: No space left on device (os error 28)
+"
+    );
+}
+
+#[test]
+fn replaced_attempts_do_not_count_against_the_limit() {
+    let mut vm = running();
+    let mut replaced = vm.status.attempts[0].clone();
+    replaced.phase = crate::record::AttemptPhase::Replaced;
+    vm.status.attempts.insert(0, replaced);
+    assert!(table(&[vm.clone()], now(), false).contains("   1/4   "));
+    assert!(
+        describe(&vm, now()).contains("Attempts:      1 of 4 (and 1 replaced to follow the app)\n")
+    );
+}
+
+#[test]
+fn json_lists_are_shaped_like_kubectl_lists() {
+    let ops = [succeeded(), running()];
+    let json = to_json(&ops, false).expect("json");
+    assert!(
+        json.starts_with("{\n    \"apiVersion\": \"v1\",\n"),
+        "{json}"
+    );
+    assert!(json.ends_with("}\n"));
+    let list: serde_json::Value = serde_json::from_str(&json).expect("parses");
+    assert_eq!(list["apiVersion"], "v1");
+    assert_eq!(list["kind"], "List");
+    assert_eq!(list["metadata"], serde_json::json!({"resourceVersion": ""}));
+    let items: Vec<VolumeMigration> =
+        serde_json::from_value(list["items"].clone()).expect("items are records");
+    assert_eq!(items, ops);
+    // No operations: an empty list, as kubectl prints.
+    let empty: serde_json::Value =
+        serde_json::from_str(&to_json(&[], false).expect("json")).expect("parses");
+    assert_eq!(empty["items"], serde_json::json!([]));
+}
+
+#[test]
+fn a_single_operation_prints_as_itself() {
+    let vm = failed();
+    let json = to_json(std::slice::from_ref(&vm), true).expect("json");
+    let back: VolumeMigration = serde_json::from_str(&json).expect("parses");
+    assert_eq!(back, vm);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&json).expect("parses")["kind"],
+        "VolumeMigration"
+    );
+    let yaml = to_yaml(std::slice::from_ref(&vm), true).expect("yaml");
+    assert!(yaml.starts_with("apiVersion: volmig.io/v1alpha1\nkind: VolumeMigration\n"));
+    let back: VolumeMigration = serde_saphyr::from_str(&yaml).expect("parses");
+    assert_eq!(back, vm);
+}
+
+#[test]
+fn yaml_lists_round_trip() {
+    let ops = [failed(), running()];
+    let yaml = to_yaml(&ops, false).expect("yaml");
+    assert!(yaml.starts_with("apiVersion: v1\nitems:\n"), "{yaml}");
+    assert!(
+        yaml.ends_with("kind: List\nmetadata:\n  resourceVersion: \"\"\n"),
+        "{yaml}"
+    );
+    let value: serde_json::Value = serde_saphyr::from_str(&yaml).expect("parses");
+    let items: Vec<VolumeMigration> =
+        serde_json::from_value(value["items"].clone()).expect("items are records");
+    assert_eq!(items, ops);
+}
