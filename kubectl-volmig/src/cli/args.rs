@@ -1,0 +1,201 @@
+//! The command line, as clap parses it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::cluster::ClusterArgs;
+use crate::spec;
+
+/// Move a PersistentVolumeClaim's data to a new claim (another storage
+/// class, size or namespace), with resumable retries and exact progress.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl volmig",
+    bin_name = "kubectl volmig",
+    version,
+    after_help = "Examples:\n  kubectl volmig migrate data --to data-fast --to-storage-class fast\n  kubectl volmig status\n  kubectl volmig resume data-x7k2p"
+)]
+pub struct Cli {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Namespace (default: the context's). Operations live in their destination namespace.
+    #[arg(short = 'n', long, global = true, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Output format for commands that print operations.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Log what volmig does on stderr (-v: info, -vv: debug).
+    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    pub fn cluster_args(&self) -> ClusterArgs {
+        ClusterArgs {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Copy a claim's data to a new (or existing) claim.
+    Migrate(Box<MigrateArgs>),
+    /// Show operations in the namespace, or one in detail.
+    Status(StatusArgs),
+    /// Print the mover logs of an operation's attempt.
+    Logs(LogsArgs),
+    /// Reattach to an operation, or run its attempts again if no one drives it.
+    Resume(ResumeArgs),
+    /// Stop an operation's pods and mark it Aborted (the destination keeps its data).
+    Abort(OpArgs),
+    /// Remove everything an operation created except the destination claim.
+    Cleanup(CleanupArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The claim to copy (in -n's namespace).
+    #[arg(value_name = "SOURCE_PVC")]
+    pub source: String,
+    /// Destination claim name (default: SOURCE_PVC-migrated, or SOURCE_PVC in another namespace).
+    #[arg(long, value_name = "NAME")]
+    pub to: Option<String>,
+    /// Destination namespace (default: the source's).
+    #[arg(long, value_name = "NS")]
+    pub to_namespace: Option<String>,
+    /// Destination storage class (default: the cluster's default class).
+    #[arg(long, value_name = "SC")]
+    pub to_storage_class: Option<String>,
+    /// Destination size, a quantity such as 20Gi (default: the source's capacity).
+    #[arg(long, value_name = "SIZE")]
+    pub to_size: Option<String>,
+    /// Destination access mode (repeatable; default: the source's).
+    #[arg(long, value_name = "MODE")]
+    pub to_access_mode: Vec<String>,
+    /// Run the receiver on this node (a node-local destination is created there).
+    #[arg(long, value_name = "NODE")]
+    pub to_node: Option<String>,
+    /// Copy into an existing destination claim (only differences are sent).
+    #[arg(long)]
+    pub reuse: bool,
+    /// Allow a destination smaller than the source's capacity (the copy fails if the data does not fit).
+    #[arg(long)]
+    pub allow_shrink: bool,
+    /// Failed attempts retried before the operation fails.
+    #[arg(long, value_name = "N", default_value_t = spec::DEFAULT_BACKOFF_LIMIT)]
+    pub backoff_limit: u32,
+    /// Delay before the first retry, in seconds; it doubles up to 5 minutes.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub backoff: u32,
+    /// How long a mover pod may take to start, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub start_timeout: u64,
+    /// The mover image.
+    #[arg(long, value_name = "IMAGE", default_value = spec::DEFAULT_MOVER_IMAGE)]
+    pub mover_image: String,
+    /// CPU request of each mover pod.
+    #[arg(long, value_name = "CPU", default_value = "100m")]
+    pub mover_cpu: String,
+    /// Memory request of each mover pod.
+    #[arg(long, value_name = "MEMORY", default_value = "64Mi")]
+    pub mover_memory: String,
+    /// Memory limit of each mover pod.
+    #[arg(long, value_name = "MEMORY", default_value = "512Mi")]
+    pub mover_memory_limit: String,
+    /// Delete destination files the source does not have (rsync --delete).
+    #[arg(long)]
+    pub delete: bool,
+    /// Compress data on the wire (zstd).
+    #[arg(short = 'z', long)]
+    pub compress: bool,
+    /// Skip the BLAKE3 comparison of both trees after the copy.
+    #[arg(long)]
+    pub no_verify: bool,
+    /// Cap the transfer rate (rsync's units: 500 = KiB/s, 20M, 1.5G).
+    #[arg(long, value_name = "RATE")]
+    pub bwlimit: Option<String>,
+    /// Print the plan and the objects it would create; create nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Return once the first attempt has started; `resume` picks it up later.
+    #[arg(long)]
+    pub detach: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// One operation, in detail.
+    #[arg(value_name = "OP")]
+    pub operation: Option<String>,
+    /// Operations in every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    #[arg(value_name = "OP")]
+    pub operation: String,
+    /// The attempt (default: the latest).
+    #[arg(long, value_name = "N")]
+    pub attempt: Option<u32>,
+    /// Only this side.
+    #[arg(long, value_enum)]
+    pub role: Option<Role>,
+    /// Follow the log while the pod runs (the receiver's, unless --role).
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    Receiver,
+    Sender,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[arg(value_name = "OP")]
+    pub operation: String,
+    /// Return once the next attempt has started.
+    #[arg(long)]
+    pub detach: bool,
+    /// Take over even if another client's heartbeat is recent.
+    #[arg(long)]
+    pub force: bool,
+    /// How long a mover pod may take to start, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub start_timeout: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct OpArgs {
+    #[arg(value_name = "OP")]
+    pub operation: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    #[arg(value_name = "OP")]
+    pub operation: String,
+    /// Clean up even an operation another client is driving.
+    #[arg(long)]
+    pub force: bool,
+}

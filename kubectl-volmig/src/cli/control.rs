@@ -1,0 +1,308 @@
+//! Driving an operation (`migrate`, `resume`), and stopping or removing it
+//! (`abort`, `cleanup`).
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams};
+use tokio::sync::mpsc::unbounded_channel;
+
+use super::args::{CleanupArgs, OpArgs, Output, ResumeArgs};
+use super::report::{self, Mode};
+use super::{exit, exit_for, plan_of, show, CliError};
+use crate::cluster::Cluster;
+use crate::driver::{objects, release_lease, Driver, DriverOptions, Outcome};
+use crate::events::{Recorder, Severity};
+use crate::plan::Plan;
+use crate::record::store::{RecordStore, StoreError};
+use crate::record::{AttemptPhase, Phase, VolumeMigration};
+use crate::spec::ClaimRef;
+
+/// Runs the driver with progress shown as `output` allows, until the
+/// operation ends, detaches, or Ctrl-C (which leaves it running).
+pub async fn drive(
+    cluster: &Cluster,
+    plan: Plan,
+    record: VolumeMigration,
+    options: DriverOptions,
+    output: Output,
+) -> Result<i32, CliError> {
+    let (tx, rx) = unbounded_channel();
+    let mode = Mode::choose(output != Output::Table);
+    let reporter = tokio::spawn(report::show(mode, plan.spec.retry.backoff_limit + 1, rx));
+    let op = plan.operation.clone();
+    let ns = plan.destination.namespace.clone();
+    let holder = options.holder.clone();
+    let driver = Driver::new(cluster.client.clone(), plan, record, options, tx);
+    let result = tokio::select! {
+        r = driver.run() => Some(r),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    let _ = reporter.await;
+    match result {
+        None => {
+            let store = RecordStore::new(cluster.client.clone(), &ns);
+            if let Err(e) = release_lease(&store, &op, &holder).await {
+                tracing::warn!("cannot release the operation: {e}");
+            }
+            eprintln!(
+                "interrupted: operation {op} keeps running in the cluster.\n\
+                 Reattach with: kubectl volmig resume {op} -n {ns}"
+            );
+            Ok(exit::INTERRUPTED)
+        }
+        Some(Err(e)) => Err(e.into()),
+        Some(Ok(Outcome::Detached(vm))) => {
+            eprintln!(
+                "detached: attempt {} runs in the cluster.\n\
+                 Watch it with: kubectl volmig status {op} -n {ns}\n\
+                 Finish it (retries, clean-up) with: kubectl volmig resume {op} -n {ns}",
+                vm.status.attempts.last().map_or(1, |a| a.number)
+            );
+            show::print_one(&vm, output)?;
+            Ok(exit::OK)
+        }
+        Some(Ok(Outcome::Finished(vm))) => {
+            show::print_one(&vm, output)?;
+            Ok(exit_for(&vm))
+        }
+    }
+}
+
+pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Result<i32, CliError> {
+    let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
+    let me = super::holder();
+    loop {
+        let vm = store.get(&args.operation).await?;
+        if vm.status.phase == Phase::Succeeded {
+            eprintln!("operation {} has already succeeded", args.operation);
+            show::print_one(&vm, output)?;
+            return Ok(exit::OK);
+        }
+        let driven = vm
+            .status
+            .driver
+            .as_ref()
+            .filter(|d| d.is_live(Timestamp::now()) && d.holder != me);
+        if let (Some(d), false) = (driven, args.force) {
+            // Someone drives it: follow until it ends or they go.
+            eprintln!(
+                "operation {} is driven by {}; following it (--force takes over)",
+                args.operation, d.holder
+            );
+            if let Some(code) = observe(&store, &args.operation, output).await? {
+                return Ok(code);
+            }
+            continue;
+        }
+        // An ended operation runs again: Running, with a fresh budget.
+        let restart = matches!(vm.status.phase, Phase::Failed | Phase::Aborted);
+        let vm = if restart {
+            restart_record(&store, &args.operation).await?
+        } else {
+            vm
+        };
+        let plan = plan_of(&vm).ok_or_else(|| {
+            CliError::Usage(format!(
+                "operation {} has no plan in its record: it never started; migrate again",
+                args.operation
+            ))
+        })?;
+        if output == Output::Table {
+            eprint!("{}", super::migrate::plan_text(&plan));
+        }
+        let options = DriverOptions {
+            detach: args.detach,
+            start_timeout: Duration::from_secs(args.start_timeout),
+            holder: me,
+            fresh_budget: restart,
+        };
+        return drive(cluster, plan, vm, options, output).await;
+    }
+}
+
+/// Marks a Failed or Aborted operation Running again.
+async fn restart_record(store: &RecordStore, op: &str) -> Result<VolumeMigration, CliError> {
+    let vm = store
+        .update(op, |vm| {
+            if !matches!(vm.status.phase, Phase::Failed | Phase::Aborted) {
+                return Err(StoreError::Changed(format!(
+                    "operation {op} changed meanwhile: it is {} now; run resume again",
+                    vm.status.phase.as_str()
+                )));
+            }
+            vm.status.phase = Phase::Running;
+            vm.status.message = None;
+            vm.status.completion_time = None;
+            Ok(())
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Changed(m) => CliError::Usage(m),
+            e => e.into(),
+        })?;
+    Ok(vm)
+}
+
+/// Follows another client's driving through the record. `None` once that
+/// client has gone (its heartbeat stopped): then the caller takes over.
+async fn observe(store: &RecordStore, op: &str, output: Output) -> Result<Option<i32>, CliError> {
+    let mut last = None;
+    loop {
+        let vm = store.get(op).await?;
+        if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
+            show::print_one(&vm, output)?;
+            return Ok(Some(exit_for(&vm)));
+        }
+        if !vm
+            .status
+            .driver
+            .as_ref()
+            .is_some_and(|d| d.is_live(Timestamp::now()))
+        {
+            return Ok(None);
+        }
+        if let (Some(p), Some(a), Output::Table) =
+            (&vm.status.progress, vm.status.attempts.last(), output)
+        {
+            if last.as_ref() != Some(p) {
+                eprintln!("{}", report::line(a.number, p));
+                last = Some(p.clone());
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(Some(exit::INTERRUPTED)),
+        }
+    }
+}
+
+pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
+    let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
+    let op = &args.operation;
+    let vm = store.get(op).await?;
+    if vm.status.phase.is_final() {
+        return Err(CliError::Usage(format!(
+            "operation {op} has already {}; nothing to abort",
+            vm.status.phase.as_str().to_lowercase()
+        )));
+    }
+    let tails = running_tails(cluster, &vm).await;
+    let who = super::holder();
+    let vm = store
+        .update(op, |vm| {
+            if vm.status.phase.is_final() {
+                return Err(StoreError::Changed(format!(
+                    "operation {op} ended ({}) meanwhile",
+                    vm.status.phase.as_str()
+                )));
+            }
+            vm.status.phase = Phase::Aborted;
+            vm.status.message = Some(format!(
+                "aborted by {who}; the destination keeps the data copied so far \
+                 (kubectl volmig resume {op} continues from it)"
+            ));
+            vm.status.driver = None;
+            vm.status.completion_time = Some(Timestamp::now());
+            if let Some(a) = vm.status.attempts.last_mut().filter(|a| !a.phase.is_over()) {
+                a.phase = AttemptPhase::Aborted;
+                a.reason = Some("aborted".into());
+                a.end_time = Some(Timestamp::now());
+                if a.log_tail.is_empty() {
+                    a.log_tail = tails.clone();
+                }
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Changed(m) => CliError::Usage(m),
+            e => e.into(),
+        })?;
+    let namespaces = [
+        vm.spec.destination.namespace.as_str(),
+        vm.spec.source.namespace.as_str(),
+    ];
+    objects::cleanup(&cluster.client, op, &namespaces).await?;
+    let destination = ClaimRef {
+        namespace: vm.spec.destination.namespace.clone(),
+        name: vm.spec.destination.name.clone(),
+    };
+    Recorder::new(cluster.client.clone(), op)
+        .post(
+            &[&vm.spec.source, &destination],
+            Severity::Warning,
+            "MigrationAborted",
+            "aborted; the destination keeps the data copied so far",
+        )
+        .await;
+    eprintln!(
+        "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
+        cluster.namespace
+    );
+    show::print_one(&vm, output)?;
+    Ok(exit::OK)
+}
+
+/// The last log lines of the running attempt's pods, for the record.
+async fn running_tails(cluster: &Cluster, vm: &VolumeMigration) -> Vec<String> {
+    let Some(attempt) = vm.status.attempts.last().filter(|a| !a.phase.is_over()) else {
+        return Vec::new();
+    };
+    let sides = [
+        (
+            "receiver",
+            &attempt.receiver.name,
+            &vm.spec.destination.namespace,
+        ),
+        ("sender", &attempt.sender.name, &vm.spec.source.namespace),
+    ];
+    let mut lines = Vec::new();
+    for (role, name, ns) in sides {
+        let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+        let params = LogParams {
+            tail_lines: Some(200),
+            ..LogParams::default()
+        };
+        if let Ok(text) = api.logs(name, &params).await {
+            let digest = crate::driver::logs::LogDigest::from_text(&text);
+            lines.extend(digest.tail().into_iter().map(|l| format!("{role}: {l}")));
+        }
+    }
+    lines
+}
+
+pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliError> {
+    let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
+    let op = &args.operation;
+    let vm = store.get(op).await?;
+    let live = vm
+        .status
+        .driver
+        .as_ref()
+        .filter(|d| d.is_live(Timestamp::now()));
+    if let (Some(d), false) = (live, args.force) {
+        return Err(CliError::Usage(format!(
+            "operation {op} is being driven by {}; abort it first (kubectl volmig abort {op}), \
+             or pass --force",
+            d.holder
+        )));
+    }
+    let namespaces = [
+        vm.spec.destination.namespace.as_str(),
+        vm.spec.source.namespace.as_str(),
+    ];
+    let removed = objects::cleanup(&cluster.client, op, &namespaces).await?;
+    store.delete(op).await?;
+    eprintln!(
+        "removed operation {op}: {} pods, {} services, {} secrets and the record; \
+         kept the destination claim {}/{}",
+        removed.pods,
+        removed.services,
+        removed.secrets,
+        vm.spec.destination.namespace,
+        vm.spec.destination.name
+    );
+    Ok(exit::OK)
+}

@@ -1,0 +1,165 @@
+//! `kubectl volmig migrate`: plan, then drive the operation.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::args::{MigrateArgs, Output};
+use super::{exit, gather, CliError};
+use crate::cluster::Cluster;
+use crate::driver::DriverOptions;
+use crate::names;
+use crate::plan::{self, ClaimAction, NodePlacement, Plan};
+use crate::record::{configmap, store::RecordStore};
+use crate::resources;
+use crate::spec::{
+    ClaimRef, DestinationSpec, MigrationSpec, MoverOptions, RetryPolicy, TransferOptions,
+};
+
+pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result<i32, CliError> {
+    let spec = spec_of(&args, &cluster.namespace);
+    let operation = names::generate_operation_id(&spec.source.name);
+    let inputs = gather::inputs(&cluster.client, &spec).await?;
+    let plan = plan::plan(&spec, &operation, &inputs)?;
+    if args.dry_run {
+        print_dry_run(&plan, output)?;
+        return Ok(exit::OK);
+    }
+    if output == Output::Table {
+        eprint!("{}", plan_text(&plan));
+    }
+    let store = RecordStore::new(cluster.client.clone(), &plan.destination.namespace);
+    let record = store.create(&configmap::new_record(&plan)).await?;
+    let options = DriverOptions {
+        detach: args.detach,
+        start_timeout: Duration::from_secs(args.start_timeout),
+        holder: super::holder(),
+        fresh_budget: true,
+    };
+    super::control::drive(cluster, plan, record, options, output).await
+}
+
+/// The spec from the flags; `namespace` is -n's (or the context's).
+pub fn spec_of(args: &MigrateArgs, namespace: &str) -> MigrationSpec {
+    let dest_ns = args
+        .to_namespace
+        .clone()
+        .unwrap_or_else(|| namespace.to_string());
+    let dest_name = args.to.clone().unwrap_or_else(|| {
+        if dest_ns == namespace {
+            format!("{}-migrated", args.source)
+        } else {
+            args.source.clone()
+        }
+    });
+    MigrationSpec {
+        source: ClaimRef {
+            namespace: namespace.to_string(),
+            name: args.source.clone(),
+        },
+        destination: DestinationSpec {
+            namespace: dest_ns,
+            name: dest_name,
+            storage_class: args.to_storage_class.clone(),
+            size: args.to_size.clone(),
+            access_modes: args.to_access_mode.clone(),
+            node: args.to_node.clone(),
+            reuse: args.reuse,
+            allow_shrink: args.allow_shrink,
+        },
+        transfer: TransferOptions {
+            delete: args.delete,
+            compress: args.compress,
+            verify: !args.no_verify,
+            bwlimit: args.bwlimit.clone(),
+        },
+        retry: RetryPolicy {
+            backoff_limit: args.backoff_limit,
+            backoff_seconds: args.backoff,
+        },
+        mover: MoverOptions {
+            image: args.mover_image.clone(),
+            cpu_request: args.mover_cpu.clone(),
+            memory_request: args.mover_memory.clone(),
+            memory_limit: args.mover_memory_limit.clone(),
+        },
+    }
+}
+
+/// The plan in words, as printed before anything is created.
+pub fn plan_text(plan: &Plan) -> String {
+    let s = &plan.source;
+    let d = &plan.destination;
+    let mut out = format!("operation {}\n", plan.operation);
+    out += &format!(
+        "  from  {} ({}, {}, {})\n",
+        plan.spec.source,
+        s.capacity,
+        s.storage_class.as_deref().unwrap_or("no class"),
+        s.access_modes.join(",")
+    );
+    out += &format!(
+        "  to    {}/{} ({}, {}, {}){}\n",
+        d.namespace,
+        d.name,
+        d.size,
+        d.storage_class.as_deref().unwrap_or("default class"),
+        d.access_modes.join(","),
+        match d.action {
+            ClaimAction::Create => ", new claim",
+            ClaimAction::Reuse => ", existing claim: only differences are sent",
+        }
+    );
+    out += &placement_line("sender", &plan.placement.sender);
+    out += &placement_line("receiver", &plan.placement.receiver);
+    out
+}
+
+fn placement_line(role: &str, p: &NodePlacement) -> String {
+    format!(
+        "  {role:<8} {}: {}\n",
+        p.node.as_deref().unwrap_or("any node"),
+        p.reason
+    )
+}
+
+fn print_dry_run(plan: &Plan, output: Output) -> Result<(), CliError> {
+    let mut items = resources::dry_run_objects(plan, "<receiver Service IP>:7000")
+        .map_err(|e| CliError::Print(e.to_string()))?;
+    let record = configmap::to_config_map(&configmap::new_record(plan))
+        .map_err(|e| CliError::Print(e.to_string()))?;
+    let mut record = serde_json::to_value(record).map_err(|e| CliError::Print(e.to_string()))?;
+    record["apiVersion"] = json!("v1");
+    record["kind"] = json!("ConfigMap");
+    items.insert(0, record);
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}});
+    match output {
+        Output::Json => {
+            let text =
+                serde_json::to_string_pretty(&list).map_err(|e| CliError::Print(e.to_string()))?;
+            println!("{text}");
+        }
+        Output::Yaml => {
+            let text =
+                serde_saphyr::to_string(&list).map_err(|e| CliError::Print(e.to_string()))?;
+            print!("{text}");
+        }
+        Output::Table => {
+            print!("{}", plan_text(plan));
+            println!("would create (nothing was created; -o yaml shows the objects):");
+            for item in list["items"].as_array().into_iter().flatten() {
+                println!("  {}", describe_object(item));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe_object(o: &Value) -> String {
+    format!(
+        "{} {}/{}",
+        o["kind"].as_str().unwrap_or("?"),
+        o["metadata"]["namespace"].as_str().unwrap_or(""),
+        o["metadata"]["name"].as_str().unwrap_or("?")
+    )
+}

@@ -1,0 +1,140 @@
+//! The commands of `kubectl volmig`, behind the thin binary.
+//!
+//! - [`args`]: clap definitions (kubectl's global flags, the subcommands);
+//! - [`gather`]: reading what the planner needs from the cluster;
+//! - [`migrate`], [`control`] (resume, abort, cleanup), [`show`] (status,
+//!   logs): the commands;
+//! - [`report`]: progress bars on a TTY, plain lines otherwise.
+
+pub mod args;
+mod control;
+mod gather;
+mod migrate;
+mod report;
+mod show;
+
+pub use args::{Cli, Command, Output};
+
+use crate::cluster::{self, ClusterError};
+use crate::driver::DriverError;
+use crate::plan::{self, Plan};
+use crate::record::store::StoreError;
+use crate::record::VolumeMigration;
+
+/// Exit codes of `kubectl volmig`.
+pub mod exit {
+    /// The command did what it was asked (a migration succeeded).
+    pub const OK: i32 = 0;
+    /// An error: a refusal, an unreachable cluster, an invalid record.
+    pub const ERROR: i32 = 1;
+    /// Usage (clap's code).
+    pub const USAGE: i32 = 2;
+    /// The migration failed (out of attempts, or a failure no retry fixes).
+    pub const FAILED: i32 = 3;
+    /// The migration was aborted.
+    pub const ABORTED: i32 = 4;
+    /// Ctrl-C: the operation goes on in the cluster.
+    pub const INTERRUPTED: i32 = 130;
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("{0}")]
+    Refused(#[from] plan::Refusal),
+    #[error(transparent)]
+    Driver(Box<DriverError>),
+    #[error(transparent)]
+    Record(Box<StoreError>),
+    #[error("cannot {action}: {source}")]
+    Kube {
+        action: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot print: {0}")]
+    Print(String),
+}
+
+impl From<DriverError> for CliError {
+    fn from(e: DriverError) -> Self {
+        CliError::Driver(Box::new(e))
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(e: StoreError) -> Self {
+        CliError::Record(Box::new(e))
+    }
+}
+
+impl CliError {
+    pub fn kube(action: impl Into<String>, source: kube::Error) -> CliError {
+        CliError::Kube {
+            action: action.into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Whether the same command may work when run again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            CliError::Cluster(e) => e.is_retryable(),
+            CliError::Refused(e) => e.is_retryable(),
+            CliError::Driver(e) => e.is_retryable(),
+            CliError::Record(e) => e.is_retryable(),
+            CliError::Kube { source, .. } => {
+                !matches!(source.as_ref(), kube::Error::Api(e) if e.code < 500)
+            }
+            CliError::Usage(_) | CliError::Print(_) => false,
+        }
+    }
+}
+
+/// Runs a parsed command line; returns the process exit code.
+pub async fn run(cli: Cli) -> Result<i32, CliError> {
+    let cluster = cluster::connect(&cli.cluster_args()).await?;
+    let output = cli.output;
+    match cli.command {
+        Command::Migrate(args) => migrate::run(&cluster, *args, output).await,
+        Command::Status(args) => show::status(&cluster, args, output).await,
+        Command::Logs(args) => show::logs(&cluster, args).await,
+        Command::Resume(args) => control::resume(&cluster, args, output).await,
+        Command::Abort(args) => control::abort(&cluster, args, output).await,
+        Command::Cleanup(args) => control::cleanup(&cluster, args).await,
+    }
+}
+
+/// The plan a record was made from.
+pub fn plan_of(vm: &VolumeMigration) -> Option<Plan> {
+    Some(Plan {
+        operation: vm.metadata.name.clone(),
+        spec: vm.spec.clone(),
+        source: vm.status.source.clone()?,
+        destination: vm.status.destination.clone()?,
+        placement: vm.status.placement.clone()?,
+    })
+}
+
+/// `host/pid`: who drives an operation.
+pub fn holder() -> String {
+    let host = hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("{host}/{}", std::process::id())
+}
+
+/// The exit code for an operation's phase.
+pub fn exit_for(vm: &VolumeMigration) -> i32 {
+    use crate::record::Phase;
+    match vm.status.phase {
+        Phase::Succeeded | Phase::Running | Phase::Pending => exit::OK,
+        Phase::Failed => exit::FAILED,
+        Phase::Aborted => exit::ABORTED,
+    }
+}

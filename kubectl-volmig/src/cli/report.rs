@@ -1,0 +1,133 @@
+//! Showing a running operation: indicatif bars on a terminal, a plain line
+//! every few seconds otherwise, nothing at all for `-o json|yaml`.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use mover::stats::human_bytes;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::driver::Update;
+use crate::record::Progress;
+
+/// How often a plain line is printed while bytes move.
+const LINE_EVERY: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Bars,
+    Lines,
+    Quiet,
+}
+
+impl Mode {
+    /// Bars when stderr is a terminal, lines when not, nothing when stdout
+    /// carries a machine-readable object.
+    pub fn choose(machine_output: bool) -> Mode {
+        if machine_output {
+            Mode::Quiet
+        } else if std::io::stderr().is_terminal() {
+            Mode::Bars
+        } else {
+            Mode::Lines
+        }
+    }
+}
+
+/// Shows `updates` until the driver drops its sender.
+pub async fn show(mode: Mode, attempts_allowed: u32, mut updates: UnboundedReceiver<Update>) {
+    let bar = (mode == Mode::Bars).then(|| {
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:.bold} [{bar:32.cyan/blue}] {binary_bytes}/{binary_total_bytes} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar
+    });
+    let mut last_line: Option<Instant> = None;
+    while let Some(update) = updates.recv().await {
+        let text = match &update {
+            Update::AttemptStarted { number, sender } => Some(format!(
+                "attempt {number}/{attempts_allowed}: sender {}",
+                match &sender.node {
+                    Some(node) => format!("on {node} ({})", sender.reason),
+                    None => format!("placed by the scheduler ({})", sender.reason),
+                }
+            )),
+            Update::AttemptEnded(a) => Some(format!(
+                "attempt {} {}{}",
+                a.number,
+                a.phase.as_str().to_lowercase(),
+                a.reason
+                    .as_ref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )),
+            Update::Backoff { next, delay } => Some(format!(
+                "attempt {next} starts in {}s (the checkpoint keeps what was copied)",
+                delay.as_secs()
+            )),
+            Update::Progress { attempt, progress } => {
+                match &bar {
+                    Some(bar) => {
+                        bar.set_prefix(format!("attempt {attempt}/{attempts_allowed}"));
+                        bar.set_length(progress.bytes_total);
+                        bar.set_position(progress.bytes_done);
+                        bar.set_message(rate_and_eta(progress));
+                    }
+                    None if mode == Mode::Lines
+                        && last_line.is_none_or(|t| t.elapsed() >= LINE_EVERY) =>
+                    {
+                        last_line = Some(Instant::now());
+                        eprintln!("{}", line(*attempt, progress));
+                    }
+                    None => {}
+                }
+                None
+            }
+        };
+        if let Some(text) = text {
+            match (&bar, mode) {
+                (Some(bar), _) => bar.println(text),
+                (None, Mode::Lines) => eprintln!("{text}"),
+                _ => {}
+            }
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+}
+
+fn rate_and_eta(p: &Progress) -> String {
+    let mut s = format!("{}/s", human_bytes(p.rate as f64));
+    if let Some(eta) = p.eta_seconds {
+        s.push_str(&format!(", ETA {eta}s"));
+    }
+    if let Some(current) = &p.current {
+        s.push_str(&format!("  {current}"));
+    }
+    s
+}
+
+/// One plain progress line.
+pub fn line(attempt: u32, p: &Progress) -> String {
+    let percent = if p.bytes_total == 0 {
+        0.0
+    } else {
+        p.bytes_done as f64 * 100.0 / p.bytes_total as f64
+    };
+    format!(
+        "attempt {attempt}: {} / {}{} ({percent:.0}%), {} files of {}, {}",
+        human_bytes(p.bytes_done as f64),
+        human_bytes(p.bytes_total as f64),
+        if p.listing_done { "" } else { "+" },
+        p.files_done,
+        p.files_total,
+        rate_and_eta(p)
+    )
+}

@@ -1,0 +1,155 @@
+//! `status` and `logs`: reading operations, from any machine.
+
+use futures::{AsyncBufReadExt, StreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams};
+
+use super::args::{LogsArgs, Output, Role, StatusArgs};
+use super::{exit, CliError};
+use crate::cluster::Cluster;
+use crate::record::store::RecordStore;
+use crate::record::{print, Attempt, VolumeMigration};
+
+/// Prints one operation as `-o` says (`table`: the detailed view).
+pub fn print_one(vm: &VolumeMigration, output: Output) -> Result<(), CliError> {
+    let ops = std::slice::from_ref(vm);
+    let text = match output {
+        Output::Table => print::describe(vm, Timestamp::now()),
+        Output::Json => print::to_json(ops, true).map_err(|e| CliError::Print(e.to_string()))?,
+        Output::Yaml => print::to_yaml(ops, true).map_err(|e| CliError::Print(e.to_string()))?,
+    };
+    print!("{text}");
+    if !text.ends_with('\n') {
+        println!();
+    }
+    Ok(())
+}
+
+pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Result<i32, CliError> {
+    let client = cluster.client.clone();
+    if let Some(op) = &args.operation {
+        let vm = RecordStore::new(client, &cluster.namespace).get(op).await?;
+        print_one(&vm, output)?;
+        return Ok(exit::OK);
+    }
+    let ops = if args.all_namespaces {
+        RecordStore::list_all(client).await?
+    } else {
+        RecordStore::new(client, &cluster.namespace).list().await?
+    };
+    let text = match output {
+        Output::Table if ops.is_empty() => {
+            let ns = (!args.all_namespaces).then_some(cluster.namespace.as_str());
+            eprintln!("{}", print::empty_message(ns));
+            return Ok(exit::OK);
+        }
+        Output::Table => print::table(&ops, Timestamp::now(), args.all_namespaces),
+        Output::Json => print::to_json(&ops, false).map_err(|e| CliError::Print(e.to_string()))?,
+        Output::Yaml => print::to_yaml(&ops, false).map_err(|e| CliError::Print(e.to_string()))?,
+    };
+    print!("{text}");
+    Ok(exit::OK)
+}
+
+pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
+    let vm = RecordStore::new(cluster.client.clone(), &cluster.namespace)
+        .get(&args.operation)
+        .await?;
+    let attempt = match args.attempt {
+        Some(n) => vm.status.attempts.iter().find(|a| a.number == n),
+        None => vm.status.attempts.last(),
+    }
+    .ok_or_else(|| {
+        CliError::Usage(format!(
+            "operation {} has {} attempt(s){}",
+            args.operation,
+            vm.status.attempts.len(),
+            args.attempt
+                .map(|n| format!("; there is no attempt {n}"))
+                .unwrap_or_default()
+        ))
+    })?;
+    let roles: &[Role] = match (args.role, args.follow) {
+        (Some(r), _) => &[r][..],
+        (None, true) => &[Role::Receiver],
+        (None, false) => &[Role::Receiver, Role::Sender],
+    };
+    let several = roles.len() > 1;
+    for role in roles {
+        let (name, ns) = match role {
+            Role::Receiver => (&attempt.receiver.name, &vm.spec.destination.namespace),
+            Role::Sender => (&attempt.sender.name, &vm.spec.source.namespace),
+        };
+        if several {
+            println!(
+                "==> {} {name} (attempt {}) <==",
+                role_name(*role),
+                attempt.number
+            );
+        }
+        let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+        if !print_pod_log(&api, name, args.follow).await? {
+            print_recorded(attempt, *role, name);
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Receiver => "receiver",
+        Role::Sender => "sender",
+    }
+}
+
+/// Prints (or follows) a pod's log; `false` when the pod is gone.
+async fn print_pod_log(api: &Api<Pod>, name: &str, follow: bool) -> Result<bool, CliError> {
+    let exists = api
+        .get_opt(name)
+        .await
+        .map_err(|e| CliError::kube(format!("get pod {name}"), e))?
+        .is_some();
+    if !exists {
+        return Ok(false);
+    }
+    let params = LogParams {
+        container: Some("mover".into()),
+        follow,
+        ..LogParams::default()
+    };
+    if follow {
+        let stream = api
+            .log_stream(name, &params)
+            .await
+            .map_err(|e| CliError::kube(format!("follow the log of {name}"), e))?;
+        let mut lines = stream.lines();
+        while let Some(Ok(line)) = lines.next().await {
+            println!("{line}");
+        }
+    } else {
+        let text = api
+            .logs(name, &params)
+            .await
+            .map_err(|e| CliError::kube(format!("read the log of {name}"), e))?;
+        print!("{text}");
+    }
+    Ok(true)
+}
+
+/// A deleted pod's log: the lines the record kept.
+fn print_recorded(attempt: &Attempt, role: Role, name: &str) {
+    let prefix = format!("{}: ", role_name(role));
+    let lines: Vec<&str> = attempt
+        .log_tail
+        .iter()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .collect();
+    eprintln!(
+        "(pod {name} is gone; the operation record kept its last {} line(s))",
+        lines.len()
+    );
+    for line in lines {
+        println!("{line}");
+    }
+}

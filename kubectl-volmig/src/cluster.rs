@@ -1,0 +1,72 @@
+//! The kube client, configured as kubectl's global flags say.
+
+use std::path::PathBuf;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// kubectl's connection flags.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterArgs {
+    /// `--kubeconfig`: else `$KUBECONFIG`, else `~/.kube/config`, else the
+    /// in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--context`: else the kubeconfig's current context.
+    pub context: Option<String>,
+    /// `-n`: else the context's namespace, else `default`.
+    pub namespace: Option<String>,
+}
+
+/// A connected client and the namespace commands default to.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: Client,
+    pub namespace: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cannot read kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("invalid kubeconfig: {0}")]
+    Config(#[from] kube::config::KubeconfigError),
+    #[error("no cluster configured: {0} (pass --kubeconfig, or set KUBECONFIG)")]
+    Infer(#[from] kube::config::InferConfigError),
+    #[error("cannot create the Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+impl ClusterError {
+    /// A configuration problem does not fix itself.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+/// Connects as kubectl would with the same flags.
+pub async fn connect(args: &ClusterArgs) -> Result<Cluster, ClusterError> {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match (&args.kubeconfig, &args.context) {
+        (Some(path), _) => {
+            let file = Kubeconfig::read_from(path).map_err(|source| ClusterError::Kubeconfig {
+                path: path.clone(),
+                source,
+            })?;
+            Config::from_custom_kubeconfig(file, &options).await?
+        }
+        (None, Some(_)) => Config::from_kubeconfig(&options).await?,
+        (None, None) => Config::infer().await?,
+    };
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config)?;
+    Ok(Cluster { client, namespace })
+}

@@ -1,0 +1,254 @@
+//! Deciding an attempt's fate from what its two pods show (pure).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::logs::MoverResult;
+
+/// How long one side may keep running after the other failed: the survivor
+/// notices the dropped connection within seconds and writes its final
+/// checkpoint.
+pub const SURVIVOR_GRACE: Duration = Duration::from_secs(20);
+
+/// A mover pod as the driver sees it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodView {
+    pub name: String,
+    pub role: &'static str,
+    pub exists: bool,
+    pub phase: Option<String>,
+    pub node: Option<String>,
+    pub running: bool,
+    pub exit_code: Option<i32>,
+    /// Terminated or waiting reason.
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// Why the scheduler could not place it yet.
+    pub unschedulable: Option<String>,
+}
+
+impl PodView {
+    pub fn new(role: &'static str, name: &str, pod: Option<&Pod>) -> PodView {
+        let mut view = PodView {
+            name: name.to_string(),
+            role,
+            exists: pod.is_some(),
+            ..PodView::default()
+        };
+        let Some(pod) = pod else { return view };
+        view.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let Some(status) = &pod.status else {
+            return view;
+        };
+        view.phase = status.phase.clone();
+        view.unschedulable = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .map(|c| c.message.clone().unwrap_or_default());
+        let container = status.container_statuses.iter().flatten().next();
+        if let Some(state) = container.and_then(|c| c.state.as_ref()) {
+            if let Some(t) = &state.terminated {
+                view.exit_code = Some(t.exit_code);
+                view.reason = t.reason.clone();
+                view.message = t.message.clone();
+            } else if let Some(w) = &state.waiting {
+                view.reason = w.reason.clone();
+                view.message = w.message.clone();
+            } else if state.running.is_some() {
+                view.running = true;
+            }
+        }
+        view
+    }
+
+    fn finished(&self) -> bool {
+        self.exit_code.is_some()
+    }
+
+    fn started(&self) -> bool {
+        self.running || self.finished()
+    }
+
+    /// A waiting state no retry fixes by itself.
+    fn stuck(&self) -> Option<String> {
+        let reason = self.reason.as_deref()?;
+        if self.finished() {
+            return None;
+        }
+        let detail = self.message.as_deref().unwrap_or("");
+        let advice = match reason {
+            "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" => {
+                "check --mover-image and that the nodes can pull it"
+            }
+            "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError" => {
+                "the container cannot start: check the pod's events (kubectl describe pod)"
+            }
+            _ => return None,
+        };
+        Some(format!(
+            "{} {} cannot start: {reason}{}{detail}; {advice}",
+            self.role,
+            self.name,
+            if detail.is_empty() { "" } else { ": " }
+        ))
+    }
+}
+
+/// What to do with an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep watching.
+    Wait,
+    Succeeded,
+    Failed {
+        reason: String,
+        retryable: bool,
+    },
+}
+
+/// An attempt's pods, their mover results, and how long things have taken.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptView<'a> {
+    pub receiver: PodView,
+    pub receiver_result: Option<&'a MoverResult>,
+    /// `None` until the sender is created.
+    pub sender: Option<PodView>,
+    pub sender_result: Option<&'a MoverResult>,
+    /// Since the attempt's first pod was created.
+    pub age: Duration,
+    /// Since one side finished while the other had not.
+    pub one_side_finished_for: Duration,
+    /// How long a pod may take to start.
+    pub start_timeout: Duration,
+}
+
+/// Decides from the pods' states; see [`Verdict`].
+pub fn judge(view: &AttemptView<'_>) -> Verdict {
+    let sides: Vec<(&PodView, Option<&MoverResult>)> =
+        std::iter::once((&view.receiver, view.receiver_result))
+            .chain(view.sender.as_ref().map(|s| (s, view.sender_result)))
+            .collect();
+    for (pod, _) in &sides {
+        if !pod.exists {
+            return Verdict::Failed {
+                reason: format!(
+                    "{} pod {} was deleted before it finished",
+                    pod.role, pod.name
+                ),
+                retryable: true,
+            };
+        }
+        if let Some(reason) = pod.stuck() {
+            return Verdict::Failed {
+                reason,
+                retryable: false,
+            };
+        }
+    }
+    let failed: Vec<_> = sides
+        .iter()
+        .filter(|(p, _)| p.exit_code.is_some_and(|c| c != 0))
+        .collect();
+    let all_done = view.sender.is_some() && sides.iter().all(|(p, _)| p.finished());
+    if let Some((pod, result)) = most_telling(&failed) {
+        if all_done || view.one_side_finished_for >= SURVIVOR_GRACE {
+            return failure(pod, *result);
+        }
+        return Verdict::Wait;
+    }
+    if all_done {
+        return Verdict::Succeeded;
+    }
+    if view.age >= view.start_timeout {
+        if let Some((pod, _)) = sides.iter().find(|(p, _)| !p.started()) {
+            let why = pod
+                .unschedulable
+                .clone()
+                .filter(|m| !m.is_empty())
+                .or_else(|| pod.reason.clone())
+                .unwrap_or_else(|| "no reason given".into());
+            return Verdict::Failed {
+                reason: format!(
+                    "{} pod {} did not start within {}s: {why}",
+                    pod.role,
+                    pod.name,
+                    view.start_timeout.as_secs()
+                ),
+                retryable: true,
+            };
+        }
+    }
+    Verdict::Wait
+}
+
+/// Of the failed sides, the one whose error explains the failure: a side
+/// that failed on its own (not "the peer failed", 13, or a dropped
+/// connection, 10) first.
+fn most_telling<'a, 'b>(
+    failed: &'b [&'b (&'a PodView, Option<&'a MoverResult>)],
+) -> Option<&'b (&'a PodView, Option<&'a MoverResult>)> {
+    let rank = |(p, _): &&(&PodView, Option<&MoverResult>)| match p.exit_code {
+        Some(13) => 2,
+        Some(10) => 1,
+        _ => 0,
+    };
+    failed.iter().copied().min_by_key(|s| rank(s))
+}
+
+fn failure(pod: &PodView, result: Option<&MoverResult>) -> Verdict {
+    let code = pod.exit_code.unwrap_or(-1);
+    let error = result
+        .and_then(|r| r.error.clone())
+        .or_else(|| pod.message.clone())
+        .unwrap_or_else(|| describe_exit(code).to_string());
+    let retryable = result
+        .and_then(|r| r.retryable)
+        .unwrap_or_else(|| exit_code_retryable(code));
+    let reason = pod.reason.as_deref().unwrap_or("Error");
+    let mut text = format!("{} exited {code} ({reason}): {error}", pod.role);
+    if let Some(advice) = advice(code, &error) {
+        text.push_str("; ");
+        text.push_str(advice);
+    }
+    Verdict::Failed {
+        reason: text,
+        retryable,
+    }
+}
+
+/// Whether a mover exit code (or a signal's 128+N) is worth another attempt
+/// when the mover said nothing itself.
+pub fn exit_code_retryable(code: i32) -> bool {
+    !matches!(code, 1 | 2 | 3 | 12)
+}
+
+fn describe_exit(code: i32) -> &'static str {
+    match code {
+        137 => "killed (SIGKILL: out of memory, node failure or a manual kill)",
+        143 => "terminated (SIGTERM)",
+        _ => "no error message in the log",
+    }
+}
+
+/// What the user can do about a failure no retry fixes.
+fn advice(code: i32, error: &str) -> Option<&'static str> {
+    let has = |s: &str| error.contains(s);
+    Some(match code {
+        3 => "the operation's key material was refused: run `kubectl volmig cleanup` for it and migrate again",
+        2 => "the two movers do not speak the same protocol: use one --mover-image for both",
+        11 if has("No space") || has("ENOSPC") || has("quota") => {
+            "the destination is full: migrate again with a larger --to-size"
+        }
+        11 if has("ermission denied") || has("not permitted") => {
+            "permission denied: the mover needs root with the capabilities listed in docs/security.md (PodSecurity may forbid them)"
+        }
+        11 if has("Read-only") => "the destination volume is read-only",
+        1 if has("stale") || has("older") => {
+            "a pod of an earlier attempt is still running: delete it (kubectl volmig cleanup) and resume"
+        }
+        _ => return None,
+    })
+}

@@ -1,0 +1,77 @@
+//! The operation driver: an explicit state machine (an `enum State` and a
+//! `step` function, as kube-runtime's watcher) that runs attempts until one
+//! succeeds, the failures run out, or someone aborts.
+//!
+//! Each attempt is a fresh receiver pod (on the destination claim) and a
+//! fresh sender pod (on the source claim, placed next to the app for a
+//! ReadWriteOnce source), labelled with the operation and the attempt. The
+//! receiver's checkpoint on the destination volume makes attempt N+1 resume
+//! where attempt N stopped. Everything the driver learns goes into the
+//! operation record, so any client can pick the operation up.
+//!
+//! - [`watch`]: pod reflectors that wake the driver;
+//! - [`follow`], [`logs`]: mover progress and results from pod logs;
+//! - [`judge`]: an attempt's fate from its pods (pure);
+//! - [`objects`]: creating and removing what attempts need;
+//! - [`run`]: the states and their steps.
+
+pub mod follow;
+pub mod judge;
+pub mod logs;
+pub mod objects;
+mod run;
+#[cfg(test)]
+mod tests;
+pub mod watch;
+
+pub use run::{release_lease, Driver, DriverOptions, Outcome, State, Update};
+
+use crate::record::store::StoreError;
+
+/// Why the driver stopped without finishing the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("cannot {action}: {source}")]
+    Kube {
+        action: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error(transparent)]
+    Record(Box<StoreError>),
+    #[error("cannot create the operation's key material: {0}")]
+    Keys(String),
+    #[error("{0}")]
+    Conflict(String),
+    /// Someone ran `kubectl volmig abort`: the record says Aborted.
+    #[error("the operation was aborted")]
+    Aborted,
+}
+
+impl From<StoreError> for DriverError {
+    fn from(e: StoreError) -> Self {
+        DriverError::Record(Box::new(e))
+    }
+}
+
+impl DriverError {
+    pub fn kube(action: impl Into<String>, source: kube::Error) -> DriverError {
+        DriverError::Kube {
+            action: action.into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Whether running the driver again (`kubectl volmig resume`) may get
+    /// further: the API server was unreachable or overloaded.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            DriverError::Kube { source, .. } => match source.as_ref() {
+                kube::Error::Api(e) => e.code >= 500 || e.code == 429,
+                _ => true,
+            },
+            DriverError::Record(e) => e.is_retryable(),
+            DriverError::Keys(_) | DriverError::Conflict(_) | DriverError::Aborted => false,
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Creating what an attempt needs, idempotently (a resumed operation finds
+//! some of it there already), and removing it by label once it is over.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+use super::DriverError;
+use crate::names::{self, Component};
+use crate::plan::{ClaimAction, Plan};
+use crate::resources;
+
+/// How long the operation's key material is valid: longer than any
+/// migration, short enough that a leaked Secret soon expires.
+const KEYS_VALID_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Creates `object`; one that exists already is taken as it is.
+pub async fn create_or_get<K>(api: &Api<K>, object: &K) -> Result<K, DriverError>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    match api.create(&PostParams::default(), object).await {
+        Ok(created) => Ok(created),
+        Err(kube::Error::Api(e)) if e.code == 409 => api
+            .get(&name)
+            .await
+            .map_err(|e| DriverError::kube(format!("get {name}"), e)),
+        Err(e) => Err(DriverError::kube(format!("create {name}"), e)),
+    }
+}
+
+/// The destination claim, created unless the plan reuses one. A claim of
+/// that name that volmig did not create for this operation is refused.
+pub async fn ensure_destination(client: &Client, plan: &Plan) -> Result<(), DriverError> {
+    let dest = &plan.destination;
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &dest.namespace);
+    if plan.destination.action == ClaimAction::Reuse {
+        return match api.get_opt(&dest.name).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(DriverError::Conflict(format!(
+                "the destination claim {}/{} to reuse is gone",
+                dest.namespace, dest.name
+            ))),
+            Err(e) => Err(DriverError::kube(format!("get claim {}", dest.name), e)),
+        };
+    }
+    let claim = create_or_get(&api, &resources::destination_claim(plan)).await?;
+    let ours = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::OPERATION_KEY))
+        .is_some_and(|op| *op == plan.operation);
+    if !ours {
+        return Err(DriverError::Conflict(format!(
+            "a claim {}/{} appeared that this operation did not create; \
+             migrate again with --reuse to copy into it",
+            dest.namespace, dest.name
+        )));
+    }
+    Ok(())
+}
+
+/// The key Secret in the destination namespace (the receiver's) and, when it
+/// differs, the source namespace (the sender's), both with the same material.
+pub async fn ensure_keys(client: &Client, plan: &Plan) -> Result<(), DriverError> {
+    let name = names::keys_name(&plan.operation);
+    let dest: Api<Secret> = Api::namespaced(client.clone(), &plan.destination.namespace);
+    let existing = dest
+        .get_opt(&name)
+        .await
+        .map_err(|e| DriverError::kube(format!("get secret {name}"), e))?;
+    let secret = match existing {
+        Some(secret) => secret,
+        None => {
+            let material = mover::tls::KeyMaterial::generate(&plan.operation, KEYS_VALID_FOR)
+                .map_err(|e| DriverError::Keys(e.to_string()))?;
+            let files: Vec<(&str, &[u8])> = material.files().collect();
+            let secret = resources::keys_secret(plan, &plan.destination.namespace, &files);
+            create_or_get(&dest, &secret).await?
+        }
+    };
+    let source_ns = &plan.spec.source.namespace;
+    if *source_ns != plan.destination.namespace {
+        let src: Api<Secret> = Api::namespaced(client.clone(), source_ns);
+        let data = secret.data.unwrap_or_default();
+        let files: Vec<(&str, &[u8])> = data.iter().map(|(k, v)| (k.as_str(), &v.0[..])).collect();
+        let copy = resources::keys_secret(plan, source_ns, &files);
+        create_or_get(&src, &copy).await?;
+    }
+    Ok(())
+}
+
+/// The receiver's Service; returns the address senders connect to.
+pub async fn ensure_service(client: &Client, plan: &Plan) -> Result<String, DriverError> {
+    let api: Api<Service> = Api::namespaced(client.clone(), &plan.destination.namespace);
+    let service = create_or_get(&api, &resources::service(plan)).await?;
+    let ip = service
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .ok_or_else(|| {
+            DriverError::Conflict(format!(
+                "Service {} has no cluster IP",
+                names::service_name(&plan.operation)
+            ))
+        })?;
+    Ok(format!("{ip}:{}", names::MOVER_PORT))
+}
+
+/// Deletes the pods `names` (if there) and waits up to `wait` for them to
+/// be gone, so the next attempt's receiver is the only writer of the
+/// destination.
+pub async fn delete_pods(
+    api: &Api<Pod>,
+    pods: &[String],
+    wait: Duration,
+) -> Result<(), DriverError> {
+    for name in pods {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(DriverError::kube(format!("delete pod {name}"), e)),
+        }
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    for name in pods {
+        while tokio::time::Instant::now() < deadline {
+            match api.get_opt(name).await {
+                Ok(None) => break,
+                Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(300)).await,
+                Err(e) => return Err(DriverError::kube(format!("get pod {name}"), e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What [`cleanup`] removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    pub pods: usize,
+    pub services: usize,
+    pub secrets: usize,
+}
+
+/// Removes the operation's pods, Service and key Secrets in `namespaces`
+/// (found by label): everything but the record and the destination claim.
+pub async fn cleanup(
+    client: &Client,
+    op: &str,
+    namespaces: &[&str],
+) -> Result<Removed, DriverError> {
+    let selector = names::disposable_selector(op);
+    let mut removed = Removed::default();
+    let mut seen: Vec<&str> = Vec::new();
+    for ns in namespaces.iter().copied() {
+        if seen.contains(&ns) {
+            continue;
+        }
+        seen.push(ns);
+        removed.pods += delete_all::<Pod>(client, ns, &selector).await?;
+        removed.services += delete_all::<Service>(client, ns, &selector).await?;
+        removed.secrets += delete_all::<Secret>(client, ns, &selector).await?;
+    }
+    Ok(removed)
+}
+
+async fn delete_all<K>(client: &Client, ns: &str, selector: &str) -> Result<usize, DriverError>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let kind = K::kind(&K::DynamicType::default()).to_string();
+    let list = api
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|e| DriverError::kube(format!("list {kind}s"), e))?;
+    let mut n = 0;
+    for item in list.items {
+        let name = item.meta().name.clone().unwrap_or_default();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => n += 1,
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(DriverError::kube(format!("delete {kind} {name}"), e)),
+        }
+    }
+    Ok(n)
+}
+
+/// The component label of a pod, as volmig set it.
+pub fn component_of(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::COMPONENT_KEY))
+        .map(String::as_str)
+}
+
+/// Whether `pod` is one of volmig's own (its movers mount the source too).
+pub fn is_ours(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::MANAGED_BY_KEY))
+        .is_some_and(|v| v == names::MANAGED_BY)
+        && component_of(pod) != Some(Component::Destination.as_str())
+}

@@ -1,0 +1,40 @@
+//! `kubectl-volmig`: the kubectl plugin's binary. Everything but argument
+//! parsing, logging set-up and the exit code lives in the `volmig` library.
+
+use clap::Parser;
+use volmig::cli::{self, Cli};
+
+fn main() {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VOLMIG_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("volmig={level},warn")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(cli::exit::ERROR);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli::run(cli).await {
+            Ok(code) => code,
+            Err(e) => {
+                let err = anyhow::Error::new(e);
+                eprintln!("error: {err:#}");
+                cli::exit::ERROR
+            }
+        }
+    });
+    // The driver's watches may still be winding down: do not wait for them.
+    runtime.shutdown_background();
+    std::process::exit(code);
+}

@@ -1,0 +1,407 @@
+//! The plugin's end-to-end harness: a cluster (a fresh kube-sandbox, or the
+//! one `VOLMIG_E2E_KUBECONFIG` names), the real `kubectl-volmig` binary,
+//! and checks of what a user would look at.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::{Api, ListParams, PostParams};
+use kube::Client;
+use kube_sandbox::kubelet::ImageMapping;
+use kube_sandbox::sandbox::Taint;
+use kube_sandbox::{Sandbox, SandboxConfig};
+use serde_json::{json, Value};
+use volmig::record::store::RecordStore;
+use volmig::record::VolumeMigration;
+
+/// The mover image the tests ask for; the sandbox runs the built binary.
+pub const MOVER_IMAGE: &str = "ghcr.io/volmig/mover:0.1.0";
+
+/// Where a test runs.
+pub struct Env {
+    /// `None` when the cluster is an external one.
+    pub sandbox: Option<Sandbox>,
+    pub kubeconfig: PathBuf,
+    pub namespace: String,
+}
+
+pub async fn env() -> Env {
+    env_with(Vec::new()).await
+}
+
+/// A sandbox with `taints` (they are ignored on an external cluster, whose
+/// nodes are what they are).
+pub async fn env_with(taints: Vec<Taint>) -> Env {
+    if let Ok(path) = std::env::var("VOLMIG_E2E_KUBECONFIG") {
+        return Env {
+            sandbox: None,
+            kubeconfig: path.into(),
+            namespace: std::env::var("VOLMIG_E2E_NAMESPACE").unwrap_or_else(|_| "default".into()),
+        };
+    }
+    let mover = kube_sandbox::testkit::workspace_binary("mover", "mover");
+    let sandbox = Sandbox::start(SandboxConfig {
+        taints,
+        images: vec![ImageMapping {
+            image: "ghcr.io/volmig/mover".into(),
+            binary: mover,
+        }],
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("sandbox starts");
+    Env {
+        kubeconfig: sandbox.kubeconfig_path().to_path_buf(),
+        sandbox: Some(sandbox),
+        namespace: "default".into(),
+    }
+}
+
+impl Env {
+    pub async fn client(&self) -> Client {
+        let file = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+            .await
+            .expect("config");
+        Client::try_from(config).expect("client")
+    }
+
+    /// The sandbox; tests that need one skip the check on a real cluster.
+    pub fn sandbox(&self) -> &Sandbox {
+        self.sandbox.as_ref().expect("this check needs the sandbox")
+    }
+}
+
+/// What a run of the plugin printed.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// stdout as a VolumeMigration (after `-o json`).
+    pub fn operation(&self) -> VolumeMigration {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not an operation ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+pub fn volmig_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kubectl-volmig"))
+}
+
+/// `kubectl-volmig --kubeconfig K -n NS ARGS`, within 5 minutes.
+pub async fn volmig(env: &Env, args: &[&str]) -> Run {
+    let child = tokio::process::Command::new(volmig_binary())
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(["-n", &env.namespace])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl-volmig runs");
+    finish(child).await
+}
+
+/// Waits for a started plugin process (5 minutes at most).
+pub async fn finish(child: tokio::process::Child) -> Run {
+    let out = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
+        .await
+        .expect("kubectl-volmig finished within 5 minutes")
+        .expect("kubectl-volmig output");
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    eprintln!(
+        "kubectl-volmig exit {}\n--- stderr\n{}",
+        run.code, run.stderr
+    );
+    run
+}
+
+/// Starts the plugin without waiting for it.
+pub fn spawn_volmig(env: &Env, args: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(volmig_binary())
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(["-n", &env.namespace])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl-volmig runs")
+}
+
+pub fn object<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).expect("a valid object")
+}
+
+/// Creates a claim and waits until it is Bound (Immediate classes).
+pub async fn claim(client: &Client, ns: &str, name: &str, mode: &str, size: &str) {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pvc: PersistentVolumeClaim = object(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+        "spec": {"accessModes": [mode], "resources": {"requests": {"storage": size}}},
+    }));
+    api.create(&PostParams::default(), &pvc)
+        .await
+        .expect("claim");
+    wait_until(&format!("claim {name} Bound"), || async {
+        api.get(name)
+            .await
+            .ok()?
+            .status?
+            .phase
+            .filter(|p| p == "Bound")
+    })
+    .await;
+}
+
+/// The host directory of a bound claim's volume (sandbox only).
+pub async fn volume_dir(client: &Client, ns: &str, claim: &str) -> PathBuf {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let name = claims
+        .get(claim)
+        .await
+        .expect("claim")
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("bound");
+    let spec = volumes
+        .get(&name)
+        .await
+        .expect("volume")
+        .spec
+        .expect("spec");
+    let path = spec
+        .host_path
+        .map(|h| h.path)
+        .or(spec.local.map(|l| l.path))
+        .expect("a hostPath or local volume");
+    PathBuf::from(path)
+}
+
+/// Polls `probe` every 200 ms until it gives something (2 minutes at most).
+pub async fn wait_until<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Writes `files` files of `size` pseudo-random bytes in a few directories,
+/// plus a symlink and an empty directory.
+pub fn seed(dir: &Path, files: usize, size: usize) {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..files {
+        let sub = dir.join(format!("d{:02}", i % 10));
+        std::fs::create_dir_all(&sub).expect("dir");
+        let body: Vec<u8> = (0..size + i)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        std::fs::write(sub.join(format!("f{i:04}.bin")), body).expect("file");
+    }
+    std::fs::create_dir_all(dir.join("empty")).expect("dir");
+    std::os::unix::fs::symlink("d00/f0000.bin", dir.join("first")).expect("link");
+}
+
+/// Path → BLAKE3 of contents, "dir", or "-> target": equal manifests are
+/// equal trees. The checkpoint directory `.volmig` must be gone too.
+pub fn manifest(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            let rel = path
+                .strip_prefix(root)
+                .expect("beneath")
+                .display()
+                .to_string();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            let value = if meta.file_type().is_symlink() {
+                format!("-> {}", std::fs::read_link(&path).expect("link").display())
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                "dir".to_string()
+            } else {
+                blake3::hash(&std::fs::read(&path).expect("read"))
+                    .to_hex()
+                    .to_string()
+            };
+            out.insert(rel, value);
+        }
+    }
+    out
+}
+
+/// The operations recorded in `ns`.
+pub async fn records(client: &Client, ns: &str) -> Vec<VolumeMigration> {
+    RecordStore::new(client.clone(), ns)
+        .list()
+        .await
+        .expect("records")
+}
+
+/// Everything volmig made in `ns` that an ended operation must not leave:
+/// pods, Services, Secrets (by the managed-by label).
+pub async fn leftovers(client: &Client, ns: &str) -> Vec<String> {
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=kubectl-volmig");
+    let mut out = Vec::new();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    out.extend(
+        pods.list(&lp)
+            .await
+            .expect("pods")
+            .items
+            .into_iter()
+            .map(|p| format!("pod/{}", p.metadata.name.unwrap_or_default())),
+    );
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    out.extend(
+        services
+            .list(&lp)
+            .await
+            .expect("services")
+            .items
+            .into_iter()
+            .map(|p| format!("service/{}", p.metadata.name.unwrap_or_default())),
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    out.extend(
+        secrets
+            .list(&lp)
+            .await
+            .expect("secrets")
+            .items
+            .into_iter()
+            .map(|p| format!("secret/{}", p.metadata.name.unwrap_or_default())),
+    );
+    out
+}
+
+/// Every object volmig made in `ns`, records and claims included.
+pub async fn everything_volmig_made(client: &Client, ns: &str) -> Vec<String> {
+    let mut out = leftovers(client, ns).await;
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=kubectl-volmig");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    out.extend(
+        maps.list(&lp)
+            .await
+            .expect("configmaps")
+            .items
+            .into_iter()
+            .map(|p| format!("configmap/{}", p.metadata.name.unwrap_or_default())),
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    out.extend(
+        claims
+            .list(&lp)
+            .await
+            .expect("claims")
+            .items
+            .into_iter()
+            .map(|p| format!("claim/{}", p.metadata.name.unwrap_or_default())),
+    );
+    out
+}
+
+/// A pod that mounts `claim` and sleeps, created with `extra` merged into
+/// its spec; waits until it runs.
+pub async fn app_pod(client: &Client, ns: &str, name: &str, claim: &str, extra: Value) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "containers": [{
+                "name": "app", "image": "busybox",
+                "command": ["sh", "-c", "while true; do sleep 1; done"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    });
+    if let (Some(spec), Some(more)) = (pod["spec"].as_object_mut(), extra.as_object()) {
+        for (k, v) in more {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    api.create(&PostParams::default(), &object(pod))
+        .await
+        .expect("app pod");
+    wait_until(&format!("pod {name} Running"), || async {
+        api.get(name)
+            .await
+            .ok()?
+            .status?
+            .phase
+            .filter(|p| p == "Running")
+    })
+    .await;
+}
+
+/// The latest progress event in a pod's log (bytes done), if any.
+pub async fn progress_in_log(client: &Client, ns: &str, pod: &str) -> Option<u64> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let log = api.logs(pod, &Default::default()).await.ok()?;
+    log.lines()
+        .rev()
+        .filter(|l| l.starts_with("{\"event\":\"progress\""))
+        .find_map(|l| serde_json::from_str::<Value>(l).ok()?["bytes_done"].as_u64())
+}
+
+/// SIGKILLs the container process of sandbox pod `pod` (found by the
+/// HOSTNAME its kubelet sets), as a crash or an OOM kill would.
+pub fn kill_pod_process(pod: &str) -> bool {
+    let want = format!("HOSTNAME={pod}");
+    let mut killed = false;
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+            // SAFETY: kill(2) takes plain integers.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed = true;
+        }
+    }
+    killed
+}

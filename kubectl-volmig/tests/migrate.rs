@@ -1,0 +1,150 @@
+//! `kubectl volmig migrate` end to end: a claim with a few hundred files to
+//! another storage class, through kubectl's plugin discovery; a dry run.
+
+mod common;
+
+use common::{
+    claim, env, everything_volmig_made, leftovers, manifest, records, seed, volume_dir, Env,
+    MOVER_IMAGE,
+};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::Api;
+use volmig::record::{AttemptPhase, Phase};
+
+/// Runs `kubectl volmig ARGS` (plugin discovery: the binary's directory is
+/// first on PATH).
+async fn kubectl_volmig(env: &Env, args: &[&str]) -> common::Run {
+    let dir = common::volmig_binary().parent().expect("dir").to_path_buf();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let child = tokio::process::Command::new(kubectl)
+        .env("PATH", path)
+        .env("KUBECONFIG", &env.kubeconfig)
+        .arg("volmig")
+        .args(["-n", &env.namespace])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl runs");
+    common::finish(child).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_to_another_storage_class() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
+    let src = volume_dir(&client, &ns, "data").await;
+    seed(&src, 300, 3000);
+
+    let run = kubectl_volmig(
+        &env,
+        &[
+            "migrate",
+            "data",
+            "--to",
+            "data-local",
+            "--to-storage-class",
+            "local",
+            "--mover-image",
+            MOVER_IMAGE,
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation();
+    assert_eq!(op.kind, "VolumeMigration");
+    assert_eq!(op.status.phase, Phase::Succeeded, "{:?}", op.status.message);
+    assert_eq!(op.status.attempts.len(), 1);
+    assert_eq!(op.status.attempts[0].phase, AttemptPhase::Succeeded);
+    let summary = op.status.summary.as_ref().expect("summary");
+    assert_eq!(summary.files, 300);
+    assert!(
+        summary.verified_entries.is_some_and(|n| n > 300),
+        "{summary:?}"
+    );
+
+    // The destination: bound to a new volume of the other class, the same tree.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let dest = claims.get("data-local").await.expect("destination claim");
+    let volume = dest.spec.and_then(|s| s.volume_name).expect("bound");
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&volume)
+        .await
+        .expect("pv");
+    assert_eq!(
+        pv.spec.and_then(|s| s.storage_class_name).as_deref(),
+        Some("local")
+    );
+    let dst = volume_dir(&client, &ns, "data-local").await;
+    assert_eq!(manifest(&dst), manifest(&src));
+    assert_eq!(manifest(&src).len(), 300 + 10 + 2);
+
+    // Nothing left but the claim and the record; the record says the same.
+    assert_eq!(leftovers(&client, &ns).await, Vec::<String>::new());
+    let recorded = records(&client, &ns).await;
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].status.phase, Phase::Succeeded);
+    assert_eq!(recorded[0].status.attempts.len(), 1);
+    let status = kubectl_volmig(&env, &["status"]).await;
+    assert!(
+        status.stdout.contains(&op.metadata.name) && status.stdout.contains("Succeeded"),
+        "{}",
+        status.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_prints_the_objects_and_creates_none() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
+
+    let run = common::volmig(&env, &["migrate", "data", "--dry-run", "-o", "yaml"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let list: serde_json::Value = serde_saphyr::from_str(&run.stdout).expect("YAML");
+    assert_eq!(list["kind"], "List");
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ConfigMap",
+            "PersistentVolumeClaim",
+            "Secret",
+            "Service",
+            "Pod",
+            "Pod"
+        ]
+    );
+    assert!(
+        !run.stdout.contains("BEGIN"),
+        "key material printed:\n{}",
+        run.stdout
+    );
+    assert_eq!(
+        everything_volmig_made(&client, &ns).await,
+        Vec::<String>::new()
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    assert!(claims
+        .get_opt("data-migrated")
+        .await
+        .expect("get")
+        .is_none());
+}

@@ -1,0 +1,129 @@
+//! Placement: a ReadWriteOnce source in use by a running app gets its
+//! sender on the app's node, with the app's tolerations; refusals create
+//! nothing.
+
+mod common;
+
+use common::{
+    app_pod, claim, env, env_with, everything_volmig_made, manifest, seed, volume_dir, MOVER_IMAGE,
+};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::Api;
+use kube_sandbox::sandbox::Taint;
+use serde_json::json;
+use volmig::record::Phase;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sender_runs_next_to_the_app_with_its_tolerations() {
+    let taint: Taint = "node-2:dedicated=db:NoSchedule".parse().expect("taint");
+    let env = env_with(vec![taint]).await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "db", "ReadWriteOnce", "1Gi").await;
+    let src = volume_dir(&client, &ns, "db").await;
+    seed(&src, 40, 10_000);
+    // The app holds the claim on the tainted node-2: any other node would
+    // leave the sender in ContainerCreating with a Multi-Attach error.
+    app_pod(
+        &client,
+        &ns,
+        "postgres",
+        "db",
+        json!({
+            "nodeSelector": {"kubernetes.io/hostname": "node-2"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}],
+        }),
+    )
+    .await;
+
+    let run = common::volmig(
+        &env,
+        &[
+            "migrate",
+            "db",
+            "--mover-image",
+            MOVER_IMAGE,
+            "--start-timeout",
+            "60",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation();
+    assert_eq!(op.status.phase, Phase::Succeeded, "{:?}", op.status.message);
+    let placement = op.status.placement.as_ref().expect("placement");
+    assert_eq!(placement.sender.node.as_deref(), Some("node-2"));
+    assert_eq!(placement.sender.app_pod.as_deref(), Some("postgres"));
+    assert!(
+        placement.sender.reason.contains("postgres"),
+        "{}",
+        placement.sender.reason
+    );
+    assert!(
+        placement
+            .sender
+            .tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some("dedicated")),
+        "{placement:?}"
+    );
+    assert_eq!(op.status.attempts.len(), 1);
+    assert_eq!(op.status.attempts[0].sender.node.as_deref(), Some("node-2"));
+    let dst = volume_dir(&client, &ns, "db-migrated").await;
+    assert_eq!(manifest(&dst), manifest(&src));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrations_that_cannot_work_are_refused_before_anything_is_created() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
+    claim(&client, &ns, "solo", "ReadWriteOncePod", "1Gi").await;
+    app_pod(&client, &ns, "solo-app", "solo", json!({})).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let before = claims
+        .list(&Default::default())
+        .await
+        .expect("claims")
+        .items
+        .len();
+
+    let cases: [(&[&str], &[&str]); 4] = [
+        (
+            &["migrate", "data", "--to-size", "10Mi"],
+            &["10Mi", "1Gi", "--allow-shrink"],
+        ),
+        (
+            &["migrate", "data", "--to-storage-class", "nope"],
+            &["nope", "standard", "local"],
+        ),
+        (&["migrate", "solo"], &["ReadWriteOncePod", "solo-app"]),
+        (&["migrate", "missing"], &["missing", "not found"]),
+    ];
+    for (args, words) in cases {
+        let run = common::volmig(&env, args).await;
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+        for word in words {
+            assert!(
+                run.stderr.contains(word),
+                "{args:?}: {word:?} not in:\n{}",
+                run.stderr
+            );
+        }
+        assert_eq!(
+            everything_volmig_made(&client, &ns).await,
+            Vec::<String>::new(),
+            "{args:?}"
+        );
+        let after = claims
+            .list(&Default::default())
+            .await
+            .expect("claims")
+            .items
+            .len();
+        assert_eq!(after, before, "{args:?} created a claim");
+    }
+}

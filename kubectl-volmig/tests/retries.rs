@@ -1,0 +1,101 @@
+//! Attempts: a sender killed mid-transfer twice; attempts 2 and 3 resume
+//! from the receiver's checkpoint, and the record tells all three.
+
+mod common;
+
+use common::{
+    claim, env, manifest, progress_in_log, records, seed, volume_dir, wait_until, MOVER_IMAGE,
+};
+use volmig::names::{pod_name, Component};
+use volmig::record::{AttemptPhase, Phase};
+
+const MIB: u64 = 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_senders_resume_from_the_checkpoint() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
+    let src = volume_dir(&client, &ns, "data").await;
+    seed(&src, 24, MIB as usize);
+    let total = 24 * MIB;
+
+    let child = common::spawn_volmig(
+        &env,
+        &[
+            "migrate",
+            "data",
+            "--mover-image",
+            MOVER_IMAGE,
+            "--bwlimit",
+            "3M",
+            "--backoff",
+            "1",
+            "-o",
+            "json",
+        ],
+    );
+    let op = wait_until("the record", || async {
+        records(&client, &ns)
+            .await
+            .first()
+            .map(|r| r.metadata.name.clone())
+    })
+    .await;
+    // Kill attempt 1's sender, then attempt 2's, each once it has moved
+    // a few MiB more than the last.
+    let mut floor = 0;
+    for attempt in 1..=2 {
+        let receiver = pod_name(&op, Component::Receiver, attempt);
+        let sender = pod_name(&op, Component::Sender, attempt);
+        let want = floor + 4 * MIB;
+        floor = wait_until(&format!("attempt {attempt} past {want} bytes"), || async {
+            progress_in_log(&client, &ns, &receiver)
+                .await
+                .filter(|b| *b >= want)
+        })
+        .await;
+        assert!(
+            floor < total,
+            "attempt {attempt} finished before it was killed"
+        );
+        assert!(common::kill_pod_process(&sender), "no process for {sender}");
+    }
+    let run = common::finish(child).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation();
+    assert_eq!(op.status.phase, Phase::Succeeded, "{:?}", op.status.message);
+    let attempts = &op.status.attempts;
+    assert_eq!(attempts.len(), 3, "{attempts:#?}");
+    for failed in &attempts[..2] {
+        assert_eq!(failed.phase, AttemptPhase::Failed);
+        assert_eq!(failed.sender.exit_code, Some(137), "{failed:#?}");
+        assert_eq!(failed.retryable, Some(true));
+        let reason = failed.reason.as_deref().unwrap_or("");
+        assert!(reason.contains("sender exited 137"), "{reason}");
+        assert!(failed.receiver.exit_code.is_some(), "{failed:#?}");
+        assert!(!failed.log_tail.is_empty());
+    }
+    assert_eq!(attempts[2].phase, AttemptPhase::Succeeded);
+    // Attempts 2 and 3 started from what the earlier ones had verified...
+    assert!(attempts[1].bytes_resumed >= 4 * MIB, "{:#?}", attempts[1]);
+    assert!(
+        attempts[2].bytes_resumed >= attempts[1].bytes_resumed + 4 * MIB,
+        "{:#?}",
+        attempts[2]
+    );
+    // ... so the last one sent only the rest (1 MiB of slack: a checkpoint
+    // is written per MiB of progress).
+    let summary = op.status.summary.as_ref().expect("summary");
+    assert!(
+        summary.bytes_literal <= total - attempts[2].bytes_resumed + MIB,
+        "re-sent too much: {summary:?}, resumed {}",
+        attempts[2].bytes_resumed
+    );
+    assert!(
+        op.status.elapsed_seconds >= attempts.iter().map(|a| a.elapsed_seconds).sum::<f64>() - 0.01
+    );
+    let dst = volume_dir(&client, &ns, "data-migrated").await;
+    assert_eq!(manifest(&dst), manifest(&src));
+}
