@@ -1,0 +1,293 @@
+//! `volmig-demo`: a first run of `kubectl volmig` without a cluster.
+//!
+//! Builds `mover` and `kubectl-volmig`, starts the local cluster of
+//! `tests/kube-sandbox` with an app writing to a ReadWriteOnce claim on a
+//! tainted node, runs the real plugin against it (progress bars included),
+//! and explains what happened. The emulator stays out of the plugin: the
+//! plugin only ever sees a kubeconfig.
+//!
+//!     sudo -E cargo run --release --bin volmig-demo [-- --keep]
+
+mod app;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube_sandbox::kubelet::ImageMapping;
+use kube_sandbox::testkit::workspace_binary;
+use kube_sandbox::{Sandbox, SandboxConfig};
+use serde_json::Value;
+
+const USAGE: &str = "\
+volmig-demo: run `kubectl volmig migrate` against a local cluster, no cluster needed
+
+Usage: volmig-demo [--keep]
+
+  --keep   keep the local cluster up after the demo, until Ctrl-C, to explore it
+           with kubectl and kubectl-volmig
+
+Needs root: the local cluster runs each pod in its own mount namespace.";
+
+const NS: &str = "default";
+const APP_NODE: &str = "node-2";
+const DESTINATION: &str = "app-data-fast";
+/// The image the sandbox runs with the workspace's `mover` (any tag).
+const MOVER_IMAGE: &str = "ghcr.io/volmig/mover";
+const MOVER_REF: &str = "ghcr.io/volmig/mover:0.1.0";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("volmig-demo: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<ExitCode> {
+    let mut keep = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--keep" => keep = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            other => bail!("unexpected argument {other:?} (see --help)"),
+        }
+    }
+    if !rustix::process::geteuid().is_root() {
+        bail!("volmig-demo needs root: the local cluster runs each pod in its own mount namespace (try `sudo -E cargo run --release --bin volmig-demo`)");
+    }
+
+    println!(
+        "volmig-demo: a local stand-in for Kubernetes (API, scheduler, volumes, kubelets running\n\
+         pods as processes), an app writing to a ReadWriteOnce claim, and the real `kubectl volmig`\n\
+         moving that claim to node-local storage while the app keeps running."
+    );
+    step("Building mover and kubectl-volmig when stale (the first time takes a few minutes)");
+    let (mover, plugin) = tokio::task::spawn_blocking(|| {
+        let mover = workspace_binary("mover", "mover");
+        (mover, workspace_binary("kubectl-volmig", "kubectl-volmig"))
+    })
+    .await
+    .context("building the workspace's binaries (cargo's output is above)")?;
+
+    step(&format!(
+        "Starting a local cluster: 3 nodes, {APP_NODE} tainted dedicated=db:NoSchedule"
+    ));
+    let taint = format!("{APP_NODE}:dedicated=db:NoSchedule")
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+    let sandbox = Sandbox::start(SandboxConfig {
+        taints: vec![taint],
+        images: vec![ImageMapping {
+            image: MOVER_IMAGE.into(),
+            binary: mover,
+        }],
+        ..SandboxConfig::default()
+    })
+    .await
+    .context("starting the local cluster (volmig-demo needs root: mount namespaces)")?;
+
+    // Ctrl-C must drop the sandbox, which kills the pods' processes.
+    let result = tokio::select! {
+        r = demo(&sandbox, &plugin) => r,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted: stopping the local cluster");
+            return Ok(ExitCode::from(130));
+        }
+    };
+    if keep {
+        explore(&sandbox, &plugin);
+        tokio::signal::ctrl_c().await?;
+        eprintln!("\nstopping the local cluster");
+    } else if result.is_ok() {
+        println!("\nRun with `-- --keep` to keep the cluster up and look around with kubectl.");
+    }
+    drop(sandbox);
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// The scenario: the app, the migration, the explanation.
+async fn demo(sandbox: &Sandbox, plugin: &Path) -> anyhow::Result<()> {
+    let kubeconfig = sandbox.kubeconfig_path();
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(kubeconfig)?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    let client = kube::Client::try_from(config)?;
+
+    step(&format!(
+        "Deploying `app` on {APP_NODE} (it tolerates the taint), writing to claim {} (ReadWriteOnce, class standard)",
+        app::CLAIM
+    ));
+    app::deploy(&client, NS, APP_NODE).await?;
+    let (pod, source_dir) = app::await_dataset(&client, NS).await?;
+    let written = app::tree_size(&source_dir)?;
+    println!(
+        "    pod {pod} is Running and wrote {} entries, {}",
+        written.entries,
+        human(written.bytes)
+    );
+
+    step(&format!(
+        "Migrating {} to a new claim {DESTINATION} of class `local` (node-local, provisioned where the receiver runs):",
+        app::CLAIM
+    ));
+    println!(
+        "    $ kubectl volmig migrate {} --to {DESTINATION} --to-storage-class local --mover-image {MOVER_REF}\n",
+        app::CLAIM
+    );
+    let migrate = plugin_command(plugin, kubeconfig)
+        .args([
+            "migrate",
+            app::CLAIM,
+            "--to",
+            DESTINATION,
+            "--to-storage-class",
+            "local",
+        ])
+        .args(["--mover-image", MOVER_REF])
+        .status()
+        .await
+        .context("running kubectl-volmig")?;
+
+    step("kubectl volmig status");
+    plugin_command(plugin, kubeconfig)
+        .arg("status")
+        .status()
+        .await?;
+    let output = plugin_command(plugin, kubeconfig)
+        .args(["status", "-o", "json"])
+        .output()
+        .await?;
+    let list: Value = serde_json::from_slice(&output.stdout).context("reading `status -o json`")?;
+    let record = list["items"].get(0).context("no operation recorded")?;
+    if !migrate.success() {
+        bail!(
+            "kubectl volmig migrate failed ({migrate}); `kubectl volmig logs {}` shows the movers' logs (run with --keep to look)",
+            record["metadata"]["name"].as_str().unwrap_or("OP")
+        );
+    }
+    let destination_dir = app::claim_dir(&client, NS, DESTINATION)
+        .await?
+        .with_context(|| format!("{DESTINATION} is not bound"))?;
+    let compared = app::compare_trees(&source_dir, &destination_dir)
+        .context("the destination differs from the source")?;
+    let volume_node = app::claim_node(&client, NS, DESTINATION).await?;
+    explain(record, volume_node.as_deref(), compared);
+    Ok(())
+}
+
+/// `kubectl-volmig --kubeconfig PATH`, killed if the demo stops first.
+fn plugin_command(plugin: &Path, kubeconfig: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(plugin);
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .kill_on_drop(true);
+    command
+}
+
+/// What the run showed, from the operation record, the destination's
+/// volume and the host.
+fn explain(record: &Value, volume_node: Option<&str>, compared: app::TreeSize) {
+    let status = &record["status"];
+    let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let attempts = status["attempts"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let last = attempts.last().unwrap_or(&Value::Null);
+    let tolerations: Vec<String> = status["placement"]["sender"]["tolerations"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            format!(
+                "{}={}:{}",
+                text(&t["key"]),
+                text(&t["value"]),
+                text(&t["effect"])
+            )
+        })
+        .collect();
+    step("What happened");
+    println!(
+        "  placement   The sender ran on {}, next to the app: {} is ReadWriteOnce and mounted there,",
+        text(&last["sender"]["node"]),
+        app::CLAIM
+    );
+    if tolerations.is_empty() {
+        println!("              so volmig pinned the sender to that node.");
+    } else {
+        println!(
+            "              so volmig pinned the sender to that node with the app's toleration ({}).",
+            tolerations.join(", ")
+        );
+    }
+    println!(
+        "  receiver    The scheduler put the receiver on {}; the `local` class binds on first use,",
+        text(&last["receiver"]["node"])
+    );
+    println!(
+        "              so {DESTINATION}'s volume was created on {}.",
+        volume_node.unwrap_or("its node")
+    );
+    let allowed = record["spec"]["retry"]["backoffLimit"]
+        .as_u64()
+        .map(|b| b + 1);
+    println!(
+        "  attempts    {} of {} allowed, the last {}; a failed attempt resumes from the receiver's checkpoint.",
+        attempts.len(),
+        allowed.map_or("?".into(), |a| a.to_string()),
+        text(&last["phase"]).to_lowercase()
+    );
+    match status["summary"]["verifiedEntries"].as_u64() {
+        Some(v) => println!("  verified    Both sides hashed their tree with BLAKE3 after the copy: {v} entries matched."),
+        None => println!("  verified    The copy was not verified by BLAKE3 (--no-verify)."),
+    }
+    println!(
+        "  host check  This demo compared both volume directories byte for byte: {} entries, {}, identical.",
+        compared.entries,
+        human(compared.bytes)
+    );
+}
+
+/// How to look around while `--keep` holds the cluster.
+fn explore(sandbox: &Sandbox, plugin: &Path) {
+    let kubeconfig = sandbox.kubeconfig_path().display();
+    step("The local cluster stays up until Ctrl-C. Try:");
+    println!("    export KUBECONFIG={kubeconfig}");
+    println!("    kubectl get pods,pvc,pv -o wide");
+    println!("    {} status <operation>", plugin.display());
+    println!("    {} logs <operation>", plugin.display());
+    println!("    (volumes, pod logs: {})", sandbox.data_dir().display());
+}
+
+fn step(text: &str) {
+    println!("\n==> {text}");
+}
+
+/// `9.6 MiB`.
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
