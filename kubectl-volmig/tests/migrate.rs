@@ -7,7 +7,7 @@ use common::{
     claim, env, everything_volmig_made, leftovers, manifest, records, seed, volume_dir, Env,
     MOVER_IMAGE,
 };
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
 use volmig::record::{AttemptPhase, Phase};
 
@@ -102,6 +102,32 @@ async fn migrate_to_another_storage_class() {
         "{}",
         status.stdout
     );
+
+    // `kubectl describe pvc` tells the story on both claims.
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let events = events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items;
+    for claim in ["data", "data-local"] {
+        let reasons: Vec<&str> = events
+            .iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(claim))
+            .filter_map(|e| e.reason.as_deref())
+            .collect();
+        assert!(
+            reasons.contains(&"MigrationStarted") && reasons.contains(&"MigrationSucceeded"),
+            "{claim}: {reasons:?}"
+        );
+    }
+
+    // cleanup takes the record too, and keeps the destination.
+    let run = kubectl_volmig(&env, &["cleanup", &op.metadata.name]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(records(&client, &ns).await.is_empty());
+    assert!(claims.get_opt("data-local").await.expect("get").is_some());
+    assert_eq!(manifest(&dst), manifest(&src));
 }
 
 #[tokio::test(flavor = "multi_thread")]

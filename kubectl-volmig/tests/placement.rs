@@ -5,13 +5,15 @@
 mod common;
 
 use common::{
-    app_pod, claim, env, env_with, everything_volmig_made, manifest, seed, volume_dir, MOVER_IMAGE,
+    app_pod, claim, env, env_with, everything_volmig_made, manifest, progress_in_log, records,
+    seed, volume_dir, wait_until, MOVER_IMAGE,
 };
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::Api;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube_sandbox::sandbox::Taint;
 use serde_json::json;
-use volmig::record::Phase;
+use volmig::names::{pod_name, Component};
+use volmig::record::{AttemptPhase, Phase};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sender_runs_next_to_the_app_with_its_tolerations() {
@@ -71,6 +73,94 @@ async fn sender_runs_next_to_the_app_with_its_tolerations() {
     );
     assert_eq!(op.status.attempts.len(), 1);
     assert_eq!(op.status.attempts[0].sender.node.as_deref(), Some("node-2"));
+    let dst = volume_dir(&client, &ns, "db-migrated").await;
+    assert_eq!(manifest(&dst), manifest(&src));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sender_follows_the_app_to_its_new_node() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "db", "ReadWriteOnce", "1Gi").await;
+    let src = volume_dir(&client, &ns, "db").await;
+    seed(&src, 10, 1024 * 1024);
+    app_pod(
+        &client,
+        &ns,
+        "app-a",
+        "db",
+        json!({"nodeSelector": {"kubernetes.io/hostname": "node-2"}}),
+    )
+    .await;
+
+    let child = common::spawn_volmig(
+        &env,
+        &[
+            "migrate",
+            "db",
+            "--mover-image",
+            MOVER_IMAGE,
+            "--bwlimit",
+            "1M",
+            "--backoff",
+            "1",
+            "-o",
+            "json",
+        ],
+    );
+    let op = wait_until("the record", || async {
+        records(&client, &ns)
+            .await
+            .first()
+            .map(|r| r.metadata.name.clone())
+    })
+    .await;
+    let receiver = pod_name(&op, Component::Receiver, 1);
+    wait_until("bytes moving", || async {
+        progress_in_log(&client, &ns, &receiver)
+            .await
+            .filter(|b| *b > 0)
+    })
+    .await;
+    // The app is rescheduled to node-3; its new pod waits for the volume
+    // the sender still holds on node-2, until the sender follows it.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.delete(
+        "app-a",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("delete app-a");
+    let mut moved = common::app_pod_spec("app-b", "db");
+    moved["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "node-3"});
+    pods.create(&PostParams::default(), &common::object(moved))
+        .await
+        .expect("app-b");
+
+    let run = common::finish(child).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation();
+    assert_eq!(op.status.phase, Phase::Succeeded, "{:?}", op.status.message);
+    let attempts = &op.status.attempts;
+    assert_eq!(attempts[0].phase, AttemptPhase::Replaced, "{attempts:#?}");
+    assert!(
+        attempts[0]
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("node-3"),
+        "{attempts:#?}"
+    );
+    let last = attempts.last().expect("attempts");
+    assert_eq!(last.phase, AttemptPhase::Succeeded);
+    assert_eq!(last.sender.node.as_deref(), Some("node-3"));
+    assert!(last.bytes_resumed > 0, "{last:#?}");
+    let placement = op.status.placement.as_ref().expect("placement");
+    assert_eq!(placement.sender.app_pod.as_deref(), Some("app-b"));
     let dst = volume_dir(&client, &ns, "db-migrated").await;
     assert_eq!(manifest(&dst), manifest(&src));
 }

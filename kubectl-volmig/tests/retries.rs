@@ -96,6 +96,11 @@ async fn killed_senders_resume_from_the_checkpoint() {
     assert!(
         op.status.elapsed_seconds >= attempts.iter().map(|a| a.elapsed_seconds).sum::<f64>() - 0.01
     );
+    // The failed attempts' pods are gone; their last lines are not.
+    let logs = common::volmig(&env, &["logs", &op.metadata.name, "--attempt", "1"]).await;
+    assert_eq!(logs.code, 0, "{}", logs.stderr);
+    assert!(logs.stderr.contains("is gone"), "{}", logs.stderr);
+    assert!(logs.stdout.contains("mover: "), "{}", logs.stdout);
     let dst = volume_dir(&client, &ns, "data-migrated").await;
     assert_eq!(manifest(&dst), manifest(&src));
 }

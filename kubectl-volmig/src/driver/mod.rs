@@ -13,10 +13,15 @@
 //! - [`follow`], [`logs`]: mover progress and results from pod logs;
 //! - [`judge`]: an attempt's fate from its pods (pure);
 //! - [`objects`]: creating and removing what attempts need;
-//! - [`run`]: the states and their steps.
+//! - [`run`]: the states, the loop and set-up; `attempt`, `ending` and
+//!   `lease`: the steps of a running attempt, of its end and the
+//!   operation's, and the record writes with the driver's heartbeat.
 
+mod attempt;
+mod ending;
 pub mod follow;
 pub mod judge;
+mod lease;
 pub mod logs;
 pub mod objects;
 mod run;
@@ -24,7 +29,8 @@ mod run;
 mod tests;
 pub mod watch;
 
-pub use run::{release_lease, Driver, DriverOptions, Outcome, State, Update};
+pub use lease::release_lease;
+pub use run::{Driver, DriverOptions, Outcome, State, Update};
 
 use crate::record::store::StoreError;
 

@@ -1,1 +1,140 @@
+//! The driver's pure parts: verdicts and backoff.
 
+use std::time::Duration;
+
+use super::ending::backoff;
+use super::judge::{judge, AttemptView, PodView, Verdict, SURVIVOR_GRACE};
+use super::logs::MoverResult;
+
+fn running(role: &'static str) -> PodView {
+    PodView {
+        name: format!("volmig-op-{role}-1"),
+        role,
+        exists: true,
+        phase: Some("Running".into()),
+        node: Some("node-1".into()),
+        running: true,
+        ..PodView::default()
+    }
+}
+
+fn exited(role: &'static str, code: i32) -> PodView {
+    PodView {
+        running: false,
+        exit_code: Some(code),
+        phase: Some(if code == 0 { "Succeeded" } else { "Failed" }.into()),
+        reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+        ..running(role)
+    }
+}
+
+fn view(receiver: PodView, sender: Option<PodView>) -> AttemptView<'static> {
+    AttemptView {
+        receiver,
+        sender,
+        start_timeout: Duration::from_secs(300),
+        ..AttemptView::default()
+    }
+}
+
+fn failed(v: &AttemptView<'_>) -> (String, bool) {
+    match judge(v) {
+        Verdict::Failed { reason, retryable } => (reason, retryable),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn both_sides_exiting_zero_is_success_and_one_is_not_enough() {
+    assert_eq!(
+        judge(&view(exited("receiver", 0), Some(exited("sender", 0)))),
+        Verdict::Succeeded
+    );
+    assert_eq!(
+        judge(&view(exited("receiver", 0), Some(running("sender")))),
+        Verdict::Wait
+    );
+    // No sender yet: the receiver alone never makes a success.
+    assert_eq!(judge(&view(running("receiver"), None)), Verdict::Wait);
+}
+
+#[test]
+fn a_killed_sender_is_the_cause_and_retryable() {
+    let v = view(exited("receiver", 10), Some(exited("sender", 137)));
+    let (reason, retryable) = failed(&v);
+    assert!(reason.starts_with("sender exited 137 (Error)"), "{reason}");
+    assert!(reason.contains("SIGKILL"), "{reason}");
+    assert!(retryable);
+}
+
+#[test]
+fn the_survivor_gets_a_grace_period_then_the_attempt_ends() {
+    let mut v = view(running("receiver"), Some(exited("sender", 137)));
+    v.one_side_finished_for = Duration::from_secs(1);
+    assert_eq!(judge(&v), Verdict::Wait);
+    v.one_side_finished_for = SURVIVOR_GRACE;
+    assert!(failed(&v).0.starts_with("sender exited 137"));
+}
+
+#[test]
+fn the_movers_own_verdict_decides_retryability_and_advice() {
+    let full = MoverResult {
+        ok: false,
+        exit_code: 11,
+        error: Some("write data/big: No space left on device (os error 28)".into()),
+        retryable: Some(false),
+        summary: None,
+    };
+    let mut v = view(exited("receiver", 11), Some(exited("sender", 13)));
+    v.receiver_result = Some(&full);
+    let (reason, retryable) = failed(&v);
+    assert!(!retryable);
+    assert!(reason.starts_with("receiver exited 11"), "{reason}");
+    assert!(reason.contains("larger --to-size"), "{reason}");
+
+    let auth = view(exited("receiver", 10), Some(exited("sender", 3)));
+    let (reason, retryable) = failed(&auth);
+    assert!(!retryable && reason.contains("key material"), "{reason}");
+}
+
+#[test]
+fn pods_that_cannot_start_fail_fast_or_time_out() {
+    let mut pull = running("receiver");
+    pull.running = false;
+    pull.reason = Some("ImagePullBackOff".into());
+    pull.message = Some("Back-off pulling image \"ghcr.io/volmig/mover:0.0.9\"".into());
+    let (reason, retryable) = failed(&view(pull, None));
+    assert!(!retryable);
+    assert!(
+        reason.contains("--mover-image") && reason.contains("0.0.9"),
+        "{reason}"
+    );
+
+    let mut pending = running("sender");
+    pending.running = false;
+    pending.phase = Some("Pending".into());
+    pending.unschedulable = Some("0/3 nodes are available: 3 node(s) had untolerated taint".into());
+    let mut v = view(running("receiver"), Some(pending));
+    assert_eq!(judge(&v), Verdict::Wait);
+    v.age = Duration::from_secs(300);
+    let (reason, retryable) = failed(&v);
+    assert!(
+        retryable && reason.contains("untolerated taint"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_deleted_pod_ends_the_attempt() {
+    let mut gone = running("receiver");
+    gone.exists = false;
+    let (reason, retryable) = failed(&view(gone, None));
+    assert!(retryable && reason.contains("was deleted"), "{reason}");
+}
+
+#[test]
+fn backoff_doubles_from_the_first_delay_up_to_five_minutes() {
+    let delays: Vec<u64> = (1..=7).map(|n| backoff(10, n).as_secs()).collect();
+    assert_eq!(delays, [10, 20, 40, 80, 160, 300, 300]);
+    assert_eq!(backoff(1, 40).as_secs(), 300);
+}

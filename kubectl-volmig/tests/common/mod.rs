@@ -345,17 +345,7 @@ pub async fn everything_volmig_made(client: &Client, ns: &str) -> Vec<String> {
 /// its spec; waits until it runs.
 pub async fn app_pod(client: &Client, ns: &str, name: &str, claim: &str, extra: Value) {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let mut pod = json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "containers": [{
-                "name": "app", "image": "busybox",
-                "command": ["sh", "-c", "while true; do sleep 1; done"],
-                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-            }],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-        },
-    });
+    let mut pod = app_pod_spec(name, claim);
     if let (Some(spec), Some(more)) = (pod["spec"].as_object_mut(), extra.as_object()) {
         for (k, v) in more {
             spec.insert(k.clone(), v.clone());
@@ -373,6 +363,21 @@ pub async fn app_pod(client: &Client, ns: &str, name: &str, claim: &str, extra: 
             .filter(|p| p == "Running")
     })
     .await;
+}
+
+/// An app pod that mounts `claim` at /data and idles.
+pub fn app_pod_spec(name: &str, claim: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "containers": [{
+                "name": "app", "image": "busybox",
+                "command": ["sh", "-c", "while true; do sleep 1; done"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    })
 }
 
 /// The latest progress event in a pod's log (bytes done), if any.

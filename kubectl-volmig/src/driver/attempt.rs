@@ -1,0 +1,287 @@
+//! The running attempt: its pods, their verdict, the app's moves, progress.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use tokio::time::Instant;
+
+use super::follow::Follower;
+use super::judge::{judge, AttemptView, PodView, Verdict};
+use super::logs::LogDigest;
+use super::objects;
+use super::run::{AttemptEnd, Driver, Outcome, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
+use super::DriverError;
+use crate::names::{self, Component};
+use crate::plan::{placement, NodePlacement};
+use crate::record::{Attempt, AttemptPhase, PodRecord, Progress};
+use crate::resources;
+
+impl Driver {
+    pub(super) async fn start_attempt(&mut self, number: u32) -> Result<State, DriverError> {
+        let sender_placement = self.current_sender_placement().await?;
+        let live = self.live_attempt(number, sender_placement.clone());
+        let attempt = Attempt {
+            number,
+            phase: AttemptPhase::Starting,
+            receiver: PodRecord {
+                name: live.receiver.clone(),
+                ..PodRecord::default()
+            },
+            sender: PodRecord {
+                name: live.sender.clone(),
+                ..PodRecord::default()
+            },
+            start_time: Some(Timestamp::now()),
+            ..Attempt::default()
+        };
+        let plan_placement = self.plan.placement.clone();
+        self.write(|vm| {
+            vm.status.attempts.retain(|a| a.number != number);
+            vm.status.attempts.push(attempt.clone());
+            let mut placement = plan_placement.clone();
+            placement.sender = sender_placement.clone();
+            vm.status.placement = Some(placement);
+        })
+        .await?;
+        let pod = resources::receiver_pod(&self.plan, number);
+        objects::create_or_get(&self.receiver_pods, &pod).await?;
+        self.live = Some(live);
+        let _ = self.updates.send(Update::AttemptStarted {
+            number,
+            sender: sender_placement,
+        });
+        Ok(State::AwaitListener { number })
+    }
+
+    /// Where the sender goes now: next to the app's pod, if it has one.
+    pub(super) async fn current_sender_placement(&self) -> Result<NodePlacement, DriverError> {
+        let source = &self.plan.spec.source;
+        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &source.namespace);
+        let claim = claims
+            .get(&source.name)
+            .await
+            .map_err(|e| DriverError::kube(format!("get claim {}", source.name), e))?;
+        let pods: Vec<Pod> = self
+            .sender_pods
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| DriverError::kube("list pods", e))?
+            .items
+            .into_iter()
+            .filter(|p| !objects::is_ours(p))
+            .collect();
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let nodes = nodes
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| DriverError::kube("list nodes", e))?
+            .items;
+        let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> =
+            Api::all(self.client.clone());
+        let volume = match &self.plan.source.volume {
+            v if v.is_empty() => None,
+            v => volumes
+                .get_opt(v)
+                .await
+                .map_err(|e| DriverError::kube(format!("get volume {v}"), e))?,
+        };
+        Ok(placement::sender(&claim, volume.as_ref(), &pods, &nodes))
+    }
+
+    pub(super) fn view(&self) -> Option<(PodView, Option<PodView>, LogDigest, Option<LogDigest>)> {
+        let live = self.live.as_ref()?;
+        let r = self
+            .watch
+            .get(&self.plan.destination.namespace, &live.receiver);
+        let receiver = PodView::new("receiver", &live.receiver, r.as_deref());
+        let sender = live.sender_log.as_ref().map(|_| {
+            let s = self
+                .watch
+                .get(&self.plan.spec.source.namespace, &live.sender);
+            PodView::new("sender", &live.sender, s.as_deref())
+        });
+        let rlog = live.receiver_log.digest();
+        let slog = live.sender_log.as_ref().map(Follower::digest);
+        Some((receiver, sender, rlog, slog))
+    }
+
+    pub(super) fn verdict(&mut self) -> Verdict {
+        let Some((mut receiver, mut sender, rlog, slog)) = self.view() else {
+            return Verdict::Wait;
+        };
+        let Some(live) = self.live.as_mut() else {
+            return Verdict::Wait;
+        };
+        live.receiver_seen |= receiver.exists;
+        receiver.exists |= !live.receiver_seen;
+        if let Some(sender) = &mut sender {
+            live.sender_seen |= sender.exists;
+            sender.exists |= !live.sender_seen;
+        }
+        let finished = [Some(&receiver), sender.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter(|p| p.exit_code.is_some())
+            .count();
+        if finished > 0 {
+            live.one_side_finished_at.get_or_insert_with(Instant::now);
+        }
+        let view = AttemptView {
+            receiver,
+            receiver_result: rlog.result.as_ref(),
+            sender,
+            sender_result: slog.as_ref().and_then(|l| l.result.as_ref()),
+            age: live.started.elapsed(),
+            one_side_finished_for: live
+                .one_side_finished_at
+                .map_or(Duration::ZERO, |t| t.elapsed()),
+            start_timeout: self.options.start_timeout,
+        };
+        judge(&view)
+    }
+
+    pub(super) async fn await_listener(&mut self, number: u32) -> Result<State, DriverError> {
+        if let Some(end) = self.concluded() {
+            return Ok(State::EndAttempt { number, end });
+        }
+        let listening = self
+            .live
+            .as_ref()
+            .is_some_and(|l| l.receiver_log.digest().listening);
+        if !listening {
+            self.idle().await?;
+            return Ok(State::AwaitListener { number });
+        }
+        let placement = self
+            .live
+            .as_ref()
+            .map(|l| l.sender_placement.clone())
+            .unwrap_or_else(|| self.plan.placement.sender.clone());
+        let pod = resources::sender_pod(&self.plan, number, &placement, &self.receiver_address);
+        objects::create_or_get(&self.sender_pods, &pod).await?;
+        let name = names::pod_name(&self.plan.operation, Component::Sender, number);
+        self.follow_sender(name);
+        self.write(|vm| {
+            if let Some(a) = vm.status.attempts.iter_mut().find(|a| a.number == number) {
+                a.phase = AttemptPhase::Running;
+            }
+        })
+        .await?;
+        if self.options.detach {
+            self.release().await?;
+            return Ok(self.detach());
+        }
+        Ok(State::Transfer { number })
+    }
+
+    pub(super) fn detach(&mut self) -> State {
+        self.outcome = Some(Outcome::Detached(Box::new(self.record.clone())));
+        State::Done
+    }
+
+    /// The verdict as an attempt end, if the attempt is over.
+    pub(super) fn concluded(&mut self) -> Option<AttemptEnd> {
+        match self.verdict() {
+            Verdict::Wait => None,
+            Verdict::Succeeded => Some(AttemptEnd {
+                phase: AttemptPhase::Succeeded,
+                reason: None,
+                retryable: None,
+            }),
+            Verdict::Failed { reason, retryable } => Some(AttemptEnd {
+                phase: AttemptPhase::Failed,
+                reason: Some(reason),
+                retryable: Some(retryable),
+            }),
+        }
+    }
+
+    pub(super) async fn transfer(&mut self, number: u32) -> Result<State, DriverError> {
+        if let Some(end) = self.concluded() {
+            return Ok(State::EndAttempt { number, end });
+        }
+        if let Some(end) = self.app_moved().await? {
+            return Ok(State::EndAttempt { number, end });
+        }
+        self.idle().await?;
+        Ok(State::Transfer { number })
+    }
+
+    /// Ends the attempt when the app's pod now runs on another node than
+    /// the sender was placed on (a ReadWriteOnce source follows its app).
+    pub(super) async fn app_moved(&mut self) -> Result<Option<AttemptEnd>, DriverError> {
+        let due = self
+            .live
+            .as_ref()
+            .is_some_and(|l| l.placement_checked.elapsed() >= PLACEMENT_EVERY);
+        if !due {
+            return Ok(None);
+        }
+        let now = self.current_sender_placement().await?;
+        let Some(live) = self.live.as_mut() else {
+            return Ok(None);
+        };
+        live.placement_checked = Instant::now();
+        let moved = now.node.is_some() && now.node != live.sender_placement.node;
+        if !moved {
+            return Ok(None);
+        }
+        let reason = format!(
+            "the app moved to node {}: the sender follows it ({})",
+            now.node.as_deref().unwrap_or("?"),
+            now.reason
+        );
+        Ok(Some(AttemptEnd {
+            phase: AttemptPhase::Replaced,
+            reason: Some(reason),
+            retryable: Some(true),
+        }))
+    }
+
+    /// Waits for news (a pod change, a log line) or a tick, keeping the
+    /// record's progress and heartbeat fresh.
+    pub(super) async fn idle(&mut self) -> Result<(), DriverError> {
+        self.report_progress();
+        if self.written.elapsed() >= RECORD_EVERY {
+            self.heartbeat().await?;
+        }
+        let wake = self.watch.wake.clone();
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(TICK) => {}
+        }
+        Ok(())
+    }
+
+    pub(super) fn progress(&self) -> Option<Progress> {
+        let live = self.live.as_ref()?;
+        let digest = live.receiver_log.digest();
+        digest.progress.as_ref().map(progress_of)
+    }
+
+    pub(super) fn report_progress(&self) {
+        if let (Some(progress), Some(live)) = (self.progress(), &self.live) {
+            let _ = self.updates.send(Update::Progress {
+                attempt: live.number,
+                progress,
+            });
+        }
+    }
+}
+
+pub(super) fn progress_of(p: &mover::stats::Progress) -> Progress {
+    Progress {
+        bytes_done: p.bytes_done,
+        bytes_total: p.bytes_total,
+        files_done: p.files_done,
+        files_total: p.files_total,
+        listing_done: p.listing_done,
+        rate: p.rate,
+        eta_seconds: p.eta_s,
+        current: p.current.clone(),
+        updated: Some(Timestamp::now()),
+    }
+}

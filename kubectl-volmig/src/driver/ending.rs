@@ -1,0 +1,253 @@
+//! Ending an attempt (record it, delete its pods, choose what is next) and
+//! ending the operation.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams};
+use tokio::time::Instant;
+
+use super::attempt::progress_of;
+use super::judge::PodView;
+use super::logs::LogDigest;
+use super::objects;
+use super::run::{AttemptEnd, Driver, Outcome, State, Update, MAX_BACKOFF, POD_GONE_WAIT};
+use super::DriverError;
+use crate::events::Severity;
+use crate::names::{self, Component};
+use crate::record::{Attempt, AttemptPhase, Phase, PodRecord, Summary};
+
+impl Driver {
+    pub(super) async fn end_attempt(
+        &mut self,
+        number: u32,
+        end: AttemptEnd,
+    ) -> Result<State, DriverError> {
+        // Taken again after an API error, the step records only once.
+        let recorded = self
+            .record
+            .status
+            .attempts
+            .iter()
+            .any(|a| a.number == number && a.phase.is_over());
+        if !recorded {
+            self.record_end(number, &end).await?;
+        }
+        // The pods go; their logs' tails stay in the record.
+        self.live = None;
+        let receiver_name = names::pod_name(&self.plan.operation, Component::Receiver, number);
+        let sender_name = names::pod_name(&self.plan.operation, Component::Sender, number);
+        objects::delete_pods(&self.sender_pods, &[sender_name], POD_GONE_WAIT).await?;
+        objects::delete_pods(&self.receiver_pods, &[receiver_name], POD_GONE_WAIT).await?;
+        Ok(self.after(number, end).await)
+    }
+
+    /// Writes how attempt `number` ended: its pods, bytes, log tails.
+    pub(super) async fn record_end(
+        &mut self,
+        number: u32,
+        end: &AttemptEnd,
+    ) -> Result<(), DriverError> {
+        let (receiver, sender, rlog, slog) = self.final_view().await;
+        let started = self.live.as_ref().map(|l| l.started);
+        let elapsed = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let progress = rlog.progress.as_ref().map(progress_of);
+        let resumed = rlog.first_progress.as_ref().map_or(0, |p| p.bytes_resumed);
+        let mut tail: Vec<String> = rlog
+            .tail()
+            .into_iter()
+            .map(|l| format!("receiver: {l}"))
+            .collect();
+        if let Some(s) = &slog {
+            tail.extend(s.tail().into_iter().map(|l| format!("sender: {l}")));
+        }
+        let summary = rlog
+            .result
+            .as_ref()
+            .and_then(|r| r.summary.as_ref())
+            .map(summary_of);
+        let end_for_record = end;
+        let mut ended: Option<Attempt> = None;
+        self.write(|vm| {
+            if let Some(p) = &progress {
+                vm.status.progress = Some(p.clone());
+            }
+            if let Some(a) = vm.status.attempts.iter_mut().find(|a| a.number == number) {
+                a.phase = end_for_record.phase;
+                a.reason = end_for_record.reason.clone();
+                a.retryable = end_for_record.retryable;
+                a.end_time = Some(Timestamp::now());
+                a.elapsed_seconds = elapsed;
+                a.receiver = pod_record(&receiver);
+                if let Some(s) = &sender {
+                    a.sender = pod_record(s);
+                }
+                a.bytes_resumed = resumed;
+                if let Some(p) = &progress {
+                    a.bytes_done = p.bytes_done;
+                    a.bytes_total = p.bytes_total;
+                    a.rate = p.rate;
+                }
+                a.log_tail = tail.clone();
+                ended = Some(a.clone());
+            }
+            vm.status.elapsed_seconds = vm.status.attempts.iter().map(|a| a.elapsed_seconds).sum();
+            if end_for_record.phase == AttemptPhase::Succeeded {
+                vm.status.summary = summary.clone();
+            }
+        })
+        .await?;
+        if let Some(a) = ended {
+            let _ = self.updates.send(Update::AttemptEnded(Box::new(a)));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn after(&mut self, number: u32, end: AttemptEnd) -> State {
+        let reason = end.reason.clone().unwrap_or_default();
+        match end.phase {
+            AttemptPhase::Succeeded => State::Finish {
+                phase: Phase::Succeeded,
+                message: None,
+            },
+            AttemptPhase::Replaced => State::StartAttempt { number: number + 1 },
+            _ if end.retryable == Some(false) => State::Finish {
+                phase: Phase::Failed,
+                message: Some(format!(
+                    "attempt {number} failed and a retry cannot fix it: {reason}"
+                )),
+            },
+            _ => {
+                self.failures += 1;
+                let limit = self.plan.spec.retry.backoff_limit;
+                let msg = format!("attempt {number} failed: {reason}");
+                self.post(Severity::Warning, "AttemptFailed", &msg).await;
+                if self.failures > limit {
+                    return State::Finish {
+                        phase: Phase::Failed,
+                        message: Some(format!(
+                            "gave up after {} failed attempts (--backoff-limit {limit}); the last: {reason}",
+                            self.failures
+                        )),
+                    };
+                }
+                let delay = backoff(self.plan.spec.retry.backoff_seconds, self.failures);
+                let _ = self.updates.send(Update::Backoff {
+                    next: number + 1,
+                    delay,
+                });
+                State::Backoff {
+                    next: number + 1,
+                    until: Instant::now() + delay,
+                }
+            }
+        }
+    }
+
+    /// The pods' last states and their whole logs (a follower may have
+    /// missed the end).
+    pub(super) async fn final_view(
+        &self,
+    ) -> (PodView, Option<PodView>, LogDigest, Option<LogDigest>) {
+        let (receiver, sender, mut rlog, mut slog) = self.view().unwrap_or_default();
+        if rlog.result.is_none() {
+            if let Some(d) = full_log(&self.receiver_pods, &receiver.name).await {
+                rlog = d;
+            }
+        }
+        if let (Some(s), true) = (&sender, slog.as_ref().is_none_or(|l| l.result.is_none())) {
+            if let Some(d) = full_log(&self.sender_pods, &s.name).await {
+                slog = Some(d);
+            }
+        }
+        (receiver, sender, rlog, slog)
+    }
+
+    pub(super) async fn finish(
+        &mut self,
+        phase: Phase,
+        message: Option<String>,
+    ) -> Result<State, DriverError> {
+        let op = self.plan.operation.clone();
+        let namespaces = [
+            self.plan.destination.namespace.as_str(),
+            self.plan.spec.source.namespace.as_str(),
+        ];
+        objects::cleanup(&self.client, &op, &namespaces).await?;
+        let msg = message.clone();
+        self.write(|vm| {
+            vm.status.phase = phase;
+            vm.status.message = msg.clone();
+            vm.status.completion_time = Some(Timestamp::now());
+        })
+        .await?;
+        self.release().await?;
+        let (severity, reason, text) = match phase {
+            Phase::Succeeded => (
+                Severity::Normal,
+                "MigrationSucceeded",
+                format!(
+                    "copied to {}/{}",
+                    self.plan.destination.namespace, self.plan.destination.name
+                ),
+            ),
+            _ => (
+                Severity::Warning,
+                "MigrationFailed",
+                message.unwrap_or_default(),
+            ),
+        };
+        self.post(severity, reason, &text).await;
+        self.outcome = Some(Outcome::Finished(Box::new(self.record.clone())));
+        Ok(State::Done)
+    }
+}
+
+async fn full_log(api: &Api<Pod>, name: &str) -> Option<LogDigest> {
+    let params = LogParams {
+        container: Some("mover".into()),
+        ..LogParams::default()
+    };
+    api.logs(name, &params)
+        .await
+        .ok()
+        .map(|t| LogDigest::from_text(&t))
+}
+
+/// The delay before the attempt after the `failures`-th failure: doubling
+/// from `first_seconds`, at most five minutes.
+pub fn backoff(first_seconds: u32, failures: u32) -> Duration {
+    let factor = 1u64 << failures.saturating_sub(1).min(16);
+    Duration::from_secs(u64::from(first_seconds).saturating_mul(factor)).min(MAX_BACKOFF)
+}
+
+pub(super) fn summary_of(s: &mover::stats::Summary) -> Summary {
+    Summary {
+        entries: s.entries_total,
+        files: s.files_total,
+        bytes: s.bytes_total,
+        files_transferred: s.files_transferred,
+        files_up_to_date: s.files_up_to_date,
+        bytes_literal: s.bytes_literal,
+        bytes_matched: s.bytes_matched,
+        bytes_on_wire: s.bytes_on_wire,
+        deleted: s.deleted,
+        verified_entries: s.verify.as_ref().map(|v| v.entries),
+        manifest: s.verify.as_ref().map(|v| v.manifest.clone()),
+    }
+}
+
+pub(super) fn pod_record(view: &PodView) -> PodRecord {
+    PodRecord {
+        name: view.name.clone(),
+        node: view.node.clone(),
+        phase: Some(if view.exists {
+            view.phase.clone().unwrap_or_else(|| "Pending".into())
+        } else {
+            "Deleted".into()
+        }),
+        exit_code: view.exit_code,
+        reason: view.reason.clone(),
+    }
+}

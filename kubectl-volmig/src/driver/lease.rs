@@ -1,0 +1,113 @@
+//! The driver's writes to the record (with its heartbeat, so other clients
+//! know it is alive) and its Events.
+
+use jiff::Timestamp;
+use tokio::time::Instant;
+
+use super::run::Driver;
+use super::DriverError;
+use crate::events::Severity;
+use crate::record::store::{RecordStore, StoreError};
+use crate::record::{Driver as Lease, Phase, VolumeMigration};
+
+impl Driver {
+    /// Writes the latest progress and the driver's heartbeat.
+    pub(super) async fn heartbeat(&mut self) -> Result<(), DriverError> {
+        let progress = self.progress();
+        let number = self.live.as_ref().map(|l| l.number);
+        self.write(|vm| {
+            if let Some(p) = &progress {
+                vm.status.progress = Some(p.clone());
+                if let Some(a) = vm
+                    .status
+                    .attempts
+                    .iter_mut()
+                    .find(|a| Some(a.number) == number)
+                {
+                    a.bytes_done = p.bytes_done;
+                    a.bytes_total = p.bytes_total;
+                    a.rate = p.rate;
+                }
+            }
+        })
+        .await
+    }
+
+    /// Changes the record (re-read on conflict), with the heartbeat; stops
+    /// with [`DriverError::Aborted`] once someone has aborted the operation.
+    pub(super) async fn write(
+        &mut self,
+        mut change: impl FnMut(&mut VolumeMigration),
+    ) -> Result<(), DriverError> {
+        let lease = Lease {
+            holder: self.options.holder.clone(),
+            heartbeat: Timestamp::now(),
+        };
+        let result = self
+            .store
+            .update(&self.plan.operation, |vm| {
+                if vm.status.phase == Phase::Aborted {
+                    return Err(StoreError::Changed("the operation was aborted".into()));
+                }
+                change(vm);
+                vm.status.driver = Some(lease.clone());
+                Ok(())
+            })
+            .await;
+        match result {
+            Ok(vm) => {
+                self.record = vm;
+                self.written = Instant::now();
+                Ok(())
+            }
+            Err(StoreError::Changed(_)) => Err(DriverError::Aborted),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Gives up the lease: another client may drive now.
+    pub(super) async fn release(&mut self) -> Result<(), DriverError> {
+        let vm = self
+            .store
+            .update(&self.plan.operation, |vm| {
+                vm.status.driver = None;
+                Ok(())
+            })
+            .await?;
+        self.record = vm;
+        Ok(())
+    }
+
+    pub(super) async fn post(&self, severity: Severity, reason: &str, message: &str) {
+        let destination = crate::spec::ClaimRef {
+            namespace: self.plan.destination.namespace.clone(),
+            name: self.plan.destination.name.clone(),
+        };
+        self.events
+            .post(
+                &[&self.plan.spec.source, &destination],
+                severity,
+                reason,
+                message,
+            )
+            .await;
+    }
+}
+
+/// Releases `holder`'s lease on `op` (after Ctrl-C), if it still holds it.
+pub async fn release_lease(store: &RecordStore, op: &str, holder: &str) -> Result<(), StoreError> {
+    store
+        .update(op, |vm| {
+            if vm
+                .status
+                .driver
+                .as_ref()
+                .is_some_and(|d| d.holder == holder)
+            {
+                vm.status.driver = None;
+            }
+            Ok(())
+        })
+        .await
+        .map(|_| ())
+}
