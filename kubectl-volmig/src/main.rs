@@ -27,9 +27,9 @@ fn main() {
     let code = runtime.block_on(async {
         match cli::run(cli).await {
             Ok(code) => code,
+            // Each error's message carries its causes already.
             Err(e) => {
-                let err = anyhow::Error::new(e);
-                eprintln!("error: {err:#}");
+                eprintln!("error: {e}");
                 cli::exit::ERROR
             }
         }

@@ -40,9 +40,9 @@ pub async fn drive(
         _ = tokio::signal::ctrl_c() => None,
     };
     let _ = reporter.await;
+    let store = RecordStore::new(cluster.client.clone(), &ns);
     match result {
         None => {
-            let store = RecordStore::new(cluster.client.clone(), &ns);
             if let Err(e) = release_lease(&store, &op, &holder).await {
                 tracing::warn!("cannot release the operation: {e}");
             }
@@ -52,7 +52,14 @@ pub async fn drive(
             );
             Ok(exit::INTERRUPTED)
         }
-        Some(Err(e)) => Err(e.into()),
+        Some(Err(e)) => {
+            // Let the next `resume` start at once instead of waiting for
+            // this lease to go stale.
+            if let Err(e) = release_lease(&store, &op, &holder).await {
+                tracing::debug!("cannot release the operation: {e}");
+            }
+            Err(e.into())
+        }
         Some(Ok(Outcome::Detached(vm))) => {
             eprintln!(
                 "detached: attempt {} runs in the cluster.\n\
@@ -182,17 +189,17 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let op = &args.operation;
     let vm = store.get(op).await?;
-    if vm.status.phase.is_final() {
+    if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
         return Err(CliError::Usage(format!(
-            "operation {op} has already {}; nothing to abort",
-            vm.status.phase.as_str().to_lowercase()
+            "operation {op} is {} already; nothing to abort",
+            vm.status.phase.as_str()
         )));
     }
     let tails = running_tails(cluster, &vm).await;
     let who = super::holder();
     let vm = store
         .update(op, |vm| {
-            if vm.status.phase.is_final() {
+            if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
                 return Err(StoreError::Changed(format!(
                     "operation {op} ended ({}) meanwhile",
                     vm.status.phase.as_str()

@@ -137,18 +137,21 @@ fn print_dry_run(plan: &Plan, output: Output) -> Result<(), CliError> {
         Output::Json => {
             let text =
                 serde_json::to_string_pretty(&list).map_err(|e| CliError::Print(e.to_string()))?;
-            println!("{text}");
+            super::out(&format!(
+                "{text}
+"
+            ));
         }
         Output::Yaml => {
             let text =
                 serde_saphyr::to_string(&list).map_err(|e| CliError::Print(e.to_string()))?;
-            print!("{text}");
+            super::out(&text);
         }
         Output::Table => {
-            print!("{}", plan_text(plan));
-            println!("would create (nothing was created; -o yaml shows the objects):");
+            super::out(&plan_text(plan));
+            super::out("would create (nothing was created; -o yaml shows the objects):\n");
             for item in list["items"].as_array().into_iter().flatten() {
-                println!("  {}", describe_object(item));
+                super::out(&format!("  {}\n", describe_object(item)));
             }
         }
     }

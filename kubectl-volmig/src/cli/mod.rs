@@ -42,7 +42,7 @@ pub mod exit {
 pub enum CliError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
-    #[error("{0}")]
+    #[error(transparent)]
     Refused(#[from] plan::Refusal),
     #[error(transparent)]
     Driver(Box<DriverError>),
@@ -107,6 +107,17 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Abort(args) => control::abort(&cluster, args, output).await,
         Command::Cleanup(args) => control::cleanup(&cluster, args).await,
     }
+}
+
+/// Writes `text` to stdout. `false` once stdout is gone (`| head`): the
+/// caller stops printing instead of panicking as `print!` would.
+pub(crate) fn out(text: &str) -> bool {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .is_ok()
 }
 
 /// The plan a record was made from.

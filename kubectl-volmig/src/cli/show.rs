@@ -19,9 +19,9 @@ pub fn print_one(vm: &VolumeMigration, output: Output) -> Result<(), CliError> {
         Output::Json => print::to_json(ops, true).map_err(|e| CliError::Print(e.to_string()))?,
         Output::Yaml => print::to_yaml(ops, true).map_err(|e| CliError::Print(e.to_string()))?,
     };
-    print!("{text}");
+    super::out(&text);
     if !text.ends_with('\n') {
-        println!();
+        super::out("\n");
     }
     Ok(())
 }
@@ -48,7 +48,7 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
         Output::Json => print::to_json(&ops, false).map_err(|e| CliError::Print(e.to_string()))?,
         Output::Yaml => print::to_yaml(&ops, false).map_err(|e| CliError::Print(e.to_string()))?,
     };
-    print!("{text}");
+    super::out(&text);
     Ok(exit::OK)
 }
 
@@ -81,12 +81,13 @@ pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
             Role::Receiver => (&attempt.receiver.name, &vm.spec.destination.namespace),
             Role::Sender => (&attempt.sender.name, &vm.spec.source.namespace),
         };
-        if several {
-            println!(
-                "==> {} {name} (attempt {}) <==",
-                role_name(*role),
-                attempt.number
-            );
+        let header = format!(
+            "==> {} {name} (attempt {}) <==\n",
+            role_name(*role),
+            attempt.number
+        );
+        if several && !super::out(&header) {
+            break;
         }
         let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
         if !print_pod_log(&api, name, args.follow).await? {
@@ -125,14 +126,16 @@ async fn print_pod_log(api: &Api<Pod>, name: &str, follow: bool) -> Result<bool,
             .map_err(|e| CliError::kube(format!("follow the log of {name}"), e))?;
         let mut lines = stream.lines();
         while let Some(Ok(line)) = lines.next().await {
-            println!("{line}");
+            if !super::out(&format!("{line}\n")) {
+                break;
+            }
         }
     } else {
         let text = api
             .logs(name, &params)
             .await
             .map_err(|e| CliError::kube(format!("read the log of {name}"), e))?;
-        print!("{text}");
+        super::out(&text);
     }
     Ok(true)
 }
@@ -150,6 +153,8 @@ fn print_recorded(attempt: &Attempt, role: Role, name: &str) {
         lines.len()
     );
     for line in lines {
-        println!("{line}");
+        if !super::out(&format!("{line}\n")) {
+            break;
+        }
     }
 }

@@ -225,7 +225,15 @@ impl Driver {
             return Ok(None);
         };
         live.placement_checked = Instant::now();
-        let moved = now.node.is_some() && now.node != live.sender_placement.node;
+        // Where the sender is: where it was placed, or (unpinned) where the
+        // scheduler put it.
+        let sender_node = live.sender_placement.node.clone().or_else(|| {
+            let pod = self
+                .watch
+                .get(&self.plan.spec.source.namespace, &live.sender)?;
+            pod.spec.as_ref()?.node_name.clone()
+        });
+        let moved = now.node.is_some() && now.node != sender_node;
         if !moved {
             return Ok(None);
         }

@@ -77,8 +77,13 @@ impl Driver {
                 a.phase = end_for_record.phase;
                 a.reason = end_for_record.reason.clone();
                 a.retryable = end_for_record.retryable;
-                a.end_time = Some(Timestamp::now());
-                a.elapsed_seconds = elapsed;
+                let now = Timestamp::now();
+                a.end_time = Some(now);
+                // From the recorded start: an adopted attempt began before
+                // this driver did.
+                a.elapsed_seconds = a
+                    .start_time
+                    .map_or(elapsed, |t| now.duration_since(t).as_secs_f64().max(0.0));
                 a.receiver = pod_record(&receiver);
                 if let Some(s) = &sender {
                     a.sender = pod_record(s);

@@ -80,7 +80,8 @@ impl PodView {
         }
         let detail = self.message.as_deref().unwrap_or("");
         let advice = match reason {
-            "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" => {
+            // ErrImagePull alone may be a registry hiccup the kubelet retries.
+            "ImagePullBackOff" | "InvalidImageName" => {
                 "check --mover-image and that the nodes can pull it"
             }
             "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError" => {
@@ -229,6 +230,8 @@ fn describe_exit(code: i32) -> &'static str {
     match code {
         137 => "killed (SIGKILL: out of memory, node failure or a manual kill)",
         143 => "terminated (SIGTERM)",
+        23 => "some entries could not be read or written, or verification found differences (see the log tail)",
+        24 => "source files vanished or changed while they were read (is the app writing?)",
         _ => "no error message in the log",
     }
 }
@@ -240,14 +243,16 @@ fn advice(code: i32, error: &str) -> Option<&'static str> {
         3 => "the operation's key material was refused: run `kubectl volmig cleanup` for it and migrate again",
         2 => "the two movers do not speak the same protocol: use one --mover-image for both",
         11 if has("No space") || has("ENOSPC") || has("quota") => {
-            "the destination is full: migrate again with a larger --to-size"
+            "the destination is full: expand its claim if the storage class allows, or delete it \
+             (kubectl volmig cleanup, then kubectl delete pvc) and migrate again with a larger --to-size"
         }
         11 if has("ermission denied") || has("not permitted") => {
             "permission denied: the mover needs root with the capabilities listed in docs/security.md (PodSecurity may forbid them)"
         }
         11 if has("Read-only") => "the destination volume is read-only",
         1 if has("stale") || has("older") => {
-            "a pod of an earlier attempt is still running: delete it (kubectl volmig cleanup) and resume"
+            "a mover pod of an earlier attempt is still running: delete it \
+             (kubectl delete pods -l volmig.io/operation=<operation>) and resume"
         }
         _ => return None,
     })

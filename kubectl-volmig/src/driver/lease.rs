@@ -15,19 +15,28 @@ impl Driver {
     pub(super) async fn heartbeat(&mut self) -> Result<(), DriverError> {
         let progress = self.progress();
         let number = self.live.as_ref().map(|l| l.number);
+        // Where the pods run, as soon as they are scheduled.
+        let nodes = self
+            .view()
+            .map(|(r, s, _, _)| (r.node, s.and_then(|s| s.node)));
         self.write(|vm| {
+            let Some(a) = vm
+                .status
+                .attempts
+                .iter_mut()
+                .find(|a| Some(a.number) == number)
+            else {
+                return;
+            };
+            if let Some((receiver, sender)) = &nodes {
+                a.receiver.node = a.receiver.node.take().or(receiver.clone());
+                a.sender.node = a.sender.node.take().or(sender.clone());
+            }
             if let Some(p) = &progress {
                 vm.status.progress = Some(p.clone());
-                if let Some(a) = vm
-                    .status
-                    .attempts
-                    .iter_mut()
-                    .find(|a| Some(a.number) == number)
-                {
-                    a.bytes_done = p.bytes_done;
-                    a.bytes_total = p.bytes_total;
-                    a.rate = p.rate;
-                }
+                a.bytes_done = p.bytes_done;
+                a.bytes_total = p.bytes_total;
+                a.rate = p.rate;
             }
         })
         .await
@@ -39,15 +48,33 @@ impl Driver {
         &mut self,
         mut change: impl FnMut(&mut VolumeMigration),
     ) -> Result<(), DriverError> {
+        let now = Timestamp::now();
         let lease = Lease {
             holder: self.options.holder.clone(),
-            heartbeat: Timestamp::now(),
+            heartbeat: now,
         };
+        // The first write claims the lease (resume has checked that no one
+        // holds it, or was told to --force); later ones keep it, and stop
+        // once another client has taken it over.
+        let claiming = !self.holds_lease;
+        let mut taken_by = None;
         let result = self
             .store
             .update(&self.plan.operation, |vm| {
                 if vm.status.phase == Phase::Aborted {
                     return Err(StoreError::Changed("the operation was aborted".into()));
+                }
+                if let Some(other) = vm
+                    .status
+                    .driver
+                    .as_ref()
+                    .filter(|d| !claiming && d.holder != lease.holder && d.is_live(now))
+                {
+                    taken_by = Some(other.holder.clone());
+                    return Err(StoreError::Changed(format!(
+                        "taken over by {}",
+                        other.holder
+                    )));
                 }
                 change(vm);
                 vm.status.driver = Some(lease.clone());
@@ -58,22 +85,35 @@ impl Driver {
             Ok(vm) => {
                 self.record = vm;
                 self.written = Instant::now();
+                self.holds_lease = true;
                 Ok(())
             }
-            Err(StoreError::Changed(_)) => Err(DriverError::Aborted),
+            Err(StoreError::Changed(_)) => match taken_by {
+                Some(holder) => Err(DriverError::TakenOver(holder)),
+                None => Err(DriverError::Aborted),
+            },
             Err(e) => Err(e.into()),
         }
     }
 
     /// Gives up the lease: another client may drive now.
     pub(super) async fn release(&mut self) -> Result<(), DriverError> {
+        let holder = self.options.holder.clone();
         let vm = self
             .store
             .update(&self.plan.operation, |vm| {
-                vm.status.driver = None;
+                if vm
+                    .status
+                    .driver
+                    .as_ref()
+                    .is_some_and(|d| d.holder == holder)
+                {
+                    vm.status.driver = None;
+                }
                 Ok(())
             })
             .await?;
+        self.holds_lease = false;
         self.record = vm;
         Ok(())
     }

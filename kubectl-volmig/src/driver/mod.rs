@@ -52,6 +52,9 @@ pub enum DriverError {
     /// Someone ran `kubectl volmig abort`: the record says Aborted.
     #[error("the operation was aborted")]
     Aborted,
+    /// Another client took the operation over (`resume --force`).
+    #[error("{0} has taken this operation over (resume --force); this client stops driving it")]
+    TakenOver(String),
 }
 
 impl From<StoreError> for DriverError {
@@ -77,7 +80,10 @@ impl DriverError {
                 _ => true,
             },
             DriverError::Record(e) => e.is_retryable(),
-            DriverError::Keys(_) | DriverError::Conflict(_) | DriverError::Aborted => false,
+            DriverError::Keys(_)
+            | DriverError::Conflict(_)
+            | DriverError::Aborted
+            | DriverError::TakenOver(_) => false,
         }
     }
 }

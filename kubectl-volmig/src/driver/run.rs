@@ -145,6 +145,8 @@ pub struct Driver {
     pub(super) record: VolumeMigration,
     pub(super) written: Instant,
     pub(super) outcome: Option<Outcome>,
+    /// Whether this driver's lease is in the record.
+    pub(super) holds_lease: bool,
 }
 
 impl Driver {
@@ -184,6 +186,7 @@ impl Driver {
             record,
             written: Instant::now(),
             outcome: None,
+            holds_lease: false,
         }
     }
 

@@ -260,7 +260,7 @@ pub struct Driver {
 }
 
 impl Driver {
-    pub const STALE_SECONDS: i64 = 30;
+    pub const STALE_SECONDS: i64 = 60;
 
     pub fn is_live(&self, now: Timestamp) -> bool {
         now.duration_since(self.heartbeat).as_secs() < Self::STALE_SECONDS

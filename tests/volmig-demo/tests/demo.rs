@@ -10,7 +10,11 @@ fn the_demo_migrates_the_apps_claim_and_says_what_happened() {
         .expect("volmig-demo runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
     let text = format!("{stdout}{stderr}");
     for want in ["What happened", "node-2", "identical", "Succeeded"] {
         assert!(text.contains(want), "{want:?} missing from:\n{text}");
