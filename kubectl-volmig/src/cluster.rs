@@ -70,3 +70,22 @@ pub async fn connect(args: &ClusterArgs) -> Result<Cluster, ClusterError> {
     let client = Client::try_from(config)?;
     Ok(Cluster { client, namespace })
 }
+
+/// What the API server said, in words: an API error's message (what
+/// kubectl prints), else the client error. kube's own `Display` of an API
+/// error appends the whole Status in Debug form.
+pub fn kube_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) if !status.message.is_empty() => {
+            let advice = match status.code {
+                403 if status.message.contains("PodSecurity") => {
+                    "; the mover pods need the `baseline` Pod Security level (see docs/security.md)"
+                }
+                403 => "; ask for the permissions listed in docs/kubectl-volmig.md",
+                _ => "",
+            };
+            format!("{}{advice}", status.message)
+        }
+        other => other.to_string(),
+    }
+}

@@ -51,6 +51,21 @@ impl Recorder {
     }
 }
 
+/// The API server refuses an Event with `eventTime` whose message is longer.
+const MESSAGE_LIMIT: usize = 1024;
+
+/// `text` cut to at most `limit` bytes, at a character boundary, marked.
+fn truncate(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit - "...".len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
 /// The Event object (pure).
 pub fn event(
     claim: &ClaimRef,
@@ -87,7 +102,10 @@ pub fn event(
             ..ObjectReference::default()
         },
         reason: Some(reason.to_string()),
-        message: Some(format!("{message} (operation {operation})")),
+        message: Some(truncate(
+            &format!("{message} (operation {operation})"),
+            MESSAGE_LIMIT,
+        )),
         type_: Some(match severity {
             Severity::Normal => "Normal".into(),
             Severity::Warning => "Warning".into(),
@@ -104,5 +122,41 @@ pub fn event(
         action: Some(reason.to_string()),
         count: Some(1),
         ..Event::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_valid_for_the_api_server() {
+        let claim = ClaimRef {
+            namespace: "ns".into(),
+            name: "data".into(),
+        };
+        let long = "é".repeat(2000);
+        let e = event(
+            &claim,
+            Some("uid-1".into()),
+            "op-1",
+            Severity::Warning,
+            "AttemptFailed",
+            &long,
+        );
+        let message = e.message.expect("message");
+        assert!(
+            message.len() <= MESSAGE_LIMIT && message.ends_with("..."),
+            "{}",
+            message.len()
+        );
+        assert_eq!(e.involved_object.uid.as_deref(), Some("uid-1"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        let name = e.metadata.name.expect("name");
+        assert!(
+            name.starts_with("data.") && name.len() > "data.".len(),
+            "{name}"
+        );
+        assert_eq!(truncate("short", 10), "short");
     }
 }

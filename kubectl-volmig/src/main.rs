@@ -6,16 +6,19 @@ use volmig::cli::{self, Cli};
 
 fn main() {
     let cli = Cli::parse();
-    let level = match cli.verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
+    // Other crates (kube's client among them) speak only from -v on: the
+    // errors that matter reach the user through volmig's own messages.
+    let directives = match cli.verbose {
+        0 => "volmig=warn,off",
+        1 => "volmig=info,warn",
+        _ => "volmig=debug,info",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("VOLMIG_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("volmig={level},warn")));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directives));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -99,8 +99,13 @@ pub fn new_operation_id(source: &str, random: [u8; 5]) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     // "volmig-" + op + "-receiver-" + up to 4 digits ≤ 63
     let keep = 63 - "volmig-".len() - "-receiver-9999".len() - 6;
-    let stem: String = source.chars().take(keep).collect();
-    let stem = stem.trim_end_matches(['-', '.']);
+    // Service names are DNS-1035 labels: a claim's dots become dashes.
+    let stem: String = source
+        .chars()
+        .take(keep)
+        .map(|c| if c == '.' { '-' } else { c })
+        .collect();
+    let stem = stem.trim_end_matches('-');
     let suffix: String = random
         .iter()
         .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
@@ -139,6 +144,8 @@ mod tests {
         assert!(op.len() <= 63);
         assert_eq!(new_operation_id("data-", [0; 5]), "data-bbbbb");
         assert_eq!(new_operation_id("", [0; 5]), "op-bbbbb");
+        assert_eq!(new_operation_id("data.v1", [0; 5]), "data-v1-bbbbb");
+        assert_eq!(new_operation_id("1.2.", [0; 5]), "1-2-bbbbb");
     }
 
     #[test]

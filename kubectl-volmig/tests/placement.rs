@@ -174,6 +174,17 @@ async fn migrations_that_cannot_work_are_refused_before_anything_is_created() {
     claim(&client, &ns, "solo", "ReadWriteOncePod", "1Gi").await;
     app_pod(&client, &ns, "solo-app", "solo", json!({})).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    // A claim no volume will bind, and a destination the user made.
+    let pending: PersistentVolumeClaim = common::object(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "waiting"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }));
+    claims
+        .create(&PostParams::default(), &pending)
+        .await
+        .expect("claim");
+    claim(&client, &ns, "theirs", "ReadWriteOnce", "1Gi").await;
     let before = claims
         .list(&Default::default())
         .await
@@ -181,7 +192,7 @@ async fn migrations_that_cannot_work_are_refused_before_anything_is_created() {
         .items
         .len();
 
-    let cases: [(&[&str], &[&str]); 4] = [
+    let cases: [(&[&str], &[&str]); 6] = [
         (
             &["migrate", "data", "--to-size", "10Mi"],
             &["10Mi", "1Gi", "--allow-shrink"],
@@ -192,6 +203,11 @@ async fn migrations_that_cannot_work_are_refused_before_anything_is_created() {
         ),
         (&["migrate", "solo"], &["ReadWriteOncePod", "solo-app"]),
         (&["migrate", "missing"], &["missing", "not found"]),
+        (&["migrate", "waiting"], &["waiting", "Pending", "Bound"]),
+        (
+            &["migrate", "data", "--to", "theirs"],
+            &["theirs", "--reuse"],
+        ),
     ];
     for (args, words) in cases {
         let run = common::volmig(&env, args).await;

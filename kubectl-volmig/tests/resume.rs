@@ -106,6 +106,17 @@ async fn abort_keeps_the_data_and_resume_finishes_it() {
     .await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     let op = run.operation().metadata.name;
+    // One operation at a time per destination.
+    let second = common::volmig(&env, &["migrate", "data", "--mover-image", MOVER_IMAGE]).await;
+    assert_eq!(second.code, 1, "{}", second.stderr);
+    assert!(
+        second
+            .stderr
+            .contains(&format!("kubectl volmig resume {op}")),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(records(&client, &ns).await.len(), 1);
     let receiver = pod_name(&op, Component::Receiver, 1);
     wait_until("bytes moving", || async {
         progress_in_log(&client, &ns, &receiver)

@@ -18,19 +18,35 @@ use crate::spec;
 )]
 pub struct Cli {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        help_heading = "Global options"
+    )]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use.
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        help_heading = "Global options"
+    )]
     pub context: Option<String>,
     /// Namespace (default: the context's). Operations live in their destination namespace.
-    #[arg(short = 'n', long, global = true, value_name = "NS")]
+    #[arg(
+        short = 'n',
+        long,
+        global = true,
+        value_name = "NS",
+        help_heading = "Global options"
+    )]
     pub namespace: Option<String>,
     /// Output format for commands that print operations.
-    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table, help_heading = "Global options")]
     pub output: Output,
     /// Log what volmig does on stderr (-v: info, -vv: debug).
-    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count)]
+    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count, help_heading = "Global options")]
     pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
@@ -151,6 +167,7 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
+    /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
     #[arg(value_name = "OP")]
     pub operation: String,
     /// The attempt (default: the latest).
@@ -172,6 +189,7 @@ pub enum Role {
 
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
+    /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
     #[arg(value_name = "OP")]
     pub operation: String,
     /// Return once the next attempt has started.
@@ -187,12 +205,14 @@ pub struct ResumeArgs {
 
 #[derive(Debug, Args)]
 pub struct OpArgs {
+    /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
     #[arg(value_name = "OP")]
     pub operation: String,
 }
 
 #[derive(Debug, Args)]
 pub struct CleanupArgs {
+    /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
     #[arg(value_name = "OP")]
     pub operation: String,
     /// Clean up even an operation another client is driving.

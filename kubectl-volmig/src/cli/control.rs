@@ -37,7 +37,7 @@ pub async fn drive(
     let driver = Driver::new(cluster.client.clone(), plan, record, options, tx);
     let result = tokio::select! {
         r = driver.run() => Some(r),
-        _ = tokio::signal::ctrl_c() => None,
+        () = super::interrupted() => None,
     };
     let _ = reporter.await;
     let store = RecordStore::new(cluster.client.clone(), &ns);
@@ -180,7 +180,7 @@ async fn observe(store: &RecordStore, op: &str, output: Output) -> Result<Option
         }
         tokio::select! {
             () = tokio::time::sleep(Duration::from_secs(2)) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(Some(exit::INTERRUPTED)),
+            () = super::interrupted() => return Ok(Some(exit::INTERRUPTED)),
         }
     }
 }
@@ -232,6 +232,11 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
         vm.spec.source.namespace.as_str(),
     ];
     objects::cleanup(&cluster.client, op, &namespaces).await?;
+    // A resume right after must not meet a receiver still writing its
+    // final checkpoint.
+    if !objects::wait_pods_gone(&cluster.client, op, &namespaces, Duration::from_secs(60)).await? {
+        eprintln!("warning: some of operation {op}'s pods are still terminating");
+    }
     let destination = ClaimRef {
         namespace: vm.spec.destination.namespace.clone(),
         name: vm.spec.destination.name.clone(),

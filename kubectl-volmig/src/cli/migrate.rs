@@ -20,6 +20,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     let spec = spec_of(&args, &cluster.namespace);
     let operation = names::generate_operation_id(&spec.source.name);
     let inputs = gather::inputs(&cluster.client, &spec).await?;
+    refuse_busy_destination(cluster, &spec).await?;
     let plan = plan::plan(&spec, &operation, &inputs)?;
     if args.dry_run {
         print_dry_run(&plan, output)?;
@@ -37,6 +38,32 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         fresh_budget: true,
     };
     super::control::drive(cluster, plan, record, options, output).await
+}
+
+/// Refuses a destination another operation has not finished with: two
+/// receivers would write one tree, each discarding the other's checkpoint.
+async fn refuse_busy_destination(cluster: &Cluster, spec: &MigrationSpec) -> Result<(), CliError> {
+    let dest = &spec.destination;
+    let records = RecordStore::new(cluster.client.clone(), &dest.namespace)
+        .list()
+        .await?;
+    let busy = records.iter().find(|r| {
+        r.spec.destination.namespace == dest.namespace
+            && r.spec.destination.name == dest.name
+            && !r.status.phase.is_final()
+    });
+    match busy {
+        None => Ok(()),
+        Some(r) => Err(CliError::Usage(format!(
+            "operation {op} ({phase}) copies into {ns}/{name} already: resume it \
+             (kubectl volmig resume {op} -n {ns}), or remove it first \
+             (kubectl volmig abort {op} -n {ns}; kubectl volmig cleanup {op} -n {ns})",
+            op = r.metadata.name,
+            phase = r.status.phase.as_str(),
+            ns = dest.namespace,
+            name = dest.name
+        ))),
+    }
 }
 
 /// The spec from the flags; `namespace` is -n's (or the context's).

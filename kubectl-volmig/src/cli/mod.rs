@@ -48,9 +48,10 @@ pub enum CliError {
     Driver(Box<DriverError>),
     #[error(transparent)]
     Record(Box<StoreError>),
-    #[error("cannot {action}: {source}")]
+    #[error("cannot {action}: {message}")]
     Kube {
         action: String,
+        message: String,
         #[source]
         source: Box<kube::Error>,
     },
@@ -76,6 +77,7 @@ impl CliError {
     pub fn kube(action: impl Into<String>, source: kube::Error) -> CliError {
         CliError::Kube {
             action: action.into(),
+            message: crate::cluster::kube_message(&source),
             source: Box::new(source),
         }
     }
@@ -106,6 +108,24 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Resume(args) => control::resume(&cluster, args, output).await,
         Command::Abort(args) => control::abort(&cluster, args, output).await,
         Command::Cleanup(args) => control::cleanup(&cluster, args).await,
+    }
+}
+
+/// Resolves on Ctrl-C, SIGTERM (`timeout`, a stopping container) or SIGHUP
+/// (a closed terminal): each leaves an operation running in the cluster.
+pub(crate) async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        _ = hup.recv() => {}
     }
 }
 

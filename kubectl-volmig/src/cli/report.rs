@@ -106,7 +106,7 @@ pub async fn show(mode: Mode, attempts_allowed: u32, mut updates: UnboundedRecei
 fn rate_and_eta(p: &Progress) -> String {
     let mut s = format!("{}/s", human_bytes(p.rate as f64));
     if let Some(eta) = p.eta_seconds {
-        s.push_str(&format!(", ETA {eta}s"));
+        s.push_str(&format!(", ETA {}", duration(eta)));
     }
     if let Some(current) = &p.current {
         s.push_str(&format!("  {current}"));
@@ -130,4 +130,40 @@ pub fn line(attempt: u32, p: &Progress) -> String {
         p.files_total,
         rate_and_eta(p)
     )
+}
+
+/// `45s`, `12m05s`, `3h02m`.
+pub fn duration(seconds: u64) -> String {
+    match seconds {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_say_how_far_how_fast_and_how_long() {
+        assert_eq!(duration(45), "45s");
+        assert_eq!(duration(725), "12m05s");
+        assert_eq!(duration(10_920), "3h02m");
+        let p = Progress {
+            bytes_done: 512 * 1024 * 1024,
+            bytes_total: 2048 * 1024 * 1024,
+            files_done: 10,
+            files_total: 40,
+            listing_done: true,
+            rate: 50 * 1024 * 1024,
+            eta_seconds: Some(31),
+            current: Some("db/base/1.dat".into()),
+            updated: None,
+        };
+        assert_eq!(
+            line(2, &p),
+            "attempt 2: 512.0 MiB / 2.0 GiB (25%), 10 files of 40, 50.0 MiB/s, ETA 31s  db/base/1.dat"
+        );
+    }
 }

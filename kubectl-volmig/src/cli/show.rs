@@ -115,7 +115,7 @@ async fn print_pod_log(api: &Api<Pod>, name: &str, follow: bool) -> Result<bool,
         return Ok(false);
     }
     let params = LogParams {
-        container: Some("mover".into()),
+        container: Some(crate::resources::CONTAINER.into()),
         follow,
         ..LogParams::default()
     };

@@ -45,6 +45,7 @@ impl Driver {
             vm.status.placement = Some(placement);
         })
         .await?;
+        objects::route_to_attempt(&self.client, &self.plan, number).await?;
         let pod = resources::receiver_pod(&self.plan, number);
         objects::create_or_get(&self.receiver_pods, &pod).await?;
         self.live = Some(live);
@@ -135,6 +136,7 @@ impl Driver {
             sender,
             sender_result: slog.as_ref().and_then(|l| l.result.as_ref()),
             age: live.started.elapsed(),
+            sender_age: live.sender_created.map_or(Duration::ZERO, |t| t.elapsed()),
             one_side_finished_for: live
                 .one_side_finished_at
                 .map_or(Duration::ZERO, |t| t.elapsed()),
@@ -152,6 +154,9 @@ impl Driver {
             .as_ref()
             .is_some_and(|l| l.receiver_log.digest().listening);
         if !listening {
+            if let Some(end) = self.silent_receiver() {
+                return Ok(State::EndAttempt { number, end });
+            }
             self.idle().await?;
             return Ok(State::AwaitListener { number });
         }
@@ -162,6 +167,9 @@ impl Driver {
             .unwrap_or_else(|| self.plan.placement.sender.clone());
         let pod = resources::sender_pod(&self.plan, number, &placement, &self.receiver_address);
         objects::create_or_get(&self.sender_pods, &pod).await?;
+        if let Some(live) = self.live.as_mut() {
+            live.sender_created = Some(Instant::now());
+        }
         let name = names::pod_name(&self.plan.operation, Component::Sender, number);
         self.follow_sender(name);
         self.write(|vm| {
@@ -175,6 +183,26 @@ impl Driver {
             return Ok(self.detach());
         }
         Ok(State::Transfer { number })
+    }
+
+    /// A receiver that runs but whose log never says it listens: the log
+    /// cannot be read (pods/log forbidden, API server cut off from the
+    /// kubelet), or the mover is stuck. Waiting longer will not help.
+    fn silent_receiver(&self) -> Option<AttemptEnd> {
+        let live = self.live.as_ref()?;
+        let pod = self
+            .watch
+            .get(&self.plan.destination.namespace, &live.receiver)?;
+        let running = PodView::new("receiver", &live.receiver, Some(&pod)).running;
+        (running && live.started.elapsed() >= self.options.start_timeout).then(|| AttemptEnd {
+            phase: AttemptPhase::Failed,
+            reason: Some(format!(
+                "receiver {} runs, but its log never said it listens: check that you may read \
+                 pods/log (kubectl logs {} -n {}) and that the API server reaches the kubelet",
+                live.receiver, live.receiver, self.plan.destination.namespace
+            )),
+            retryable: Some(false),
+        })
     }
 
     pub(super) fn detach(&mut self) -> State {

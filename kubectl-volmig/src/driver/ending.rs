@@ -38,8 +38,21 @@ impl Driver {
         self.live = None;
         let receiver_name = names::pod_name(&self.plan.operation, Component::Receiver, number);
         let sender_name = names::pod_name(&self.plan.operation, Component::Sender, number);
-        objects::delete_pods(&self.sender_pods, &[sender_name], POD_GONE_WAIT).await?;
-        objects::delete_pods(&self.receiver_pods, &[receiver_name], POD_GONE_WAIT).await?;
+        // Side by side: the wait stays shorter than a lease's life.
+        let (sender, receiver) = tokio::join!(
+            objects::delete_pods(
+                &self.sender_pods,
+                std::slice::from_ref(&sender_name),
+                POD_GONE_WAIT
+            ),
+            objects::delete_pods(
+                &self.receiver_pods,
+                std::slice::from_ref(&receiver_name),
+                POD_GONE_WAIT
+            ),
+        );
+        sender?;
+        receiver?;
         Ok(self.after(number, end).await)
     }
 
@@ -84,8 +97,11 @@ impl Driver {
                 a.elapsed_seconds = a
                     .start_time
                     .map_or(elapsed, |t| now.duration_since(t).as_secs_f64().max(0.0));
-                a.receiver = pod_record(&receiver);
-                if let Some(s) = &sender {
+                // A view of pods never seen keeps the recorded names.
+                if !receiver.name.is_empty() {
+                    a.receiver = pod_record(&receiver);
+                }
+                if let Some(s) = sender.as_ref().filter(|s| !s.name.is_empty()) {
                     a.sender = pod_record(s);
                 }
                 a.bytes_resumed = resumed;
@@ -174,6 +190,8 @@ impl Driver {
         phase: Phase,
         message: Option<String>,
     ) -> Result<State, DriverError> {
+        // Still ours? (A client that took over must not lose its pods.)
+        self.heartbeat().await?;
         let op = self.plan.operation.clone();
         let namespaces = [
             self.plan.destination.namespace.as_str(),
@@ -211,7 +229,7 @@ impl Driver {
 
 async fn full_log(api: &Api<Pod>, name: &str) -> Option<LogDigest> {
     let params = LogParams {
-        container: Some("mover".into()),
+        container: Some(crate::resources::CONTAINER.into()),
         ..LogParams::default()
     };
     api.logs(name, &params)

@@ -43,7 +43,7 @@ impl Drop for Follower {
 async fn follow(api: Api<Pod>, name: String, digest: Arc<Mutex<LogDigest>>, wake: Arc<Notify>) {
     let params = LogParams {
         follow: true,
-        container: Some("mover".into()),
+        container: Some(crate::resources::CONTAINER.into()),
         ..LogParams::default()
     };
     loop {

@@ -48,7 +48,12 @@ impl PodView {
             .flatten()
             .find(|c| c.type_ == "PodScheduled" && c.status == "False")
             .map(|c| c.message.clone().unwrap_or_default());
-        let container = status.container_statuses.iter().flatten().next();
+        // By name: injected sidecars sort before `mover`.
+        let container = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .find(|c| c.name == crate::resources::CONTAINER);
         if let Some(state) = container.and_then(|c| c.state.as_ref()) {
             if let Some(t) = &state.terminated {
                 view.exit_code = Some(t.exit_code);
@@ -59,6 +64,20 @@ impl PodView {
                 view.message = w.message.clone();
             } else if state.running.is_some() {
                 view.running = true;
+            }
+        }
+        // A pod that failed as a whole (evicted, node shut down, ...) has
+        // no terminated container to tell it.
+        if view.exit_code.is_none() {
+            match status.phase.as_deref() {
+                Some("Failed") => {
+                    view.exit_code = Some(-1);
+                    view.running = false;
+                    view.reason = status.reason.clone().or(view.reason.take());
+                    view.message = status.message.clone().or(view.message.take());
+                }
+                Some("Succeeded") => view.exit_code = Some(0),
+                _ => {}
             }
         }
         view
@@ -118,8 +137,10 @@ pub struct AttemptView<'a> {
     /// `None` until the sender is created.
     pub sender: Option<PodView>,
     pub sender_result: Option<&'a MoverResult>,
-    /// Since the attempt's first pod was created.
+    /// Since the attempt's first pod (the receiver) was created.
     pub age: Duration,
+    /// Since the sender was created.
+    pub sender_age: Duration,
     /// Since one side finished while the other had not.
     pub one_side_finished_for: Duration,
     /// How long a pod may take to start.
@@ -163,24 +184,46 @@ pub fn judge(view: &AttemptView<'_>) -> Verdict {
     if all_done {
         return Verdict::Succeeded;
     }
-    if view.age >= view.start_timeout {
-        if let Some((pod, _)) = sides.iter().find(|(p, _)| !p.started()) {
-            let why = pod
-                .unschedulable
-                .clone()
-                .filter(|m| !m.is_empty())
-                .or_else(|| pod.reason.clone())
-                .unwrap_or_else(|| "no reason given".into());
+    // One side finished cleanly, the other goes on: it should have ended
+    // with the session.
+    if view.one_side_finished_for >= SURVIVOR_GRACE * 3 {
+        if let Some((pod, _)) = sides.iter().find(|(p, _)| !p.finished()) {
             return Verdict::Failed {
                 reason: format!(
-                    "{} pod {} did not start within {}s: {why}",
+                    "{} {} still runs {}s after the other side finished",
                     pod.role,
                     pod.name,
-                    view.start_timeout.as_secs()
+                    view.one_side_finished_for.as_secs()
                 ),
                 retryable: true,
             };
         }
+    }
+    // Each pod's start timeout counts from its own creation.
+    let late = |p: &PodView| {
+        let age = if p.role == "sender" {
+            view.sender_age
+        } else {
+            view.age
+        };
+        !p.started() && age >= view.start_timeout
+    };
+    if let Some((pod, _)) = sides.iter().find(|(p, _)| late(p)) {
+        let why = pod
+            .unschedulable
+            .clone()
+            .filter(|m| !m.is_empty())
+            .or_else(|| pod.reason.clone())
+            .unwrap_or_else(|| "no reason given".into());
+        return Verdict::Failed {
+            reason: format!(
+                "{} pod {} did not start within {}s: {why}",
+                pod.role,
+                pod.name,
+                view.start_timeout.as_secs()
+            ),
+            retryable: true,
+        };
     }
     Verdict::Wait
 }

@@ -37,9 +37,10 @@ use crate::record::store::StoreError;
 /// Why the driver stopped without finishing the operation.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    #[error("cannot {action}: {source}")]
+    #[error("cannot {action}: {message}")]
     Kube {
         action: String,
+        message: String,
         #[source]
         source: Box<kube::Error>,
     },
@@ -67,6 +68,7 @@ impl DriverError {
     pub fn kube(action: impl Into<String>, source: kube::Error) -> DriverError {
         DriverError::Kube {
             action: action.into(),
+            message: crate::cluster::kube_message(&source),
             source: Box::new(source),
         }
     }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -112,6 +112,22 @@ pub async fn ensure_service(client: &Client, plan: &Plan) -> Result<String, Driv
     Ok(format!("{ip}:{}", names::MOVER_PORT))
 }
 
+/// Points the Service at attempt `number`'s receiver only: a receiver of
+/// an earlier attempt that is still going away must not get the sender.
+pub async fn route_to_attempt(
+    client: &Client,
+    plan: &Plan,
+    number: u32,
+) -> Result<(), DriverError> {
+    let api: Api<Service> = Api::namespaced(client.clone(), &plan.destination.namespace);
+    let name = names::service_name(&plan.operation);
+    let patch = serde_json::json!({"spec": {"selector": {names::ATTEMPT_KEY: number.to_string()}}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| DriverError::kube(format!("route Service {name} to attempt {number}"), e))?;
+    Ok(())
+}
+
 /// Deletes the pods `names` (if there) and waits up to `wait` for them to
 /// be gone, so the next attempt's receiver is the only writer of the
 /// destination.
@@ -194,6 +210,38 @@ where
         }
     }
     Ok(n)
+}
+
+/// Waits up to `wait` until operation `op` has no pods left in
+/// `namespaces` (a receiver writes its last checkpoint while it goes).
+/// `false` if some are still there.
+pub async fn wait_pods_gone(
+    client: &Client,
+    op: &str,
+    namespaces: &[&str],
+    wait: Duration,
+) -> Result<bool, DriverError> {
+    let selector = names::operation_selector(op);
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let mut left = 0;
+        for ns in namespaces {
+            let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+            left += api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| DriverError::kube("list the operation's pods", e))?
+                .items
+                .len();
+        }
+        if left == 0 {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The component label of a pod, as volmig set it.

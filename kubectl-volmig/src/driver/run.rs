@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::Client;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
@@ -124,6 +124,8 @@ pub(super) struct Live {
     /// Whether the pod watch has shown each pod yet: one just created may
     /// not be in the store for a moment, and is not "deleted" then.
     pub(super) receiver_seen: bool,
+    /// When the sender was created (its own start timeout counts from it).
+    pub(super) sender_created: Option<Instant>,
     pub(super) sender_seen: bool,
 }
 
@@ -195,6 +197,7 @@ impl Driver {
         let mut state = State::Setup;
         // Since when the API server has been failing, if it is.
         let mut failing: Option<Instant> = None;
+        let mut finishing = false;
         loop {
             tracing::debug!(?state, "step");
             state = match self.step(state.clone()).await {
@@ -204,8 +207,14 @@ impl Driver {
                     next
                 }
                 Err(DriverError::Aborted) => {
-                    let record = self.store.get(&self.plan.operation).await?;
+                    // abort removed the pods it saw; one created since goes now.
                     self.live = None;
+                    let namespaces = [
+                        self.plan.destination.namespace.as_str(),
+                        self.plan.spec.source.namespace.as_str(),
+                    ];
+                    objects::cleanup(&self.client, &self.plan.operation, &namespaces).await?;
+                    let record = self.store.get(&self.plan.operation).await?;
                     return Ok(Outcome::Finished(Box::new(record)));
                 }
                 // Every step can be taken again: ride out a restarting or
@@ -217,6 +226,20 @@ impl Driver {
                     tracing::warn!("{e}; trying again");
                     tokio::time::sleep(TICK * 2).await;
                     state
+                }
+                // A failure no retry fixes (a refused pod, a conflicting
+                // claim) ends the operation Failed, cleaned up and recorded.
+                Err(e)
+                    if !finishing
+                        && !matches!(e, DriverError::TakenOver(_))
+                        && !e.is_retryable() =>
+                {
+                    finishing = true;
+                    self.live = None;
+                    State::Finish {
+                        phase: Phase::Failed,
+                        message: Some(e.to_string()),
+                    }
                 }
                 Err(e) => return Err(e),
             };
@@ -267,13 +290,55 @@ impl Driver {
             self.post(Severity::Normal, "MigrationStarted", &msg).await;
         }
         self.watch.ready().await;
+        let adopt = self
+            .record
+            .status
+            .attempts
+            .last()
+            .filter(|a| !a.phase.is_over())
+            .map(|a| a.number);
+        self.sweep_pods_except(adopt).await?;
+        self.resume_point().await
+    }
+
+    /// Deletes (and waits out) the pods of every attempt but `keep`: left
+    /// by a driver interrupted while it ended an attempt, they would be a
+    /// second writer of the destination.
+    async fn sweep_pods_except(&self, keep: Option<u32>) -> Result<(), DriverError> {
+        let selector = names::operation_selector(&self.plan.operation);
+        for api in [&self.receiver_pods, &self.sender_pods] {
+            let pods = api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| DriverError::kube("list the operation's pods", e))?;
+            let stale: Vec<String> = pods
+                .items
+                .iter()
+                .filter(|p| {
+                    let attempt = p
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(names::ATTEMPT_KEY));
+                    keep.is_none_or(|n| attempt != Some(&n.to_string()))
+                })
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            objects::delete_pods(api, &stale, POD_GONE_WAIT).await?;
+        }
+        Ok(())
+    }
+
+    /// Where a run starts: the last attempt's outcome decides, or its pods
+    /// are adopted, or a new attempt starts.
+    async fn resume_point(&mut self) -> Result<State, DriverError> {
         let Some(last) = self.record.status.attempts.last().cloned() else {
             return Ok(State::StartAttempt { number: 1 });
         };
         if last.phase.is_over() {
-            return Ok(State::StartAttempt {
+            return Ok(self.decided_by(&last).unwrap_or(State::StartAttempt {
                 number: last.number + 1,
-            });
+            }));
         }
         // A previous driver left this attempt: adopt its pods.
         let receiver = self
@@ -282,7 +347,7 @@ impl Driver {
         let sender = self
             .watch
             .get(&self.plan.spec.source.namespace, &last.sender.name);
-        let Some(_) = receiver else {
+        if receiver.is_none() {
             return Ok(State::EndAttempt {
                 number: last.number,
                 end: AttemptEnd {
@@ -291,7 +356,7 @@ impl Driver {
                     retryable: Some(true),
                 },
             });
-        };
+        }
         let sender_placement = self
             .record
             .status
@@ -299,16 +364,46 @@ impl Driver {
             .as_ref()
             .map_or_else(|| self.plan.placement.sender.clone(), |p| p.sender.clone());
         self.live = Some(self.live_attempt(last.number, sender_placement));
-        if sender.is_some() {
-            let name = last.sender.name.clone();
-            self.follow_sender(name);
-            Ok(State::Transfer {
+        if sender.is_none() {
+            return Ok(State::AwaitListener {
                 number: last.number,
-            })
-        } else {
-            Ok(State::AwaitListener {
-                number: last.number,
-            })
+            });
+        }
+        self.follow_sender(last.sender.name.clone());
+        if self.options.detach {
+            self.release().await?;
+            return Ok(self.detach());
+        }
+        Ok(State::Transfer {
+            number: last.number,
+        })
+    }
+
+    /// What an ended attempt already decided, when a driver stopped before
+    /// acting on it: the operation succeeded, or failed for good.
+    fn decided_by(&self, last: &Attempt) -> Option<State> {
+        let reason = last.reason.clone().unwrap_or_default();
+        match last.phase {
+            AttemptPhase::Succeeded => Some(State::Finish {
+                phase: Phase::Succeeded,
+                message: None,
+            }),
+            _ if self.options.fresh_budget => None,
+            AttemptPhase::Failed if last.retryable == Some(false) => Some(State::Finish {
+                phase: Phase::Failed,
+                message: Some(format!(
+                    "attempt {} failed and a retry cannot fix it: {reason}",
+                    last.number
+                )),
+            }),
+            _ if self.failures > self.plan.spec.retry.backoff_limit => Some(State::Finish {
+                phase: Phase::Failed,
+                message: Some(format!(
+                    "gave up after {} failed attempts (--backoff-limit {}); the last: {reason}",
+                    self.failures, self.plan.spec.retry.backoff_limit
+                )),
+            }),
+            _ => None,
         }
     }
 
@@ -330,6 +425,7 @@ impl Driver {
             one_side_finished_at: None,
             placement_checked: Instant::now(),
             receiver_seen: false,
+            sender_created: None,
             sender_seen: false,
         }
     }

@@ -116,7 +116,10 @@ fn pods_that_cannot_start_fail_fast_or_time_out() {
     pending.unschedulable = Some("0/3 nodes are available: 3 node(s) had untolerated taint".into());
     let mut v = view(running("receiver"), Some(pending));
     assert_eq!(judge(&v), Verdict::Wait);
+    // The sender's own clock counts, not the receiver's.
     v.age = Duration::from_secs(300);
+    assert_eq!(judge(&v), Verdict::Wait);
+    v.sender_age = Duration::from_secs(300);
     let (reason, retryable) = failed(&v);
     assert!(
         retryable && reason.contains("untolerated taint"),

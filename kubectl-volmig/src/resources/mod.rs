@@ -19,7 +19,7 @@ mod tests;
 
 pub use claim::{destination_claim, SOURCE_ANNOTATION};
 pub use keys::{keys_secret, redacted_keys_secret, REDACTED};
-pub use pods::{receiver_pod, sender_pod, PLACEMENT_REASON_ANNOTATION};
+pub use pods::{receiver_pod, sender_pod, CONTAINER, PLACEMENT_REASON_ANNOTATION};
 pub use service::service;
 
 use std::collections::BTreeMap;

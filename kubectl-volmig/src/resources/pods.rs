@@ -23,7 +23,8 @@ pub const PLACEMENT_REASON_ANNOTATION: &str = "volmig.io/placement-reason";
 
 /// The node label the placement's required affinity matches.
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
-const CONTAINER: &str = "mover";
+/// The mover container's name in both pods.
+pub const CONTAINER: &str = "mover";
 const DATA_DIR: &str = "/data";
 const TLS_DIR: &str = "/tls";
 /// Key files are readable by their owner (root) only.
@@ -215,10 +216,13 @@ fn pod(
     meta.labels
         .get_or_insert_with(BTreeMap::new)
         .insert(names::ATTEMPT_KEY.to_string(), attempt.to_string());
-    meta.annotations = Some(string_map([(
-        PLACEMENT_REASON_ANNOTATION,
-        placement.reason.as_str(),
-    )]));
+    // Service meshes would add a proxy the mover does not need, and which
+    // would keep the pod running after the mover exits.
+    meta.annotations = Some(string_map([
+        (PLACEMENT_REASON_ANNOTATION, placement.reason.as_str()),
+        ("sidecar.istio.io/inject", "false"),
+        ("linkerd.io/inject", "disabled"),
+    ]));
 
     let read_only = role == Role::Sender;
     Pod {

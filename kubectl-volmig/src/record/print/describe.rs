@@ -6,7 +6,7 @@ use jiff::Timestamp;
 
 use super::format::{age, bytes, bytes_compact, columns, elapsed, percent, rate};
 use crate::plan::{ClaimAction, NodePlacement};
-use crate::record::{Attempt, AttemptPhase, Progress, Summary, VolumeMigration};
+use crate::record::{Attempt, AttemptPhase, Phase, Progress, Summary, VolumeMigration};
 
 /// Where values start, as kubectl's describe aligns them.
 const KEY_WIDTH: usize = 15;
@@ -100,6 +100,15 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
                 "{} (gone: last heartbeat {} ago)",
                 d.holder,
                 age(Some(d.heartbeat), now)
+            ),
+        ),
+        // Nobody finishes a running operation without a driver.
+        None if matches!(status.phase, Phase::Running | Phase::Pending) => out.field(
+            0,
+            "Driver",
+            format!(
+                "none: finish it with kubectl volmig resume {} -n {}",
+                vm.metadata.name, vm.metadata.namespace
             ),
         ),
         None => out.field(0, "Driver", "none"),
