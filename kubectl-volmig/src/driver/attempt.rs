@@ -245,7 +245,14 @@ impl Driver {
             .live
             .as_ref()
             .is_some_and(|l| l.placement_checked.elapsed() >= PLACEMENT_EVERY);
-        if !due {
+        // Any node mounts a shared source: there is nothing to follow.
+        let shared = self
+            .plan
+            .source
+            .access_modes
+            .iter()
+            .any(|m| m == "ReadWriteMany" || m == "ReadOnlyMany");
+        if !due || shared {
             return Ok(None);
         }
         let now = self.current_sender_placement().await?;

@@ -242,16 +242,29 @@ fn unused(volume: Option<&PersistentVolume>, nodes: &[Node], users: &[&Pod]) -> 
             names.join(", ")
         )
     };
+    let mut tolerations = Vec::new();
     match volume.and_then(required_affinity) {
-        Some(pin) => reason.push_str(&format!(
-            ": the scheduler chooses; its volume {}, which the scheduler honours",
-            pin.describe(nodes)
-        )),
+        Some(pin) => {
+            reason.push_str(&format!(
+                ": the scheduler chooses; its volume {}, which the scheduler honours",
+                pin.describe(nodes)
+            ));
+            // The volume's one node may be tainted: the sender must go there.
+            if let [only] = pin.nodes(nodes).as_slice() {
+                let node = nodes
+                    .iter()
+                    .find(|n| n.metadata.name.as_deref() == Some(only));
+                tolerations = node.map(tolerations_for).unwrap_or_default();
+            }
+        }
         None => reason.push_str(
             ": the scheduler chooses (a node-local volume's node affinity still applies)",
         ),
     }
-    unpinned(reason)
+    NodePlacement {
+        tolerations,
+        ..unpinned(reason)
+    }
 }
 
 fn unpinned(reason: String) -> NodePlacement {

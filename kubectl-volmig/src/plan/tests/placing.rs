@@ -127,6 +127,11 @@ fn an_unused_source_is_placed_by_the_scheduler_and_its_volume_s_affinity() {
         &sender.reason,
         &["not in use", "pinned to node-2 by node affinity"],
     );
+    // The volume's node is tainted: the sender must be allowed there.
+    assert_eq!(
+        sender.tolerations,
+        [toleration("dedicated", "db", "NoSchedule")]
+    );
 }
 
 #[test]
