@@ -5,14 +5,12 @@
 mod common;
 
 use common::{
-    app_pod, claim, env, env_with, everything_volmig_made, manifest, progress_in_log, records,
-    seed, volume_dir, wait_until, MOVER_IMAGE,
+    app_pod, claim, env, env_with, everything_volmig_made, manifest, seed, volume_dir, MOVER_IMAGE,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube_sandbox::sandbox::Taint;
 use serde_json::json;
-use volmig::names::{pod_name, Component};
 use volmig::record::{AttemptPhase, Phase};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -94,35 +92,19 @@ async fn the_sender_follows_the_app_to_its_new_node() {
     )
     .await;
 
-    let child = common::spawn_volmig(
-        &env,
-        &[
-            "migrate",
-            "db",
-            "--mover-image",
-            MOVER_IMAGE,
-            "--bwlimit",
-            "1M",
-            "--backoff",
-            "1",
-            "-o",
-            "json",
-        ],
-    );
-    let op = wait_until("the record", || async {
-        records(&client, &ns)
-            .await
-            .first()
-            .map(|r| r.metadata.name.clone())
-    })
-    .await;
-    let receiver = pod_name(&op, Component::Receiver, 1);
-    wait_until("bytes moving", || async {
-        progress_in_log(&client, &ns, &receiver)
-            .await
-            .filter(|b| *b > 0)
-    })
-    .await;
+    let args = [
+        "migrate",
+        "db",
+        "--mover-image",
+        MOVER_IMAGE,
+        "--bwlimit",
+        "1M",
+        "--backoff",
+        "1",
+        "-o",
+        "json",
+    ];
+    let (child, _) = common::start_moving(&env, &client, &args, 1).await;
     // The app is rescheduled to node-3; its new pod waits for the volume
     // the sender still holds on node-2, until the sender follows it.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

@@ -3,11 +3,7 @@
 
 mod common;
 
-use common::{
-    claim, env, leftovers, manifest, progress_in_log, records, seed, volume_dir, wait_until,
-    MOVER_IMAGE,
-};
-use volmig::names::{pod_name, Component};
+use common::{claim, env, leftovers, manifest, records, seed, volume_dir, wait_until, MOVER_IMAGE};
 use volmig::record::{AttemptPhase, Phase};
 
 const MIB: u64 = 1024 * 1024;
@@ -21,31 +17,15 @@ async fn ctrl_c_leaves_it_running_and_resume_reattaches() {
     let src = volume_dir(&client, &ns, "data").await;
     seed(&src, 12, MIB as usize);
 
-    let child = common::spawn_volmig(
-        &env,
-        &[
-            "migrate",
-            "data",
-            "--mover-image",
-            MOVER_IMAGE,
-            "--bwlimit",
-            "2M",
-        ],
-    );
-    let op = wait_until("the record", || async {
-        records(&client, &ns)
-            .await
-            .first()
-            .map(|r| r.metadata.name.clone())
-    })
-    .await;
-    let receiver = pod_name(&op, Component::Receiver, 1);
-    wait_until("bytes moving", || async {
-        progress_in_log(&client, &ns, &receiver)
-            .await
-            .filter(|b| *b > 0)
-    })
-    .await;
+    let args = [
+        "migrate",
+        "data",
+        "--mover-image",
+        MOVER_IMAGE,
+        "--bwlimit",
+        "2M",
+    ];
+    let (child, op) = common::start_moving(&env, &client, &args, 1).await;
     let pid = child.id().expect("pid") as i32;
     // SAFETY: kill(2) takes plain integers.
     unsafe { libc::kill(pid, libc::SIGINT) };
@@ -117,13 +97,7 @@ async fn abort_keeps_the_data_and_resume_finishes_it() {
         second.stderr
     );
     assert_eq!(records(&client, &ns).await.len(), 1);
-    let receiver = pod_name(&op, Component::Receiver, 1);
-    wait_until("bytes moving", || async {
-        progress_in_log(&client, &ns, &receiver)
-            .await
-            .filter(|b| *b >= 2 * MIB)
-    })
-    .await;
+    common::await_progress(&client, &ns, &op, 1, 2 * MIB).await;
 
     let run = common::volmig(&env, &["abort", &op, "-o", "json"]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);

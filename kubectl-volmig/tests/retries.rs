@@ -3,9 +3,7 @@
 
 mod common;
 
-use common::{
-    claim, env, manifest, progress_in_log, records, seed, volume_dir, wait_until, MOVER_IMAGE,
-};
+use common::{claim, env, manifest, seed, volume_dir, MOVER_IMAGE};
 use volmig::names::{pod_name, Component};
 use volmig::record::{AttemptPhase, Phase};
 
@@ -36,26 +34,13 @@ async fn killed_senders_resume_from_the_checkpoint() {
             "json",
         ],
     );
-    let op = wait_until("the record", || async {
-        records(&client, &ns)
-            .await
-            .first()
-            .map(|r| r.metadata.name.clone())
-    })
-    .await;
+    let op = common::first_operation(&client, &ns).await;
     // Kill attempt 1's sender, then attempt 2's, each once it has moved
     // a few MiB more than the last.
     let mut floor = 0;
     for attempt in 1..=2 {
-        let receiver = pod_name(&op, Component::Receiver, attempt);
         let sender = pod_name(&op, Component::Sender, attempt);
-        let want = floor + 4 * MIB;
-        floor = wait_until(&format!("attempt {attempt} past {want} bytes"), || async {
-            progress_in_log(&client, &ns, &receiver)
-                .await
-                .filter(|b| *b >= want)
-        })
-        .await;
+        floor = common::await_progress(&client, &ns, &op, attempt, floor + 4 * MIB).await;
         assert!(
             floor < total,
             "attempt {attempt} finished before it was killed"

@@ -281,64 +281,75 @@ pub async fn records(client: &Client, ns: &str) -> Vec<VolumeMigration> {
 /// Everything volmig made in `ns` that an ended operation must not leave:
 /// pods, Services, Secrets (by the managed-by label).
 pub async fn leftovers(client: &Client, ns: &str) -> Vec<String> {
-    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=kubectl-volmig");
-    let mut out = Vec::new();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    out.extend(
-        pods.list(&lp)
-            .await
-            .expect("pods")
-            .items
-            .into_iter()
-            .map(|p| format!("pod/{}", p.metadata.name.unwrap_or_default())),
-    );
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    out.extend(
-        services
-            .list(&lp)
-            .await
-            .expect("services")
-            .items
-            .into_iter()
-            .map(|p| format!("service/{}", p.metadata.name.unwrap_or_default())),
-    );
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    out.extend(
-        secrets
-            .list(&lp)
-            .await
-            .expect("secrets")
-            .items
-            .into_iter()
-            .map(|p| format!("secret/{}", p.metadata.name.unwrap_or_default())),
-    );
+    let mut out = made::<Pod>(client, ns, "pod").await;
+    out.extend(made::<Service>(client, ns, "service").await);
+    out.extend(made::<Secret>(client, ns, "secret").await);
     out
 }
 
 /// Every object volmig made in `ns`, records and claims included.
 pub async fn everything_volmig_made(client: &Client, ns: &str) -> Vec<String> {
     let mut out = leftovers(client, ns).await;
-    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=kubectl-volmig");
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    out.extend(
-        maps.list(&lp)
-            .await
-            .expect("configmaps")
-            .items
-            .into_iter()
-            .map(|p| format!("configmap/{}", p.metadata.name.unwrap_or_default())),
-    );
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    out.extend(
-        claims
-            .list(&lp)
-            .await
-            .expect("claims")
-            .items
-            .into_iter()
-            .map(|p| format!("claim/{}", p.metadata.name.unwrap_or_default())),
-    );
+    out.extend(made::<ConfigMap>(client, ns, "configmap").await);
+    out.extend(made::<PersistentVolumeClaim>(client, ns, "claim").await);
     out
+}
+
+/// `kind/name` of each object of type `K` in `ns` with volmig's label.
+async fn made<K>(client: &Client, ns: &str, kind: &str) -> Vec<String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=kubectl-volmig");
+    api.list(&lp)
+        .await
+        .expect(kind)
+        .items
+        .iter()
+        .map(|o| format!("{kind}/{}", o.meta().name.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// Starts `kubectl-volmig ARGS` (a migrate) and waits until its operation
+/// is recorded and attempt 1's receiver reports at least `bytes` done.
+pub async fn start_moving(
+    env: &Env,
+    client: &Client,
+    args: &[&str],
+    bytes: u64,
+) -> (tokio::process::Child, String) {
+    let child = spawn_volmig(env, args);
+    let op = first_operation(client, &env.namespace).await;
+    await_progress(client, &env.namespace, &op, 1, bytes).await;
+    (child, op)
+}
+
+/// The name of the first operation recorded in `ns`, once there is one.
+pub async fn first_operation(client: &Client, ns: &str) -> String {
+    wait_until("the record", || async {
+        records(client, ns)
+            .await
+            .first()
+            .map(|r| r.metadata.name.clone())
+    })
+    .await
+}
+
+/// Waits until attempt `attempt`'s receiver reports at least `bytes` done;
+/// returns what it reports.
+pub async fn await_progress(client: &Client, ns: &str, op: &str, attempt: u32, bytes: u64) -> u64 {
+    let receiver = volmig::names::pod_name(op, volmig::names::Component::Receiver, attempt);
+    wait_until(&format!("attempt {attempt} past {bytes} bytes"), || async {
+        progress_in_log(client, ns, &receiver)
+            .await
+            .filter(|b| *b >= bytes)
+    })
+    .await
 }
 
 /// A pod that mounts `claim` and sleeps, created with `extra` merged into
