@@ -24,3 +24,4 @@ pub mod plan;
 pub mod record;
 pub mod resources;
 pub mod spec;
+pub mod tui;

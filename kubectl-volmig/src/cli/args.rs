@@ -83,6 +83,18 @@ pub enum Command {
     Abort(OpArgs),
     /// Remove everything an operation created except the destination claim.
     Cleanup(CleanupArgs),
+    /// A live view of the operations: progress, attempts, placement, logs.
+    Monitor(MonitorArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MonitorArgs {
+    /// Open this operation's details.
+    #[arg(value_name = "OP")]
+    pub operation: Option<String>,
+    /// Operations in every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
+use kube::Client;
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::args::{CleanupArgs, OpArgs, Output, ResumeArgs};
@@ -186,8 +187,26 @@ async fn observe(store: &RecordStore, op: &str, output: Output) -> Result<Option
 }
 
 pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
-    let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let op = &args.operation;
+    let vm = abort_operation(&cluster.client, &cluster.namespace, op).await?;
+    eprintln!(
+        "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
+        cluster.namespace
+    );
+    show::print_one(&vm, output)?;
+    Ok(exit::OK)
+}
+
+/// Aborts operation `op` of `namespace`: record Aborted (with the running
+/// attempt's last log lines), its pods, Service and Secrets removed and
+/// waited out, Events posted. The destination keeps its data. Prints
+/// nothing (the monitor calls it too).
+pub async fn abort_operation(
+    client: &Client,
+    namespace: &str,
+    op: &str,
+) -> Result<VolumeMigration, CliError> {
+    let store = RecordStore::new(client.clone(), namespace);
     let vm = store.get(op).await?;
     if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
         return Err(CliError::Usage(format!(
@@ -195,7 +214,7 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
             vm.status.phase.as_str()
         )));
     }
-    let tails = running_tails(cluster, &vm).await;
+    let tails = running_tails(client, &vm).await;
     let who = super::holder();
     let vm = store
         .update(op, |vm| {
@@ -231,17 +250,17 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
         vm.spec.destination.namespace.as_str(),
         vm.spec.source.namespace.as_str(),
     ];
-    objects::cleanup(&cluster.client, op, &namespaces).await?;
+    objects::cleanup(client, op, &namespaces).await?;
     // A resume right after must not meet a receiver still writing its
     // final checkpoint.
-    if !objects::wait_pods_gone(&cluster.client, op, &namespaces, Duration::from_secs(60)).await? {
-        eprintln!("warning: some of operation {op}'s pods are still terminating");
+    if !objects::wait_pods_gone(client, op, &namespaces, Duration::from_secs(60)).await? {
+        tracing::warn!("some of operation {op}'s pods are still terminating");
     }
     let destination = ClaimRef {
         namespace: vm.spec.destination.namespace.clone(),
         name: vm.spec.destination.name.clone(),
     };
-    Recorder::new(cluster.client.clone(), op)
+    Recorder::new(client.clone(), op)
         .post(
             &[&vm.spec.source, &destination],
             Severity::Warning,
@@ -249,16 +268,11 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
             "aborted; the destination keeps the data copied so far",
         )
         .await;
-    eprintln!(
-        "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
-        cluster.namespace
-    );
-    show::print_one(&vm, output)?;
-    Ok(exit::OK)
+    Ok(vm)
 }
 
 /// The last log lines of the running attempt's pods, for the record.
-async fn running_tails(cluster: &Cluster, vm: &VolumeMigration) -> Vec<String> {
+async fn running_tails(client: &Client, vm: &VolumeMigration) -> Vec<String> {
     let Some(attempt) = vm.status.attempts.last().filter(|a| !a.phase.is_over()) else {
         return Vec::new();
     };
@@ -272,7 +286,7 @@ async fn running_tails(cluster: &Cluster, vm: &VolumeMigration) -> Vec<String> {
     ];
     let mut lines = Vec::new();
     for (role, name, ns) in sides {
-        let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
         let params = LogParams {
             tail_lines: Some(200),
             ..LogParams::default()

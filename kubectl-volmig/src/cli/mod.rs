@@ -7,7 +7,7 @@
 //! - [`report`]: progress bars on a TTY, plain lines otherwise.
 
 pub mod args;
-mod control;
+pub mod control;
 mod gather;
 mod migrate;
 mod report;
@@ -15,7 +15,7 @@ mod show;
 
 pub use args::{Cli, Command, Output};
 
-use crate::cluster::{self, ClusterError};
+use crate::cluster::{self, Cluster, ClusterError};
 use crate::driver::DriverError;
 use crate::plan::{self, Plan};
 use crate::record::store::StoreError;
@@ -101,6 +101,7 @@ impl CliError {
 pub async fn run(cli: Cli) -> Result<i32, CliError> {
     let cluster = cluster::connect(&cli.cluster_args()).await?;
     let output = cli.output;
+    let cli_paths = (cli.kubeconfig.clone(), cli.context.clone());
     match cli.command {
         Command::Migrate(args) => migrate::run(&cluster, *args, output).await,
         Command::Status(args) => show::status(&cluster, args, output).await,
@@ -108,6 +109,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Resume(args) => control::resume(&cluster, args, output).await,
         Command::Abort(args) => control::abort(&cluster, args, output).await,
         Command::Cleanup(args) => control::cleanup(&cluster, args).await,
+        Command::Monitor(args) => monitor(&cluster, &cli_paths, args).await,
     }
 }
 
@@ -138,6 +140,30 @@ pub(crate) fn out(text: &str) -> bool {
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
         .is_ok()
+}
+
+/// `kubectl volmig monitor`: the TUI until the user quits.
+async fn monitor(
+    cluster: &Cluster,
+    (kubeconfig, context): &(Option<std::path::PathBuf>, Option<String>),
+    args: args::MonitorArgs,
+) -> Result<i32, CliError> {
+    // `r` starts `resume` as a process of its own, on the same cluster.
+    if let Some(k) = kubeconfig {
+        let _ = crate::tui::app::KUBECONFIG.set(k.clone());
+    }
+    if let Some(c) = context {
+        let _ = crate::tui::app::CONTEXT.set(c.clone());
+    }
+    let scope = if args.all_namespaces {
+        crate::tui::Scope::All
+    } else {
+        crate::tui::Scope::Namespace(cluster.namespace.clone())
+    };
+    crate::tui::app::run(cluster.client.clone(), scope, args.operation)
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok(exit::OK)
 }
 
 /// The plan a record was made from.

@@ -315,7 +315,8 @@ impl Driver {
     }
 }
 
-pub(super) fn progress_of(p: &mover::stats::Progress) -> Progress {
+/// A mover progress event as the record keeps it, stamped now.
+pub fn progress_of(p: &mover::stats::Progress) -> Progress {
     Progress {
         bytes_done: p.bytes_done,
         bytes_total: p.bytes_total,

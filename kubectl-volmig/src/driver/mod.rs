@@ -29,6 +29,7 @@ mod run;
 mod tests;
 pub mod watch;
 
+pub use attempt::progress_of;
 pub use lease::release_lease;
 pub use run::{Driver, DriverOptions, Outcome, State, Update};
 

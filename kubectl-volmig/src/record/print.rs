@@ -7,7 +7,7 @@
 //! kubectl's AGE column (`45s`, `5m12s`, `3h`, `2d`).
 
 mod describe;
-mod format;
+pub(crate) mod format;
 #[cfg(test)]
 mod tests;
 

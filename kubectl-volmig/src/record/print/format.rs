@@ -39,7 +39,7 @@ pub(super) fn columns(rows: &[Vec<String>]) -> String {
 
 /// How long ago `then` was, as kubectl's AGE column says it (Go's
 /// `duration.HumanDuration`): `45s`, `5m12s`, `5h`, `3d4h`, `<unknown>`.
-pub(super) fn age(then: Option<Timestamp>, now: Timestamp) -> String {
+pub(crate) fn age(then: Option<Timestamp>, now: Timestamp) -> String {
     match then {
         Some(then) => human_duration(now.as_second() - then.as_second()),
         None => "<unknown>".to_string(),
@@ -94,7 +94,7 @@ fn with_rest(big: i64, big_unit: &str, rest: i64, rest_unit: &str) -> String {
 
 /// A span of work, exact to the second below an hour: `45s`, `5m12s`,
 /// `2h5m`, `3d4h`.
-pub(super) fn elapsed(seconds: f64) -> String {
+pub(crate) fn elapsed(seconds: f64) -> String {
     let s = seconds.max(0.0).round() as u64;
     match s {
         0..60 => format!("{s}s"),
@@ -105,17 +105,17 @@ pub(super) fn elapsed(seconds: f64) -> String {
 }
 
 /// `1.2 GiB`.
-pub(super) fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     human_bytes(n as f64)
 }
 
 /// `1.2GiB`, for table cells.
-pub(super) fn bytes_compact(n: u64) -> String {
+pub(crate) fn bytes_compact(n: u64) -> String {
     bytes(n).replace(' ', "")
 }
 
 /// `12.0 MiB/s`, or `-` for nothing measured.
-pub(super) fn rate(n: u64) -> String {
+pub(crate) fn rate(n: u64) -> String {
     if n == 0 {
         "-".to_string()
     } else {
@@ -124,7 +124,7 @@ pub(super) fn rate(n: u64) -> String {
 }
 
 /// Whole percent of `done` in `total`, never 100 before it is all there.
-pub(super) fn percent(done: u64, total: u64) -> u64 {
+pub(crate) fn percent(done: u64, total: u64) -> u64 {
     if total == 0 {
         return 100;
     }
@@ -163,7 +163,7 @@ pub(super) fn attempts_cell(vm: &VolumeMigration) -> String {
 }
 
 /// A claim as seen from `here`: `name`, or `namespace/name` elsewhere.
-pub(super) fn claim(namespace: &str, name: &str, here: &str) -> String {
+pub(crate) fn claim(namespace: &str, name: &str, here: &str) -> String {
     if namespace == here {
         name.to_string()
     } else {

@@ -1,0 +1,170 @@
+//! The monitor's terminal and event loop: the UI task owns the [`Model`];
+//! feeds, keys and command results reach it as messages; it draws after
+//! each burst of them (ratatui diffs frames, so nothing flickers).
+
+use std::time::Duration;
+
+use ratatui::crossterm::event::{self, Event, KeyEventKind};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+use super::feed;
+use super::model::{Command, Model, Msg, Scope};
+use super::view;
+use crate::cli::control::abort_operation;
+use crate::cli::CliError;
+use crate::record::store::RecordStore;
+use kube::Client;
+
+/// Why the monitor stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum TuiError {
+    #[error("the monitor needs a terminal: {0}")]
+    Terminal(#[from] std::io::Error),
+}
+
+impl TuiError {
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+/// Runs the monitor until `q`, Ctrl-C or SIGTERM. The terminal is restored
+/// however it ends, a panic included (ratatui's hook).
+pub async fn run(client: Client, scope: Scope, only: Option<String>) -> Result<(), TuiError> {
+    let mut terminal = ratatui::try_init()?;
+    let result = event_loop(&mut terminal, client, scope, only).await;
+    ratatui::restore();
+    result
+}
+
+async fn event_loop(
+    terminal: &mut ratatui::DefaultTerminal,
+    client: Client,
+    scope: Scope,
+    only: Option<String>,
+) -> Result<(), TuiError> {
+    let (tx, mut rx) = unbounded_channel();
+    let _feeds = feed::start(client.clone(), &scope, tx.clone());
+    read_keys(tx.clone());
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut model = Model::new(scope, only);
+    // The model never reads the clock: ages count from this tick.
+    model.update(Msg::Tick(jiff::Timestamp::now()));
+    terminal.draw(|f| view::draw(f, &model))?;
+    loop {
+        let first = tokio::select! {
+            msg = rx.recv() => msg,
+            _ = terminate.recv() => None,
+        };
+        let Some(first) = first else { return Ok(()) };
+        // Everything already queued, then one frame.
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        for msg in batch {
+            match model.update(msg) {
+                Some(Command::Quit) => return Ok(()),
+                Some(command) => run_command(&client, command, &tx),
+                None => {}
+            }
+        }
+        terminal.draw(|f| view::draw(f, &model))?;
+    }
+}
+
+/// Keys (and resizes, which only need a redraw) from a thread of their
+/// own: crossterm's reads block.
+fn read_keys(tx: UnboundedSender<Msg>) {
+    std::thread::spawn(move || loop {
+        match event::poll(Duration::from_millis(250)) {
+            Ok(true) => match event::read() {
+                Ok(Event::Key(key)) if key.kind == KeyEventKind::Press => {
+                    if tx.send(Msg::Key(key)).is_err() {
+                        return;
+                    }
+                }
+                Ok(Event::Resize(..)) => {
+                    if tx.send(Msg::Tick(jiff::Timestamp::now())).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            },
+            Ok(false) => {
+                if tx.is_closed() {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    });
+}
+
+/// Runs `command` in the background; its result comes back as a notice.
+fn run_command(client: &Client, command: Command, tx: &UnboundedSender<Msg>) {
+    let (client, tx) = (client.clone(), tx.clone());
+    match command {
+        Command::Quit => {}
+        Command::Abort { namespace, op } => {
+            tokio::spawn(async move {
+                let notice = match abort_operation(&client, &namespace, &op).await {
+                    Ok(_) => format!("{op} aborted; r resumes it"),
+                    Err(e) => format!("abort {op}: {e}"),
+                };
+                let _ = tx.send(Msg::Notice(notice));
+            });
+        }
+        Command::Resume { namespace, op } => {
+            let _ = tx.send(Msg::Notice(resume_in_background(&namespace, &op)));
+        }
+        Command::ShowLogs { namespace, op } => {
+            tokio::spawn(async move {
+                let store = RecordStore::new(client.clone(), &namespace);
+                let msg = match store.get(&op).await {
+                    Ok(vm) => Msg::LogTail {
+                        lines: feed::full_logs(&client, &vm).await,
+                        namespace,
+                        op,
+                    },
+                    Err(e) => Msg::Notice(format!("logs of {op}: {}", CliError::from(e))),
+                };
+                let _ = tx.send(msg);
+            });
+        }
+    }
+}
+
+/// Starts `kubectl-volmig resume OP` as a process of its own (its own
+/// process group, no terminal), so the driver outlives the monitor.
+fn resume_in_background(namespace: &str, op: &str) -> String {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return format!("resume {op}: {e}"),
+    };
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["resume", op, "-n", namespace])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // The same cluster: the monitor's own kubeconfig choice travels in the
+    // environment it was given (KUBECONFIG) or in these flags.
+    if let Some(kubeconfig) = KUBECONFIG.get() {
+        command.arg("--kubeconfig").arg(kubeconfig);
+    }
+    if let Some(context) = CONTEXT.get() {
+        command.args(["--context", context]);
+    }
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    match command.spawn() {
+        Ok(child) => format!("resuming {op} in the background (pid {})", child.id()),
+        Err(e) => format!("resume {op}: {e}"),
+    }
+}
+
+/// The `--kubeconfig` and `--context` the monitor was started with, for the
+/// processes it starts.
+pub static KUBECONFIG: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+pub static CONTEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();

@@ -1,0 +1,279 @@
+//! What the monitor shows, as messages: records from a ConfigMap watch,
+//! mover pods from a pod watch, live progress and log tails from the
+//! current attempts' pod logs, and a tick. Each source is a task that
+//! sends [`Msg`]s to the UI task, which owns all state.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::model::{Msg, Scope};
+use crate::driver::follow::Follower;
+use crate::names::{self, Component};
+use crate::record::{configmap, AttemptPhase, VolumeMigration};
+
+/// The running feed tasks; dropping it stops them.
+pub struct Feeds {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Feeds {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(JoinHandle::abort);
+    }
+}
+
+/// Starts the feeds for `scope`.
+pub fn start(client: Client, scope: &Scope, tx: UnboundedSender<Msg>) -> Feeds {
+    let selector = names::record_selector();
+    let (maps, pods): (Api<ConfigMap>, Api<Pod>) = match scope {
+        Scope::Namespace(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        Scope::All => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let (records, records_writer) = reflector::store();
+    let (movers, movers_writer) = reflector::store();
+    let changed = Arc::new(Notify::new());
+    let mut tasks = Vec::new();
+
+    let wake = changed.clone();
+    let stream = reflector::reflector(
+        records_writer,
+        watcher(maps, watcher::Config::default().labels(&selector)),
+    )
+    .default_backoff();
+    tasks.push(tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(e) = event {
+                tracing::debug!("record watch: {e}");
+            }
+            wake.notify_one();
+        }
+    }));
+
+    // The mover pods: when a current attempt's receiver runs, its log is
+    // followed.
+    let wake = changed.clone();
+    let pod_selector = format!("{}={}", names::MANAGED_BY_KEY, names::MANAGED_BY);
+    let stream = reflector::reflector(
+        movers_writer,
+        watcher(pods, watcher::Config::default().labels(&pod_selector)),
+    )
+    .default_backoff();
+    tasks.push(tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(e) = event {
+                tracing::debug!("pod watch: {e}");
+            }
+            wake.notify_one();
+        }
+    }));
+
+    tasks.push(tokio::spawn(publish(
+        client,
+        records,
+        movers,
+        changed,
+        tx.clone(),
+    )));
+
+    tasks.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            if tx.send(Msg::Tick(jiff::Timestamp::now())).is_err() {
+                break;
+            }
+        }
+    }));
+    Feeds { tasks }
+}
+
+/// One followed attempt: its pods' logs.
+struct Followed {
+    attempt: u32,
+    receiver: Follower,
+    sender: Follower,
+}
+
+/// On every change: all records to the UI, and log followers for the
+/// attempts that run; on every log line: progress and tails.
+async fn publish(
+    client: Client,
+    records: Store<ConfigMap>,
+    movers: Store<Pod>,
+    changed: Arc<Notify>,
+    tx: UnboundedSender<Msg>,
+) {
+    let _ = records.wait_until_ready().await;
+    let logs = Arc::new(Notify::new());
+    let mut followed: HashMap<(String, String), Followed> = HashMap::new();
+    loop {
+        let mut ops: Vec<VolumeMigration> = records
+            .state()
+            .iter()
+            .filter_map(|cm| configmap::from_config_map(cm).ok())
+            .collect();
+        ops.sort_by(|a, b| {
+            (
+                &a.metadata.namespace,
+                a.metadata.creation_timestamp,
+                &a.metadata.name,
+            )
+                .cmp(&(
+                    &b.metadata.namespace,
+                    b.metadata.creation_timestamp,
+                    &b.metadata.name,
+                ))
+        });
+        follow_running(&client, &ops, &movers, &mut followed, &logs);
+        for ((ns, op), f) in &followed {
+            let (r, s) = (f.receiver.digest(), f.sender.digest());
+            if let Some(p) = &r.progress {
+                let progress = crate::driver::progress_of(p);
+                let msg = Msg::Progress {
+                    namespace: ns.clone(),
+                    op: op.clone(),
+                    attempt: f.attempt,
+                    progress,
+                };
+                if tx.send(msg).is_err() {
+                    return;
+                }
+            }
+            let mut lines: Vec<String> = r
+                .tail()
+                .into_iter()
+                .map(|l| format!("receiver: {l}"))
+                .collect();
+            lines.extend(s.tail().into_iter().map(|l| format!("sender: {l}")));
+            let msg = Msg::LogTail {
+                namespace: ns.clone(),
+                op: op.clone(),
+                lines,
+            };
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+        if tx.send(Msg::Records(ops)).is_err() {
+            return;
+        }
+        tokio::select! {
+            () = changed.notified() => {}
+            () = logs.notified() => {}
+        }
+        // Coalesce bursts (a log line per 500 ms per attempt at most).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Starts following the pods of each running attempt whose receiver has
+/// started, and stops following the rest.
+fn follow_running(
+    client: &Client,
+    ops: &[VolumeMigration],
+    movers: &Store<Pod>,
+    followed: &mut HashMap<(String, String), Followed>,
+    wake: &Arc<Notify>,
+) {
+    let mut wanted = Vec::new();
+    for vm in ops {
+        let Some(attempt) = vm
+            .status
+            .attempts
+            .last()
+            .filter(|a| matches!(a.phase, AttemptPhase::Starting | AttemptPhase::Running))
+        else {
+            continue;
+        };
+        let key = (vm.metadata.namespace.clone(), vm.metadata.name.clone());
+        wanted.push(key.clone());
+        if followed
+            .get(&key)
+            .is_some_and(|f| f.attempt == attempt.number)
+        {
+            continue;
+        }
+        let receiver_ns = &vm.spec.destination.namespace;
+        let receiver = names::pod_name(&vm.metadata.name, Component::Receiver, attempt.number);
+        let started = movers
+            .get(&kube::runtime::reflector::ObjectRef::new(&receiver).within(receiver_ns))
+            .is_some();
+        if !started {
+            continue;
+        }
+        let sender = names::pod_name(&vm.metadata.name, Component::Sender, attempt.number);
+        followed.insert(
+            key,
+            Followed {
+                attempt: attempt.number,
+                receiver: Follower::start(
+                    Api::namespaced(client.clone(), receiver_ns),
+                    receiver,
+                    wake.clone(),
+                ),
+                sender: Follower::start(
+                    Api::namespaced(client.clone(), &vm.spec.source.namespace),
+                    sender,
+                    wake.clone(),
+                ),
+            },
+        );
+    }
+    followed.retain(|k, _| wanted.contains(k));
+}
+
+/// The whole logs of `op`'s latest attempt (both pods, up to 500 lines
+/// each), for the logs screen.
+pub async fn full_logs(client: &Client, vm: &VolumeMigration) -> Vec<String> {
+    let Some(attempt) = vm.status.attempts.last() else {
+        return Vec::new();
+    };
+    let sides = [
+        (
+            "receiver",
+            &attempt.receiver.name,
+            &vm.spec.destination.namespace,
+        ),
+        ("sender", &attempt.sender.name, &vm.spec.source.namespace),
+    ];
+    let mut lines = Vec::new();
+    for (role, name, ns) in sides {
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let params = kube::api::LogParams {
+            container: Some(crate::resources::CONTAINER.into()),
+            tail_lines: Some(500),
+            ..Default::default()
+        };
+        match api.logs(name, &params).await {
+            Ok(text) => lines.extend(
+                text.lines()
+                    .filter(|l| !l.starts_with("{\"event\":\"progress\""))
+                    .map(|l| format!("{role}: {l}")),
+            ),
+            // Gone: what the record kept.
+            Err(_) => lines.extend(
+                attempt
+                    .log_tail
+                    .iter()
+                    .filter(|l| l.starts_with(role))
+                    .cloned(),
+            ),
+        }
+    }
+    lines
+}
