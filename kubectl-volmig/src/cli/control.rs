@@ -4,8 +4,6 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, LogParams};
 use kube::Client;
 use tokio::sync::mpsc::unbounded_channel;
 
@@ -13,6 +11,8 @@ use super::args::{CleanupArgs, OpArgs, Output, ResumeArgs};
 use super::report::{self, Mode};
 use super::{exit, exit_for, plan_of, show, CliError};
 use crate::cluster::Cluster;
+use crate::driver::follow::attempt_logs;
+use crate::driver::logs::LogDigest;
 use crate::driver::{objects, release_lease, Driver, DriverOptions, Outcome};
 use crate::events::{Recorder, Severity};
 use crate::plan::Plan;
@@ -276,25 +276,10 @@ async fn running_tails(client: &Client, vm: &VolumeMigration) -> Vec<String> {
     let Some(attempt) = vm.status.attempts.last().filter(|a| !a.phase.is_over()) else {
         return Vec::new();
     };
-    let sides = [
-        (
-            "receiver",
-            &attempt.receiver.name,
-            &vm.spec.destination.namespace,
-        ),
-        ("sender", &attempt.sender.name, &vm.spec.source.namespace),
-    ];
     let mut lines = Vec::new();
-    for (role, name, ns) in sides {
-        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let params = LogParams {
-            tail_lines: Some(200),
-            ..LogParams::default()
-        };
-        if let Ok(text) = api.logs(name, &params).await {
-            let digest = crate::driver::logs::LogDigest::from_text(&text);
-            lines.extend(digest.tail().into_iter().map(|l| format!("{role}: {l}")));
-        }
+    for (role, text) in attempt_logs(client, vm, attempt, 200).await {
+        let digest = LogDigest::from_text(text.as_deref().unwrap_or_default());
+        lines.extend(digest.tail().into_iter().map(|l| format!("{role}: {l}")));
     }
     lines
 }

@@ -66,3 +66,29 @@ async fn follow(api: Api<Pod>, name: String, digest: Arc<Mutex<LogDigest>>, wake
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+/// The last `lines` lines of the logs of `attempt`'s two pods, receiver
+/// first, each with its role; `None` for a pod whose log cannot be read
+/// (gone, or not started).
+pub async fn attempt_logs(
+    client: &kube::Client,
+    vm: &crate::record::VolumeMigration,
+    attempt: &crate::record::Attempt,
+    lines: i64,
+) -> [(&'static str, Option<String>); 2] {
+    let params = LogParams {
+        container: Some(crate::resources::CONTAINER.into()),
+        tail_lines: Some(lines),
+        ..LogParams::default()
+    };
+    let read = |name: &str, ns: &str| {
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let (name, params) = (name.to_string(), params.clone());
+        async move { api.logs(&name, &params).await.ok() }
+    };
+    let (receiver, sender) = tokio::join!(
+        read(&attempt.receiver.name, &vm.spec.destination.namespace),
+        read(&attempt.sender.name, &vm.spec.source.namespace),
+    );
+    [("receiver", receiver), ("sender", sender)]
+}

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::model::{Msg, Scope};
-use crate::driver::follow::Follower;
+use crate::driver::follow::{attempt_logs, Follower};
 use crate::names::{self, Component};
 use crate::record::{configmap, AttemptPhase, VolumeMigration};
 
@@ -238,35 +238,21 @@ fn follow_running(
 }
 
 /// The whole logs of `op`'s latest attempt (both pods, up to 500 lines
-/// each), for the logs screen.
+/// each, progress events left out), for the logs screen; for a pod that is
+/// gone, what the record kept.
 pub async fn full_logs(client: &Client, vm: &VolumeMigration) -> Vec<String> {
     let Some(attempt) = vm.status.attempts.last() else {
         return Vec::new();
     };
-    let sides = [
-        (
-            "receiver",
-            &attempt.receiver.name,
-            &vm.spec.destination.namespace,
-        ),
-        ("sender", &attempt.sender.name, &vm.spec.source.namespace),
-    ];
     let mut lines = Vec::new();
-    for (role, name, ns) in sides {
-        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let params = kube::api::LogParams {
-            container: Some(crate::resources::CONTAINER.into()),
-            tail_lines: Some(500),
-            ..Default::default()
-        };
-        match api.logs(name, &params).await {
-            Ok(text) => lines.extend(
+    for (role, text) in attempt_logs(client, vm, attempt, 500).await {
+        match text {
+            Some(text) => lines.extend(
                 text.lines()
                     .filter(|l| !l.starts_with("{\"event\":\"progress\""))
                     .map(|l| format!("{role}: {l}")),
             ),
-            // Gone: what the record kept.
-            Err(_) => lines.extend(
+            None => lines.extend(
                 attempt
                     .log_tail
                     .iter()
