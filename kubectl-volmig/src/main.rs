@@ -8,7 +8,11 @@ fn main() {
     let cli = Cli::parse();
     // Other crates (kube's client among them) speak only from -v on: the
     // errors that matter reach the user through volmig's own messages.
+    // The monitor owns the terminal: nothing may write over it unless -v
+    // asked for it.
+    let quiet = matches!(cli.command, volmig::cli::Command::Monitor(_));
     let directives = match cli.verbose {
+        0 if quiet => "off",
         0 => "volmig=warn,off",
         1 => "volmig=info,warn",
         _ => "volmig=debug,info",

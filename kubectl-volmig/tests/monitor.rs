@@ -69,10 +69,11 @@ async fn the_monitor_shows_a_running_migration_move() {
         "-d",
         "-s",
         &name,
+        // The smallest terminal it is made for.
         "-x",
-        "100",
+        "80",
         "-y",
-        "30",
+        "24",
         &command,
     ]);
     let session = Session(name);

@@ -232,9 +232,13 @@ pub async fn abort_operation(
             vm.status.driver = None;
             vm.status.completion_time = Some(Timestamp::now());
             if let Some(a) = vm.status.attempts.last_mut().filter(|a| !a.phase.is_over()) {
+                let now = Timestamp::now();
                 a.phase = AttemptPhase::Aborted;
                 a.reason = Some("aborted".into());
-                a.end_time = Some(Timestamp::now());
+                a.end_time = Some(now);
+                if let Some(start) = a.start_time {
+                    a.elapsed_seconds = now.duration_since(start).as_secs_f64().max(0.0);
+                }
                 if a.log_tail.is_empty() {
                     a.log_tail = tails.clone();
                 }

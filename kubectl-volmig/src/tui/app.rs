@@ -20,6 +20,8 @@ use kube::Client;
 pub enum TuiError {
     #[error("the monitor needs a terminal: {0}")]
     Terminal(#[from] std::io::Error),
+    #[error("the monitor's {0} stopped unexpectedly")]
+    Feed(&'static str),
 }
 
 impl TuiError {
@@ -44,19 +46,26 @@ async fn event_loop(
     only: Option<String>,
 ) -> Result<(), TuiError> {
     let (tx, mut rx) = unbounded_channel();
-    let _feeds = feed::start(client.clone(), &scope, tx.clone());
+    let feeds = feed::start(client.clone(), &scope, tx.clone());
     read_keys(tx.clone());
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let interrupted = crate::cli::interrupted();
+    tokio::pin!(interrupted);
     let mut model = Model::new(scope, only);
     // The model never reads the clock: ages count from this tick.
     model.update(Msg::Tick(jiff::Timestamp::now()));
     terminal.draw(|f| view::draw(f, &model))?;
     loop {
+        // SIGTERM and SIGHUP (Ctrl-C is a key in raw mode) end it cleanly.
         let first = tokio::select! {
             msg = rx.recv() => msg,
-            _ = terminate.recv() => None,
+            () = &mut interrupted => None,
         };
         let Some(first) = first else { return Ok(()) };
+        // A feed that died (a panic) would leave a screen that never
+        // changes again: stop, and say so.
+        if let Some(what) = feeds.stopped() {
+            return Err(TuiError::Feed(what));
+        }
         // Everything already queued, then one frame.
         let mut batch = vec![first];
         while let Ok(more) = rx.try_recv() {
@@ -117,13 +126,14 @@ fn run_command(client: &Client, command: Command, tx: &UnboundedSender<Msg>) {
             });
         }
         Command::Resume { namespace, op } => {
-            let _ = tx.send(Msg::Notice(resume_in_background(&namespace, &op)));
+            let notice = resume_in_background(&namespace, &op, tx.clone());
+            let _ = tx.send(Msg::Notice(notice));
         }
         Command::ShowLogs { namespace, op } => {
             tokio::spawn(async move {
                 let store = RecordStore::new(client.clone(), &namespace);
                 let msg = match store.get(&op).await {
-                    Ok(vm) => Msg::LogTail {
+                    Ok(vm) => Msg::FullLogs {
                         lines: feed::full_logs(&client, &vm).await,
                         namespace,
                         op,
@@ -137,31 +147,53 @@ fn run_command(client: &Client, command: Command, tx: &UnboundedSender<Msg>) {
 }
 
 /// Starts `kubectl-volmig resume OP` as a process of its own (its own
-/// process group, no terminal), so the driver outlives the monitor.
-fn resume_in_background(namespace: &str, op: &str) -> String {
+/// process group, no terminal), so the driver outlives the monitor; its
+/// stderr goes to a file, and how it ended comes back as a notice.
+fn resume_in_background(namespace: &str, op: &str, tx: UnboundedSender<Msg>) -> String {
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => return format!("resume {op}: {e}"),
     };
-    let mut command = std::process::Command::new(exe);
+    let log = std::env::temp_dir().join(format!("kubectl-volmig-resume-{op}.log"));
+    let stderr = match std::fs::File::create(&log) {
+        Ok(file) => std::process::Stdio::from(file),
+        Err(e) => return format!("resume {op}: cannot create {}: {e}", log.display()),
+    };
+    let mut command = tokio::process::Command::new(exe);
     command
         .args(["resume", op, "-n", namespace])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // The same cluster: the monitor's own kubeconfig choice travels in the
-    // environment it was given (KUBECONFIG) or in these flags.
+        .stderr(stderr)
+        .process_group(0);
+    // The same cluster as the monitor's.
     if let Some(kubeconfig) = KUBECONFIG.get() {
         command.arg("--kubeconfig").arg(kubeconfig);
     }
     if let Some(context) = CONTEXT.get() {
         command.args(["--context", context]);
     }
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    match command.spawn() {
-        Ok(child) => format!("resuming {op} in the background (pid {})", child.id()),
-        Err(e) => format!("resume {op}: {e}"),
-    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return format!("resume {op}: {e}"),
+    };
+    let started = format!(
+        "resuming {op} in the background (pid {}, log {})",
+        child.id().unwrap_or_default(),
+        log.display()
+    );
+    let op = op.to_string();
+    tokio::spawn(async move {
+        let ended = match child.wait().await.map(|s| s.code()) {
+            Ok(Some(0)) => format!("{op} succeeded"),
+            Ok(Some(3)) => format!("{op} failed (see its details)"),
+            Ok(Some(4)) => format!("{op} was aborted"),
+            Ok(code) => format!("resume {op} stopped ({code:?}); see {}", log.display()),
+            Err(e) => format!("resume {op}: {e}"),
+        };
+        let _ = tx.send(Msg::Notice(ended));
+    });
+    started
 }
 
 /// The `--kubeconfig` and `--context` the monitor was started with, for the

@@ -26,6 +26,16 @@ pub struct Feeds {
     tasks: Vec<JoinHandle<()>>,
 }
 
+impl Feeds {
+    /// The first feed that is no longer running, if one is (they only end
+    /// by a panic while the monitor runs).
+    pub fn stopped(&self) -> Option<&'static str> {
+        const WHAT: [&str; 4] = ["record watch", "pod watch", "log follower", "clock"];
+        let i = self.tasks.iter().position(JoinHandle::is_finished)?;
+        Some(WHAT.get(i).copied().unwrap_or("feed"))
+    }
+}
+
 impl Drop for Feeds {
     fn drop(&mut self) {
         self.tasks.iter().for_each(JoinHandle::abort);
@@ -47,40 +57,32 @@ pub fn start(client: Client, scope: &Scope, tx: UnboundedSender<Msg>) -> Feeds {
     let changed = Arc::new(Notify::new());
     let mut tasks = Vec::new();
 
-    let wake = changed.clone();
     let stream = reflector::reflector(
         records_writer,
         watcher(maps, watcher::Config::default().labels(&selector)),
     )
     .default_backoff();
-    tasks.push(tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
-                tracing::debug!("record watch: {e}");
-            }
-            wake.notify_one();
-        }
-    }));
+    tasks.push(tokio::spawn(watch_events(
+        stream,
+        "operation records",
+        changed.clone(),
+        tx.clone(),
+    )));
 
     // The mover pods: when a current attempt's receiver runs, its log is
     // followed.
-    let wake = changed.clone();
     let pod_selector = format!("{}={}", names::MANAGED_BY_KEY, names::MANAGED_BY);
     let stream = reflector::reflector(
         movers_writer,
         watcher(pods, watcher::Config::default().labels(&pod_selector)),
     )
     .default_backoff();
-    tasks.push(tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
-                tracing::debug!("pod watch: {e}");
-            }
-            wake.notify_one();
-        }
-    }));
+    tasks.push(tokio::spawn(watch_events(
+        stream,
+        "mover pods",
+        changed.clone(),
+        tx.clone(),
+    )));
 
     tasks.push(tokio::spawn(publish(
         client,
@@ -102,6 +104,43 @@ pub fn start(client: Client, scope: &Scope, tx: UnboundedSender<Msg>) -> Feeds {
     Feeds { tasks }
 }
 
+/// Drives one watch: wakes the publisher on each event, and tells the user
+/// the first time the watch fails (RBAC, an unreachable API server), and
+/// when it works again.
+async fn watch_events<S, K>(
+    stream: S,
+    what: &'static str,
+    wake: Arc<Notify>,
+    tx: UnboundedSender<Msg>,
+) where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    futures::pin_mut!(stream);
+    let mut failing = false;
+    while let Some(event) = stream.next().await {
+        match event {
+            Err(e) if !failing => {
+                failing = true;
+                let _ = tx.send(Msg::Notice(format!("cannot watch the {what}: {e}")));
+            }
+            Err(_) => {}
+            Ok(_) if failing => {
+                failing = false;
+                let _ = tx.send(Msg::Notice(format!("watching the {what} again")));
+            }
+            Ok(_) => {}
+        }
+        wake.notify_one();
+    }
+}
+
+/// An operation: namespace and name.
+type OpKey = (String, String);
+
+/// What was last sent of a followed attempt: its number, the receiver's
+/// latest progress event, the log tail.
+type Sent = (u32, Option<mover::stats::Progress>, Vec<String>);
+
 /// One followed attempt: its pods' logs.
 struct Followed {
     attempt: u32,
@@ -120,7 +159,10 @@ async fn publish(
 ) {
     let _ = records.wait_until_ready().await;
     let logs = Arc::new(Notify::new());
-    let mut followed: HashMap<(String, String), Followed> = HashMap::new();
+    let mut followed: HashMap<OpKey, Followed> = HashMap::new();
+    // What was sent last, so that only news is sent.
+    let mut sent_records: Option<Vec<VolumeMigration>> = None;
+    let mut sent_logs: HashMap<OpKey, Sent> = HashMap::new();
     loop {
         let mut ops: Vec<VolumeMigration> = records
             .state()
@@ -140,37 +182,48 @@ async fn publish(
                 ))
         });
         follow_running(&client, &ops, &movers, &mut followed, &logs);
+        sent_logs.retain(|key, _| followed.contains_key(key));
         for ((ns, op), f) in &followed {
             let (r, s) = (f.receiver.digest(), f.sender.digest());
-            if let Some(p) = &r.progress {
-                let progress = crate::driver::progress_of(p);
-                let msg = Msg::Progress {
-                    namespace: ns.clone(),
-                    op: op.clone(),
-                    attempt: f.attempt,
-                    progress,
-                };
-                if tx.send(msg).is_err() {
-                    return;
-                }
-            }
             let mut lines: Vec<String> = r
                 .tail()
                 .into_iter()
                 .map(|l| format!("receiver: {l}"))
                 .collect();
             lines.extend(s.tail().into_iter().map(|l| format!("sender: {l}")));
+            let now = (f.attempt, r.progress.clone(), lines);
+            let key = (ns.clone(), op.clone());
+            if sent_logs.get(&key) == Some(&now) {
+                continue;
+            }
+            let (attempt, progress, lines) = now.clone();
+            sent_logs.insert(key, now);
+            if let Some(p) = &progress {
+                let msg = Msg::Progress {
+                    namespace: ns.clone(),
+                    op: op.clone(),
+                    attempt,
+                    progress: crate::driver::progress_of(p),
+                };
+                if tx.send(msg).is_err() {
+                    return;
+                }
+            }
             let msg = Msg::LogTail {
                 namespace: ns.clone(),
                 op: op.clone(),
+                attempt,
                 lines,
             };
             if tx.send(msg).is_err() {
                 return;
             }
         }
-        if tx.send(Msg::Records(ops)).is_err() {
-            return;
+        if sent_records.as_ref() != Some(&ops) {
+            sent_records = Some(ops.clone());
+            if tx.send(Msg::Records(ops)).is_err() {
+                return;
+            }
         }
         tokio::select! {
             () = changed.notified() => {}
@@ -187,7 +240,7 @@ fn follow_running(
     client: &Client,
     ops: &[VolumeMigration],
     movers: &Store<Pod>,
-    followed: &mut HashMap<(String, String), Followed>,
+    followed: &mut HashMap<OpKey, Followed>,
     wake: &Arc<Notify>,
 ) {
     let mut wanted = Vec::new();

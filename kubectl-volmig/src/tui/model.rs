@@ -35,9 +35,17 @@ pub enum Msg {
         attempt: u32,
         progress: Progress,
     },
-    /// The last lines of the current attempt's pods' logs (receiver and
-    /// sender, prefixed `receiver: ` / `sender: `).
+    /// The last lines of attempt `attempt`'s pods' logs (receiver and
+    /// sender, prefixed `receiver: ` / `sender: `), while it runs.
     LogTail {
+        namespace: String,
+        op: String,
+        attempt: u32,
+        lines: Vec<String>,
+    },
+    /// The whole logs of an operation's latest attempt, for the logs screen
+    /// (asked for by [`Command::ShowLogs`]).
+    FullLogs {
         namespace: String,
         op: String,
         lines: Vec<String>,
@@ -61,7 +69,8 @@ pub enum Command {
     /// Resume the operation.
     Resume { namespace: String, op: String },
     /// The user wants the full logs of this operation (the logs screen is
-    /// open and shows what [`Msg::LogTail`] brings).
+    /// open and shows what [`Msg::FullLogs`] brings, the live tail until
+    /// then).
     ShowLogs { namespace: String, op: String },
 }
 
@@ -112,6 +121,8 @@ pub(crate) enum Back {
 pub(crate) enum LogSource<'a> {
     /// [`Msg::LogTail`]'s lines, from the running pods.
     Live(&'a [String]),
+    /// [`Msg::FullLogs`]' lines.
+    Full(&'a [String]),
     /// The record's copy of this attempt's last lines.
     Recorded(&'a Attempt),
     /// Nothing yet.
@@ -121,7 +132,7 @@ pub(crate) enum LogSource<'a> {
 impl<'a> LogSource<'a> {
     pub(crate) fn lines(self) -> &'a [String] {
         match self {
-            LogSource::Live(lines) => lines,
+            LogSource::Live(lines) | LogSource::Full(lines) => lines,
             LogSource::Recorded(attempt) => &attempt.log_tail,
             LogSource::None => &[],
         }
@@ -151,7 +162,9 @@ pub struct Model {
     selected: Option<OpKey>,
     screen: Screen,
     live: HashMap<OpKey, Live>,
-    logs: HashMap<OpKey, Vec<String>>,
+    /// The running attempt's tail, by attempt.
+    logs: HashMap<OpKey, (u32, Vec<String>)>,
+    full_logs: HashMap<OpKey, Vec<String>>,
     notice: Option<String>,
     now: Timestamp,
 }
@@ -172,6 +185,7 @@ impl Model {
             screen: Screen::List,
             live: HashMap::new(),
             logs: HashMap::new(),
+            full_logs: HashMap::new(),
             notice: None,
             now: Timestamp::UNIX_EPOCH,
         }
@@ -196,13 +210,25 @@ impl Model {
             Msg::LogTail {
                 namespace,
                 op,
+                attempt,
                 lines,
             } => {
                 let key = OpKey {
                     namespace,
                     name: op,
                 };
-                self.logs.insert(key, lines);
+                self.logs.insert(key, (attempt, lines));
+            }
+            Msg::FullLogs {
+                namespace,
+                op,
+                lines,
+            } => {
+                let key = OpKey {
+                    namespace,
+                    name: op,
+                };
+                self.full_logs.insert(key, lines);
             }
             Msg::Key(key) => return self.key(key),
             Msg::Tick(now) => self.now = now,
@@ -270,15 +296,25 @@ impl Model {
         }
     }
 
-    /// The log lines to show for `vm`: the live tail if the loop sent one,
-    /// else the last attempt's recorded tail.
+    /// The log lines to show for `vm`: the live tail while it is about the
+    /// running attempt, else the last attempt's recorded tail (which has the
+    /// failure, once an attempt has ended).
     pub(crate) fn log_source<'a>(&'a self, vm: &'a VolumeMigration) -> LogSource<'a> {
-        if let Some(lines) = self.logs.get(&OpKey::of(vm)) {
+        let live = self.logs.get(&OpKey::of(vm));
+        if let Some((_, lines)) = live.filter(|(attempt, _)| is_current(vm, *attempt)) {
             return LogSource::Live(lines);
         }
         match vm.status.attempts.last() {
             Some(last) if !last.log_tail.is_empty() => LogSource::Recorded(last),
             _ => LogSource::None,
+        }
+    }
+
+    /// The logs screen's lines: the full logs once they came, else the box's.
+    pub(crate) fn full_log_source<'a>(&'a self, vm: &'a VolumeMigration) -> LogSource<'a> {
+        match self.full_logs.get(&OpKey::of(vm)) {
+            Some(lines) => LogSource::Full(lines),
+            None => self.log_source(vm),
         }
     }
 
@@ -300,6 +336,7 @@ impl Model {
         let present: HashSet<OpKey> = self.ops.iter().map(OpKey::of).collect();
         self.live.retain(|key, _| present.contains(key));
         self.logs.retain(|key, _| present.contains(key));
+        self.full_logs.retain(|key, _| present.contains(key));
 
         let gone = self.selected.take_if(|key| !present.contains(key));
         if self.selected.is_none() {

@@ -72,7 +72,7 @@ impl Model {
     fn logs_key(&mut self, code: KeyCode, from_end: usize, back: Back) -> Option<Command> {
         let len = self
             .selected()
-            .map_or(0, |vm| self.log_source(vm).lines().len());
+            .map_or(0, |vm| self.full_log_source(vm).lines().len());
         let top = len.saturating_sub(1);
         let from_end = match code {
             KeyCode::Esc | KeyCode::Backspace => {
@@ -141,6 +141,14 @@ impl Model {
         let name = vm.metadata.name.clone();
         if vm.status.phase == Phase::Succeeded {
             self.notice = Some(format!("{name} already succeeded; nothing to resume"));
+            return None;
+        }
+        // A live driver sees it through; a second one would only follow it.
+        if let Some(d) = vm.status.driver.as_ref().filter(|d| d.is_live(self.now)) {
+            self.notice = Some(format!(
+                "{name} is driven by {}; nothing to resume",
+                d.holder
+            ));
             return None;
         }
         let namespace = vm.metadata.namespace.clone();

@@ -87,6 +87,7 @@ fn detail_of_a_running_operation_with_live_logs_at_80x24() {
     model.update(Msg::LogTail {
         namespace: "staging".to_string(),
         op: "pg-0-b4n7q".to_string(),
+        attempt: 1,
         lines: vec![
             "receiver: listening on 0.0.0.0:7000".to_string(),
             "sender: connected to volmig-pg-0-b4n7q-receiver-1:7000".to_string(),
@@ -165,7 +166,7 @@ fn tiny_terminals_render_without_panicking() {
 fn the_logs_screen_scrolls_back_to_the_oldest_line() {
     let mut model = model(Scope::All, None);
     let lines: Vec<String> = (1..=40).map(|i| format!("receiver: line {i}")).collect();
-    model.update(Msg::LogTail {
+    model.update(Msg::FullLogs {
         namespace: "prod".to_string(),
         op: "data-x7k2p".to_string(),
         lines,

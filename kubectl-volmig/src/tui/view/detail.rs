@@ -16,7 +16,7 @@ use super::history;
 use super::logs::{log_block, styled};
 use super::text::wrap;
 use crate::plan::{ClaimAction, NodePlacement};
-use crate::record::{Phase, Progress, VolumeMigration};
+use crate::record::{Phase, PodRecord, Progress, VolumeMigration};
 use crate::tui::model::{LogSource, Model};
 
 /// Where values start after their key.
@@ -54,8 +54,8 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, model: &Model, vm: &VolumeMigr
     stack.lines(frame, field("Claims", &claims(vm), width));
     if let Some(placement) = &vm.status.placement {
         let last = vm.status.attempts.last();
-        let sender = last.and_then(|a| a.sender.node.as_deref());
-        let receiver = last.and_then(|a| a.receiver.node.as_deref());
+        let sender = last.map(|a| &a.sender);
+        let receiver = last.map(|a| &a.receiver);
         stack.lines(
             frame,
             field("Sender", &placed(&placement.sender, sender), width),
@@ -234,7 +234,12 @@ fn claims(vm: &VolumeMigration) -> String {
 
 /// `node-2: the app pod web-0 mounts ...`: the node it is placed on, else
 /// the one the scheduler chose, else `any node`; then why.
-fn placed(p: &NodePlacement, scheduled: Option<&str>) -> String {
+/// `node (pod NAME): reason`, the pod being the latest attempt's.
+fn placed(p: &NodePlacement, pod: Option<&PodRecord>) -> String {
+    let scheduled = pod.and_then(|r| r.node.as_deref());
     let node = p.node.as_deref().or(scheduled).unwrap_or("any node");
-    format!("{node}: {}", p.reason)
+    match pod.filter(|r| !r.name.is_empty()) {
+        Some(r) => format!("{node} (pod {}): {}", r.name, p.reason),
+        None => format!("{node}: {}", p.reason),
+    }
 }

@@ -102,6 +102,13 @@ struct Column {
 }
 
 impl Column {
+    /// At least `width` wide, so that the columns right of it stay put
+    /// while its values change length.
+    fn at_least(mut self, width: usize) -> Column {
+        self.need.width = self.need.width.max(width);
+        self
+    }
+
     fn text(header: &'static str, cells: Vec<String>, cap: usize, drop: u8) -> Column {
         let width = widest(header, cells.iter().map(String::as_str), cap);
         Column {
@@ -117,6 +124,7 @@ fn table(frame: &mut Frame, area: Rect, model: &Model) {
     let now = model.now();
     let progress: Vec<Option<&Progress>> = ops.iter().map(|vm| model.progress(vm)).collect();
     let running = |vm: &VolumeMigration| vm.status.phase == Phase::Running;
+    let any_running = ops.iter().any(&running);
     let each = |f: &dyn Fn(usize, &VolumeMigration) -> String| -> Vec<String> {
         ops.iter().enumerate().map(|(i, vm)| f(i, vm)).collect()
     };
@@ -147,26 +155,32 @@ fn table(frame: &mut Frame, area: Rect, model: &Model) {
         cells: None,
         need: Need::flex(MIN_BAR),
     });
-    columns.push(Column::text(
-        "RATE",
-        each(&|i, vm| match progress[i] {
-            Some(p) if running(vm) => rate_compact(p.rate),
-            _ => "-".to_string(),
-        }),
-        12,
-        3,
-    ));
-    columns.push(Column::text(
-        "ETA",
-        each(&|i, vm| {
-            let left = progress[i]
-                .filter(|_| running(vm))
-                .and_then(|p| eta(p, now));
-            left.map_or("-".to_string(), |s| elapsed(s as f64))
-        }),
-        8,
-        4,
-    ));
+    columns.push(
+        Column::text(
+            "RATE",
+            each(&|i, vm| match progress[i] {
+                Some(p) if running(vm) => rate_compact(p.rate),
+                _ => "-".to_string(),
+            }),
+            12,
+            3,
+        )
+        .at_least(if any_running { "1023.9KiB/s".len() } else { 0 }),
+    );
+    columns.push(
+        Column::text(
+            "ETA",
+            each(&|i, vm| {
+                let left = progress[i]
+                    .filter(|_| running(vm))
+                    .and_then(|p| eta(p, now));
+                left.map_or("-".to_string(), |s| elapsed(s as f64))
+            }),
+            8,
+            4,
+        )
+        .at_least(if any_running { "59m59s".len() } else { 0 }),
+    );
     columns.push(Column::text(
         "ATTEMPT",
         each(&|_, vm| {

@@ -18,7 +18,7 @@ pub(super) fn draw(
     vm: &VolumeMigration,
     from_end: usize,
 ) {
-    let source = model.log_source(vm);
+    let source = model.full_log_source(vm);
     let lines = source.lines();
     let where_ = if from_end == 0 {
         " following ".to_string()
@@ -53,6 +53,7 @@ pub(super) fn draw(
 pub(super) fn log_block(source: LogSource<'_>) -> Block<'static> {
     let title = match source {
         LogSource::Live(_) => " Log (live) ".to_string(),
+        LogSource::Full(_) => " Log (latest attempt) ".to_string(),
         LogSource::Recorded(attempt) => format!(" Log tail (attempt {}) ", attempt.number),
         LogSource::None => " Log ".to_string(),
     };
