@@ -252,6 +252,34 @@ fn sender_connection_refused_exits_10() {
 }
 
 #[test]
+fn sender_waits_for_a_receiver_that_is_not_there_yet() {
+    let tmp = scratch();
+    let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
+    mkdirs(&src);
+    write_file(&src.join("f"), b"late", 0o644);
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap(); // bound then closed: refused until the receiver comes
+    let mut sender = spawn_sender(addr, &src, &["--connect-retry", "20"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let listen = addr.to_string();
+    let mut receiver = Proc::spawn([
+        "receive".as_ref(),
+        "--listen".as_ref(),
+        listen.as_ref(),
+        "--root".as_ref(),
+        dst.as_os_str(),
+        "--insecure".as_ref(),
+    ] as [&std::ffi::OsStr; 6]);
+    let sent = sender.wait(RUN_TIMEOUT);
+    let received = receiver.wait(RUN_TIMEOUT);
+    assert_eq!(sent.code, Some(0), "{}", sent.describe());
+    assert_eq!(received.code, Some(0), "{}", received.describe());
+    assert_eq!(fs::read(dst.join("f")).unwrap(), b"late");
+}
+
+#[test]
 fn progress_json_lines() {
     let tmp = scratch();
     let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));

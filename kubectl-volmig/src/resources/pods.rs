@@ -23,6 +23,9 @@ pub const PLACEMENT_REASON_ANNOTATION: &str = "volmig.io/placement-reason";
 
 /// The node label the placement's required affinity matches.
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+/// Seconds the sender keeps trying to reach the receiver's Service.
+const CONNECT_RETRY: &str = "30";
+
 /// The mover container's name in both pods.
 pub const CONTAINER: &str = "mover";
 const DATA_DIR: &str = "/data";
@@ -94,7 +97,15 @@ pub fn sender_pod(
         plan,
         Role::Sender,
         attempt,
-        ["send", "--to", receiver_address],
+        // The receiver listens before the sender is created, but a Service
+        // endpoint may take a moment to follow.
+        [
+            "send",
+            "--to",
+            receiver_address,
+            "--connect-retry",
+            CONNECT_RETRY,
+        ],
     );
     let transfer = &plan.spec.transfer;
     let args = container.args.get_or_insert_with(Vec::new);

@@ -76,6 +76,8 @@ fn sender_arguments_follow_the_transfer_options() {
         "send",
         "--to",
         "10.0.0.7:7000",
+        "--connect-retry",
+        "30",
         "--root",
         "/data",
         "--tls-dir",

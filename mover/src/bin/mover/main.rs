@@ -54,6 +54,10 @@ enum Command {
         /// The receiver's address, HOST:PORT.
         #[arg(long, value_name = "ADDR")]
         to: String,
+        /// Keep trying to connect for this long while the receiver is not
+        /// reachable yet (a Service whose endpoint is still being set up).
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        connect_retry: u64,
         /// The source directory.
         #[arg(long)]
         root: PathBuf,
@@ -178,6 +182,7 @@ async fn run(cli: Cli) -> u8 {
         Command::Inspect { root } => inspect(&root),
         Command::Send {
             to,
+            connect_retry,
             root,
             transfer,
             operation,
@@ -186,6 +191,7 @@ async fn run(cli: Cli) -> u8 {
         } => {
             let job = net::SendJob {
                 to,
+                connect_retry: Duration::from_secs(connect_retry),
                 root,
                 options: transfer.options(false, &operation),
                 bwlimit: transfer.bwlimit,

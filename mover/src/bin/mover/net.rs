@@ -24,6 +24,8 @@ use crate::output::{finish, progress_sink};
 /// What `send` needs besides the connection.
 pub struct SendJob {
     pub to: String,
+    /// How long to keep trying while the connection is refused.
+    pub connect_retry: Duration,
     pub root: PathBuf,
     pub options: SessionOptions,
     pub bwlimit: Option<u64>,
@@ -98,7 +100,7 @@ pub async fn run_send(
     }
     let to = job.to;
     let connected = tokio::select! {
-        c = TcpStream::connect(&to) => c,
+        c = connect(&to, job.connect_retry) => c,
         () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
     };
     let stream = match connected {
@@ -136,6 +138,21 @@ pub async fn run_send(
             finish(late_refusal(result, &to, Role::Sender), &output)
         }
         Err(e) => finish(Err(e.into()), &output),
+    }
+}
+
+/// Connects to `to`, trying again every half second for `retry` while it
+/// fails (refused, unreachable): the receiver may not be reachable yet.
+async fn connect(to: &str, retry: Duration) -> std::io::Result<TcpStream> {
+    let deadline = tokio::time::Instant::now() + retry;
+    loop {
+        match TcpStream::connect(to).await {
+            Ok(stream) => return Ok(stream),
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
