@@ -21,12 +21,45 @@ pub struct MigrationSpec {
     pub mover: MoverOptions,
 }
 
+impl MigrationSpec {
+    /// `source` copied into `destination` with every option at its default:
+    /// the destination's class, size and access modes left to the planner,
+    /// verification on, the default retries and mover.
+    pub fn new(source: ClaimRef, destination: ClaimRef) -> MigrationSpec {
+        MigrationSpec {
+            source,
+            destination: DestinationSpec {
+                namespace: destination.namespace,
+                name: destination.name,
+                storage_class: None,
+                size: None,
+                access_modes: Vec::new(),
+                node: None,
+                reuse: false,
+                allow_shrink: false,
+            },
+            transfer: TransferOptions::default(),
+            retry: RetryPolicy::default(),
+            mover: MoverOptions::default(),
+        }
+    }
+}
+
 /// A claim by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimRef {
     pub namespace: String,
     pub name: String,
+}
+
+impl ClaimRef {
+    pub fn new(namespace: &str, name: &str) -> ClaimRef {
+        ClaimRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
 }
 
 impl std::fmt::Display for ClaimRef {
@@ -78,6 +111,18 @@ pub struct TransferOptions {
     /// The mover's `--bwlimit` (`20M`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bwlimit: Option<String>,
+}
+
+impl Default for TransferOptions {
+    /// No deletes, no compression, no rate cap; verification on.
+    fn default() -> Self {
+        TransferOptions {
+            delete: false,
+            compress: false,
+            verify: true,
+            bwlimit: None,
+        }
+    }
 }
 
 /// How failed attempts are retried.

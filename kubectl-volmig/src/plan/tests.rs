@@ -19,9 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::de::DeserializeOwned;
 
 use super::{plan, Inputs, Plan, Refusal};
-use crate::spec::{
-    ClaimRef, DestinationSpec, MigrationSpec, MoverOptions, RetryPolicy, TransferOptions,
-};
+use crate::spec::{ClaimRef, MigrationSpec};
 
 const CLUSTER: &str = include_str!("../../tests/fixtures/plan/cluster.yaml");
 const DESTINATION: &str = include_str!("../../tests/fixtures/plan/destination.yaml");
@@ -168,30 +166,7 @@ fn object<T: DeserializeOwned>(doc: serde_json::Value) -> T {
 
 /// `shop/data` to `shop/<to>`, every option at its default.
 fn spec(to: &str) -> MigrationSpec {
-    MigrationSpec {
-        source: ClaimRef {
-            namespace: "shop".into(),
-            name: "data".into(),
-        },
-        destination: DestinationSpec {
-            namespace: "shop".into(),
-            name: to.into(),
-            storage_class: None,
-            size: None,
-            access_modes: Vec::new(),
-            node: None,
-            reuse: false,
-            allow_shrink: false,
-        },
-        transfer: TransferOptions {
-            delete: false,
-            compress: false,
-            verify: true,
-            bwlimit: None,
-        },
-        retry: RetryPolicy::default(),
-        mover: MoverOptions::default(),
-    }
+    MigrationSpec::new(ClaimRef::new("shop", "data"), ClaimRef::new("shop", to))
 }
 
 /// A timestamp, for `creationTimestamp` and `deletionTimestamp`.

@@ -165,12 +165,8 @@ pub async fn claim(client: &Client, ns: &str, name: &str, mode: &str, size: &str
         .await
         .expect("claim");
     wait_until(&format!("claim {name} Bound"), || async {
-        api.get(name)
-            .await
-            .ok()?
-            .status?
-            .phase
-            .filter(|p| p == "Bound")
+        let phase = api.get(name).await.ok()?.status?.phase;
+        phase.filter(|p| p == "Bound")
     })
     .await;
 }
@@ -366,12 +362,8 @@ pub async fn app_pod(client: &Client, ns: &str, name: &str, claim: &str, extra: 
         .await
         .expect("app pod");
     wait_until(&format!("pod {name} Running"), || async {
-        api.get(name)
-            .await
-            .ok()?
-            .status?
-            .phase
-            .filter(|p| p == "Running")
+        let phase = api.get(name).await.ok()?.status?.phase;
+        phase.filter(|p| p == "Running")
     })
     .await;
 }

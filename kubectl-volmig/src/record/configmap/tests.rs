@@ -1,7 +1,7 @@
 use super::*;
 use crate::plan::{ClaimAction, DestinationClaim, NodePlacement, Placement, SourceVolume};
 use crate::record::Attempt;
-use crate::spec::{ClaimRef, DestinationSpec, MoverOptions, RetryPolicy, TransferOptions};
+use crate::spec::ClaimRef;
 
 fn fixture(yaml: &str) -> VolumeMigration {
     serde_saphyr::from_str(yaml).expect("fixture parses")
@@ -105,30 +105,7 @@ fn a_new_record_is_pending_in_the_destination_namespace() {
     };
     let plan = Plan {
         operation: "data-bbbbb".into(),
-        spec: MigrationSpec {
-            source: ClaimRef {
-                namespace: "a".into(),
-                name: "data".into(),
-            },
-            destination: DestinationSpec {
-                namespace: "b".into(),
-                name: "data".into(),
-                storage_class: None,
-                size: None,
-                access_modes: Vec::new(),
-                node: None,
-                reuse: false,
-                allow_shrink: false,
-            },
-            transfer: TransferOptions {
-                delete: false,
-                compress: false,
-                verify: true,
-                bwlimit: None,
-            },
-            retry: RetryPolicy::default(),
-            mover: MoverOptions::default(),
-        },
+        spec: MigrationSpec::new(ClaimRef::new("a", "data"), ClaimRef::new("b", "data")),
         source: SourceVolume {
             volume: "pv-1".into(),
             storage_class: None,

@@ -9,9 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
 
 use super::*;
 use crate::plan::{DestinationClaim, NodePlacement, Placement, SourceVolume};
-use crate::spec::{
-    ClaimRef, DestinationSpec, MigrationSpec, MoverOptions, RetryPolicy, TransferOptions,
-};
+use crate::spec::{ClaimRef, MigrationSpec, TransferOptions};
 
 const OP: &str = "data-bcdfg";
 
@@ -29,32 +27,15 @@ fn placement(node: Option<&str>, hostname: Option<&str>, reason: &str) -> NodePl
 fn plan() -> Plan {
     Plan {
         operation: OP.to_string(),
-        spec: MigrationSpec {
-            source: ClaimRef {
-                namespace: "app".to_string(),
-                name: "data".to_string(),
-            },
-            destination: DestinationSpec {
-                namespace: "archive".to_string(),
-                name: "data-new".to_string(),
-                storage_class: Some("fast".to_string()),
-                size: None,
-                access_modes: vec![],
-                node: None,
-                reuse: false,
-                allow_shrink: false,
-            },
-            transfer: TransferOptions {
-                delete: false,
-                compress: false,
-                verify: false,
-                bwlimit: None,
-            },
-            retry: RetryPolicy::default(),
-            mover: MoverOptions {
-                image: "registry.example/mover:1.2.3".to_string(),
-                ..MoverOptions::default()
-            },
+        spec: {
+            let mut spec = MigrationSpec::new(
+                ClaimRef::new("app", "data"),
+                ClaimRef::new("archive", "data-new"),
+            );
+            spec.destination.storage_class = Some("fast".to_string());
+            spec.transfer.verify = false;
+            spec.mover.image = "registry.example/mover:1.2.3".to_string();
+            spec
         },
         source: SourceVolume {
             volume: "pv-1".to_string(),
