@@ -92,8 +92,9 @@ impl Summary {
     /// One line for people, on stderr.
     pub fn human(&self) -> String {
         let secs = self.elapsed_ms as f64 / 1000.0;
+        // This attempt's own work: what it wrote, not what it found done.
         let rate = if secs > 0.0 {
-            self.bytes_total as f64 / secs
+            (self.bytes_literal + self.bytes_matched) as f64 / secs
         } else {
             0.0
         };
@@ -183,8 +184,12 @@ pub struct Progress {
     pub rate: u64,
     /// Seconds left at the current rate, once the total is known.
     pub eta_s: Option<u64>,
-    /// Bytes credited from the checkpoint when this attempt started.
-    pub bytes_resumed: u64,
+    /// Bytes earlier attempts had done, per the checkpoint this attempt
+    /// started from (committed files and verified prefixes): the floor this
+    /// attempt's progress starts at. Not to be confused with the summary's
+    /// `bytes_resumed`, the prefixes of partial files this attempt continued.
+    #[serde(alias = "bytes_resumed")]
+    pub bytes_prior: u64,
 }
 
 /// What earlier attempts of the operation did, from the checkpoint.
@@ -286,7 +291,7 @@ impl Counters {
             elapsed_ms,
             rate,
             eta_s,
-            bytes_resumed: self.prior.bytes_done,
+            bytes_prior: self.prior.bytes_done,
         }
     }
 
@@ -389,7 +394,7 @@ mod tests {
         // Before anything is listed, the checkpoint's progress and totals stand.
         let p = c.snapshot(10);
         assert_eq!((p.bytes_done, p.bytes_total, p.files_done), (600, 1000, 2));
-        assert_eq!((p.bytes_resumed, p.attempt), (600, 2));
+        assert_eq!((p.bytes_prior, p.attempt), (600, 2));
         // Found again: no double count; new work adds on top.
         c.file_listed(500);
         c.file_found(500);

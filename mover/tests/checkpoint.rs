@@ -117,7 +117,7 @@ fn a_good_partial_file_is_resumed_from_its_prefix() {
         .into_iter()
         .find(|v| v["event"] == "progress")
         .expect("a progress event");
-    assert_eq!(first["bytes_resumed"], 2 * MIB as u64, "{first}");
+    assert_eq!(first["bytes_prior"], 2 * MIB as u64, "{first}");
     assert!(
         first["bytes_done"].as_u64() >= Some(2 * MIB as u64),
         "{first}"

@@ -170,7 +170,7 @@ impl Prog {
             total: field(v, "bytes_total"),
             files_done: field(v, "files_done"),
             files_total: field(v, "files_total"),
-            resumed: field(v, "bytes_resumed"),
+            resumed: field(v, "bytes_prior"),
         }
     }
 }
@@ -302,7 +302,7 @@ fn progress_is_monotonic_across_attempts() {
                 if let Some(p) = a.progress(side).first().map(Prog::of) {
                     assert!(
                         p.resumed > 0,
-                        "attempt {} {side:?}: first event has bytes_resumed 0 although earlier \
+                        "attempt {} {side:?}: first event has bytes_prior 0 although earlier \
                          attempts reported up to {high} bytes done:\n{shown}",
                         a.n
                     );

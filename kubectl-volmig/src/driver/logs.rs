@@ -121,13 +121,13 @@ mod tests {
     fn a_log_gives_progress_result_and_a_tail_without_json() {
         let log = r#"mover: listening on 10.0.0.7:7000
 mover: authenticated session from 10.0.0.9:41234
-{"event":"progress","operation_id":"op","attempt":2,"files_done":1,"files_total":3,"bytes_done":100,"bytes_total":300,"listing_done":false,"current":"a","elapsed_ms":5,"rate":20,"eta_s":null,"bytes_resumed":64}
-{"event":"progress","operation_id":"op","attempt":2,"files_done":3,"files_total":3,"bytes_done":300,"bytes_total":300,"listing_done":true,"current":null,"elapsed_ms":9,"rate":30,"eta_s":0,"bytes_resumed":64}
+{"event":"progress","operation_id":"op","attempt":2,"files_done":1,"files_total":3,"bytes_done":100,"bytes_total":300,"listing_done":false,"current":"a","elapsed_ms":5,"rate":20,"eta_s":null,"bytes_prior":64}
+{"event":"progress","operation_id":"op","attempt":2,"files_done":3,"files_total":3,"bytes_done":300,"bytes_total":300,"listing_done":true,"current":null,"elapsed_ms":9,"rate":30,"eta_s":0,"bytes_prior":64}
 {"event":"summary","ok":true,"exit_code":0,"files_total":3,"entries_total":4,"files_transferred":2,"files_up_to_date":1,"bytes_total":300,"bytes_literal":200,"bytes_matched":0,"bytes_on_wire":400,"dirs":1,"symlinks":0,"hard_links":0,"specials":0,"deleted":0,"files_vanished":0,"files_changed":0,"files_failed":0,"elapsed_ms":9,"operation_id":"op","attempt":2,"files_resumed":0,"bytes_resumed":64,"checkpoint_problem":null,"verify":{"passed":true,"entries":4,"differences":0,"manifest":"ab"}}
 mover: 4 entries, 3 files"#;
         let d = LogDigest::from_text(log);
         assert!(d.listening);
-        assert_eq!(d.first_progress.as_ref().map(|p| p.bytes_resumed), Some(64));
+        assert_eq!(d.first_progress.as_ref().map(|p| p.bytes_prior), Some(64));
         assert_eq!(d.progress.as_ref().map(|p| p.bytes_done), Some(300));
         let r = d.result.expect("summary");
         assert!(r.ok);
