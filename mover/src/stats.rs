@@ -300,6 +300,12 @@ impl Counters {
         self.bytes_listed.fetch_add(bytes, Relaxed);
     }
 
+    /// A listed file vanished before it could be read: it leaves the totals.
+    pub fn file_gone(&self, bytes: u64) {
+        add_signed(&self.files_listed, -1);
+        add_signed(&self.bytes_listed, -(bytes as i64));
+    }
+
     pub fn set_listing_done(&self) {
         self.listing_done.store(true, Relaxed);
     }

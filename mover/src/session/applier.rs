@@ -73,6 +73,8 @@ pub struct Applier {
     group: CommitGroup,
     zstd: zstd::bulk::Decompressor<'static>,
     summary: Summary,
+    /// For waiting on data with a deadline from this blocking thread.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Applier {
@@ -95,14 +97,30 @@ impl Applier {
             current: None,
             zstd: zstd::bulk::Decompressor::new()?,
             summary: Summary::default(),
+            runtime: tokio::runtime::Handle::current(),
         })
     }
 
     /// Applies data frames until `DataEnd`, then commits what is left.
     pub fn run(mut self, mut rx: mpsc::Receiver<DataBatch>) -> Result<Summary, SessionError> {
         'data: loop {
-            // The batch's share of the data budget is returned once it is applied.
-            let batch = rx.blocking_recv().ok_or_else(cancelled)?;
+            // The batch's share of the data budget is returned once it is
+            // applied. Finished files waiting for their group are committed
+            // on time even while no data comes.
+            let batch = match self.group.due_in() {
+                None => rx.blocking_recv(),
+                Some(wait) => {
+                    let next = self.runtime.block_on(tokio::time::timeout(wait, rx.recv()));
+                    match next {
+                        Ok(batch) => batch,
+                        Err(_) => {
+                            self.commit_group()?;
+                            continue;
+                        }
+                    }
+                }
+            };
+            let batch = batch.ok_or_else(cancelled)?;
             for frame in batch.frames {
                 match frame {
                     Frame::FileBegin { id, meta } => self.begin(id, meta)?,
@@ -121,12 +139,17 @@ impl Applier {
         if self.current.is_some() {
             return Err(violation("data ended in the middle of a file").into());
         }
+        self.commit_group()?;
+        Ok(self.summary)
+    }
+
+    fn commit_group(&mut self) -> Result<(), SessionError> {
         let committed = self
             .group
             .commit()
             .map_err(|e| SessionError::local("committing files", e))?;
         self.committed(committed);
-        Ok(self.summary)
+        Ok(())
     }
 
     fn begin(&mut self, id: u64, meta: Meta) -> Result<(), SessionError> {
@@ -137,12 +160,8 @@ impl Applier {
         if !meta.mtime.is_valid() {
             return Err(violation(format!("file {id} has an invalid modification time")).into());
         }
-        if let Some(mut old) = self.current.take() {
-            if old.pending.resume.is_some() && !old.pending.redo {
-                // Reopened below: its verified prefix is still there.
-                old.temp = None;
-            }
-            self.discard(old);
+        if let Some(old) = self.current.take() {
+            self.restart(old);
         }
         let pending = self
             .inflight
@@ -155,7 +174,8 @@ impl Applier {
             Ok(((temp, patcher), dest)) => (temp, Ok((patcher, dest))),
             Err(e) => {
                 if let Some(journal) = &self.journal {
-                    journal.end(id);
+                    // Reserved, maybe, but nothing was written.
+                    journal.abandon(id, 0, 0, &self.counters);
                 }
                 if is_fatal(&e) {
                     return Err(SessionError::local(format!("writing {}", pending.path), e));
@@ -176,15 +196,44 @@ impl Applier {
         Ok(())
     }
 
-    /// Drops a file's rebuild: its temporary file and checkpoint entry go,
-    /// and the bytes it counted are taken back.
+    /// Drops a file's rebuild: its checkpoint entry goes and the bytes it
+    /// counted are taken back, with those of the prefix it continued, if
+    /// any; then, once no checkpoint counts it, its temporary file.
     fn discard(&mut self, mut cur: Current) {
-        if let Some(journal) = &self.journal {
-            journal.end(cur.id);
-        }
-        cur.journaled = false;
-        self.counters.settled_bytes(-(cur.counted as i64));
+        let unfound = match (&cur.pending.resume, cur.pending.redo) {
+            (Some(r), false) => r.from,
+            _ => 0,
+        };
+        let recorded = match &self.journal {
+            Some(j) => j.abandon(cur.id, cur.counted, unfound, &self.counters),
+            None => {
+                self.counters.settled_bytes(-(cur.counted as i64));
+                self.counters.found_bytes(-(unfound as i64));
+                false
+            }
+        };
         cur.counted = 0;
+        let kept = match &self.journal {
+            Some(j) if cur.journaled => j.forget(recorded, &self.counters).is_err(),
+            _ => false,
+        };
+        // Dropped below: the temporary file goes unless it must stay recorded.
+        cur.journaled = kept;
+    }
+
+    /// The source changed while read and its data starts again: a file
+    /// continued from a verified prefix starts over from that prefix (same
+    /// temporary file, reopened by `begin`), any other is dropped.
+    fn restart(&mut self, mut cur: Current) {
+        match (&cur.pending.resume, cur.pending.redo, &self.journal) {
+            (Some(r), false, Some(j)) => {
+                j.rewind(cur.id, cur.counted, r.from, &r.hasher, &self.counters);
+                cur.counted = 0;
+                // Reopened by `begin`: its verified prefix stays.
+                cur.temp = None;
+            }
+            _ => self.discard(cur),
+        }
     }
 
     /// Records the temporary file `temp` for the checkpoint *before* it is
@@ -267,6 +316,7 @@ impl Applier {
                 )
             }
         };
+        let mut written = 0;
         for op in ops {
             let op = match op {
                 WireOp::Plain(op) => op,
@@ -293,8 +343,7 @@ impl Applier {
             match patcher.apply(&op) {
                 Ok(()) => {
                     let n = patcher.written() - before;
-                    cur.counted += n;
-                    self.counters.settled_bytes(n as i64);
+                    written += n;
                     match op {
                         Op::Copy { .. } => self.summary.bytes_matched += n,
                         Op::Literal(_) => self.summary.bytes_literal += n,
@@ -315,11 +364,17 @@ impl Applier {
                 Err(e) => cur.patcher = Err(e.to_string()),
             }
         }
-        if let (Some(journal), true, Ok((p, _))) = (&self.journal, cur.journaled, &mut cur.patcher)
-        {
-            if let Ok((len, hasher)) = p.prefix() {
-                journal.update(id, len, hasher);
-            }
+        // What this frame wrote counts once the checkpoint can back it: the
+        // slot and the counters move together.
+        cur.counted += written;
+        let prefix = match (&self.journal, cur.journaled, &mut cur.patcher) {
+            (Some(j), true, Ok((p, _))) => p.prefix().ok().map(|(len, h)| (j, len, h)),
+            _ => None,
+        };
+        match prefix {
+            Some((j, len, hasher)) => j.advance(id, written, len, hasher, &self.counters),
+            // Not journaled (or its prefix cannot be settled): progress only.
+            None => self.counters.settled_bytes(written as i64),
         }
         Ok(())
     }
@@ -364,10 +419,12 @@ impl Applier {
             FileOutcome::Vanished => {
                 warn(format_args!("{}: vanished from the source", pending.path));
                 self.summary.files_vanished += 1;
+                // No longer part of the source: not part of the work either.
+                self.counters.file_gone(pending.meta.size);
             }
             FileOutcome::Unreadable => self.summary.files_failed += 1,
         }
-        self.release(id, &pending);
+        self.release(id);
         Ok(())
     }
 
@@ -423,12 +480,8 @@ impl Applier {
                 pending.path
             ));
             self.summary.files_failed += 1;
-            self.release(id, &pending);
+            self.release(id);
             return Ok(());
-        }
-        if let Some(r) = &pending.resume {
-            // The reused prefix did not make the file: it no longer counts as done.
-            self.counters.found_bytes(-(r.from as i64));
         }
         // The generator sends the request: the applier must never wait on the
         // connection, or a full pipe in both directions could deadlock.
@@ -453,13 +506,10 @@ impl Applier {
         }
     }
 
-    /// A file given up on: done for progress, with all its bytes.
-    fn release(&mut self, id: u64, pending: &PendingFile) {
+    /// A file given up on: it leaves the queue, and progress does not count
+    /// it as done (the destination does not hold it).
+    fn release(&mut self, id: u64) {
         self.inflight.remove(id);
-        let base = pending.resume.as_ref().filter(|_| !pending.redo);
-        let rest = pending.meta.size - base.map_or(0, |r| r.from.min(pending.meta.size));
-        self.counters.settled_bytes(rest as i64);
-        self.counters.file_settled();
     }
 
     /// Counts and reports a file that could not be written; fatal errors end the session.
@@ -474,9 +524,7 @@ impl Applier {
         }
         warn(format_args!("{path}: {e}"));
         self.summary.files_failed += 1;
-        if let Some(pending) = self.inflight.get(id) {
-            self.release(id, &pending);
-        }
+        self.release(id);
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::beneath::Placed;
 use crate::path::RelPath;
@@ -22,6 +23,9 @@ use crate::walk::{is_temp_name, TEMP_PREFIX, TEMP_SUFFIX};
 const GROUP_FILES: usize = 256;
 /// Bytes per group before it is committed.
 const GROUP_BYTES: u64 = 256 * 1024 * 1024;
+/// How long a finished file waits for its group at most: files done show as
+/// done while a few large files take minutes.
+pub const GROUP_AGE: Duration = Duration::from_secs(2);
 
 /// Whether a temporary file belongs to this process (and may be in flight).
 pub fn is_own_temp(name: &[u8]) -> bool {
@@ -162,6 +166,8 @@ pub struct CommitGroup {
     items: Vec<Waiting>,
     anchor: Option<File>,
     bytes: u64,
+    /// When the group's first file arrived.
+    since: Option<Instant>,
     /// Temporary files stay when the group is dropped uncommitted (a
     /// checkpoint names them, so the next attempt can use them).
     keep: bool,
@@ -181,6 +187,7 @@ impl CommitGroup {
             items: Vec::new(),
             anchor: None,
             bytes: 0,
+            since: None,
             keep,
         }
     }
@@ -190,6 +197,7 @@ impl CommitGroup {
         self.bytes += item.size;
         if self.anchor.is_none() {
             self.anchor = Some(item.file);
+            self.since = Some(Instant::now());
         }
         self.items.push(Waiting {
             id: item.id,
@@ -197,11 +205,20 @@ impl CommitGroup {
             temp: item.temp,
             dest: item.dest,
         });
-        if self.items.len() >= GROUP_FILES || self.bytes >= GROUP_BYTES {
+        if self.items.len() >= GROUP_FILES
+            || self.bytes >= GROUP_BYTES
+            || self.due_in() == Some(Duration::ZERO)
+        {
             self.commit()
         } else {
             Ok(Committed::default())
         }
+    }
+
+    /// How long until the group is due for commit by age; `None` while empty.
+    pub fn due_in(&self) -> Option<Duration> {
+        self.since
+            .map(|since| GROUP_AGE.saturating_sub(since.elapsed()))
     }
 
     /// Makes every file durable, then renames each into place. (The renames
@@ -214,6 +231,7 @@ impl CommitGroup {
         let Some(anchor) = self.anchor.take() else {
             return Ok(out);
         };
+        self.since = None;
         if self.items.len() == 1 {
             anchor.sync_data()?;
         } else {

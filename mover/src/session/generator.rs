@@ -201,8 +201,7 @@ impl Generator {
                 digest: *self.fingerprint.finalize().as_bytes(),
             };
             j.listed(s.files_total, s.bytes_total, source);
-            let gone = j.discard_unclaimed(&self.placer);
-            self.counters.lost_prior(gone);
+            j.discard_unclaimed(&self.placer, &self.counters);
         }
     }
 
@@ -446,10 +445,9 @@ impl Generator {
         self.request(e.path, e.meta, signed, None)
     }
 
-    /// A regular file that failed before its request: settled, for progress.
+    /// A regular file that failed before its request (progress does not
+    /// count it: the destination does not hold it).
     fn file_failed(&mut self, e: &Entry, err: io::Error) -> Result<(), SessionError> {
-        self.counters.settled_bytes(e.meta.size as i64);
-        self.counters.file_settled();
         self.failed(&e.path, err)
     }
 
@@ -463,14 +461,15 @@ impl Generator {
                     "{}: partial file of an earlier attempt not reused: {why}",
                     e.path
                 ));
-                if let Ok(temp) = self.placer.place(&p.temp) {
+                // The earlier attempt counted it as done: it is not. That is
+                // recorded before the file goes.
+                let recorded = match &self.journal {
+                    Some(j) => j.drop_claim(&e.path, &self.counters),
+                    None => Ok(()),
+                };
+                if let (Ok(()), Ok(temp)) = (recorded, self.placer.place(&p.temp)) {
                     let _ = fs::remove_file(&*temp);
                 }
-                if let Some(j) = &self.journal {
-                    j.drop_claim(&e.path);
-                }
-                // The earlier attempt counted it as done: it is not.
-                self.counters.lost_prior(p.verified_len);
             })
             .ok()
     }

@@ -40,6 +40,22 @@ pub struct Slot {
     pub hasher: blake3::Hasher,
 }
 
+/// The partial files, under one lock with the byte counters they back.
+///
+/// Every change that adds or removes backing for progress happens under this
+/// lock together with the counter change it explains, and a checkpoint is
+/// taken under it too: a checkpoint's `bytes_done` is backed by what that
+/// checkpoint names, never by what a worker was about to record.
+#[derive(Debug, Default)]
+struct Ledger {
+    slots: HashMap<u64, Slot>,
+    /// Partial files the last checkpoint named, by path: not yet claimed by a
+    /// listed file (`false`), or claimed and not yet begun again (`true`).
+    /// Both stay in every checkpoint until their file's data begins, so a
+    /// kill in between loses nothing.
+    loaded: HashMap<RelPath, (Partial, bool)>,
+}
+
 /// What the receiver knows about the operation it serves.
 #[derive(Debug)]
 pub struct Journal {
@@ -52,12 +68,7 @@ pub struct Journal {
     start: Instant,
     /// Totals of the last complete listing, earlier or now.
     totals: Mutex<(Option<u64>, Option<u64>, Option<Fingerprint>)>,
-    slots: Mutex<HashMap<u64, Slot>>,
-    /// Partial files the last checkpoint named, by path: not yet claimed by a
-    /// listed file (`false`), or claimed and not yet begun again (`true`).
-    /// Both stay in every checkpoint until their file's data begins, so a
-    /// kill in between loses nothing.
-    loaded: Mutex<HashMap<RelPath, (Partial, bool)>>,
+    ledger: Mutex<Ledger>,
     stopped: AtomicBool,
     /// One write at a time (the writer thread and the final write share a temporary name).
     saving: Mutex<()>,
@@ -141,8 +152,10 @@ impl Journal {
             elapsed_before,
             start: Instant::now(),
             totals: Mutex::new(totals),
-            slots: Mutex::default(),
-            loaded: Mutex::new(loaded),
+            ledger: Mutex::new(Ledger {
+                slots: HashMap::new(),
+                loaded,
+            }),
             stopped: AtomicBool::new(false),
             saving: Mutex::new(()),
         };
@@ -160,59 +173,138 @@ impl Journal {
     /// The partial file the checkpoint names for `path`, if any, for a listed
     /// file to continue. It stays recorded until [`Journal::begin`] or [`Journal::drop_claim`].
     pub fn claim(&self, path: &RelPath) -> Option<Partial> {
-        let mut loaded = lock(&self.loaded);
-        let (partial, claimed) = loaded.get_mut(path).filter(|(_, c)| !*c)?;
+        let mut ledger = lock(&self.ledger);
+        let (partial, claimed) = ledger.loaded.get_mut(path).filter(|(_, c)| !*c)?;
         *claimed = true;
         Some(partial.clone())
     }
 
-    /// A claimed partial file was found unusable and removed.
-    pub fn drop_claim(&self, path: &RelPath) {
-        lock(&self.loaded).remove(path);
+    /// A claimed partial file turned out unusable: it leaves the record, and
+    /// the progress an earlier attempt counted for it goes with it, before
+    /// the caller removes the file (see [`Journal::forget`]).
+    pub fn drop_claim(&self, path: &RelPath, counters: &Counters) -> Result<(), SessionError> {
+        let recorded = {
+            let mut ledger = lock(&self.ledger);
+            let gone = ledger.loaded.remove(path);
+            if let Some((p, _)) = &gone {
+                counters.lost_prior(p.verified_len);
+            }
+            gone.is_some_and(|(p, _)| p.verified_len > 0)
+        };
+        self.forget(recorded, counters)
     }
 
     /// Removes the partial files no listed file claimed (their source is gone
-    /// or excluded); returns the bytes they held.
-    pub fn discard_unclaimed(&self, placer: &Placer) -> u64 {
-        let mut gone = 0;
-        lock(&self.loaded).retain(|_, (p, claimed)| {
-            if !*claimed {
-                if let Ok(temp) = placer.place(&p.temp) {
-                    let _ = std::fs::remove_file(&*temp);
+    /// or excluded), after a checkpoint that no longer counts them.
+    pub fn discard_unclaimed(&self, placer: &Placer, counters: &Counters) {
+        let unclaimed: Vec<Partial> = {
+            let mut ledger = lock(&self.ledger);
+            let mut unclaimed = Vec::new();
+            ledger.loaded.retain(|_, (p, claimed)| {
+                if !*claimed {
+                    unclaimed.push(p.clone());
                 }
-                gone += p.verified_len;
+                *claimed
+            });
+            counters.lost_prior(unclaimed.iter().map(|p| p.verified_len).sum());
+            unclaimed
+        };
+        if unclaimed.is_empty() || self.forget(true, counters).is_err() {
+            return;
+        }
+        for p in unclaimed {
+            if let Ok(temp) = placer.place(&p.temp) {
+                let _ = std::fs::remove_file(&*temp);
             }
-            *claimed
-        });
-        gone
+        }
+    }
+
+    /// Write-ahead for removing data the last checkpoint may count: when
+    /// `recorded`, a checkpoint without it is written first. On `Err` the
+    /// caller keeps the file (a later attempt finds and checks it again).
+    pub fn forget(&self, recorded: bool, counters: &Counters) -> Result<(), SessionError> {
+        if !recorded {
+            return Ok(());
+        }
+        self.save(counters).inspect_err(|e| {
+            warn(format_args!(
+                "cannot record progress before removing a partial file, so it stays: {e}"
+            ))
+        })
     }
 
     /// Whether the temporary file `name` in `dir` holds data this operation may still use.
     pub fn holds(&self, dir: &RelPath, name: &[u8]) -> bool {
         let is = |temp: &RelPath| temp.parent() == *dir && temp.file_name() == name;
-        // Both at once (slots first, as in `begin`): a partial moving from
-        // one to the other is never missed.
-        let (slots, loaded) = (lock(&self.slots), lock(&self.loaded));
-        slots.values().any(|s| is(&s.temp)) || loaded.values().any(|(p, _)| is(&p.temp))
+        // Both at once: a partial moving from one to the other is never missed.
+        let ledger = lock(&self.ledger);
+        ledger.slots.values().any(|s| is(&s.temp))
+            || ledger.loaded.values().any(|(p, _)| is(&p.temp))
     }
 
     /// A file's data begins: from now on its slot describes it.
     pub fn begin(&self, id: u64, slot: Slot) {
-        let (mut slots, mut loaded) = (lock(&self.slots), lock(&self.loaded));
-        loaded.remove(&slot.path);
-        slots.insert(id, slot);
+        let mut ledger = lock(&self.ledger);
+        ledger.loaded.remove(&slot.path);
+        ledger.slots.insert(id, slot);
     }
 
-    pub fn update(&self, id: u64, len: u64, hasher: &blake3::Hasher) {
-        if let Some(s) = lock(&self.slots).get_mut(&id) {
+    /// `settled` more bytes of file `id` are written: `len` in all, hashed by
+    /// `hasher`. Slot and counters move together.
+    pub fn advance(
+        &self,
+        id: u64,
+        settled: u64,
+        len: u64,
+        hasher: &blake3::Hasher,
+        counters: &Counters,
+    ) {
+        let mut ledger = lock(&self.ledger);
+        if let Some(s) = ledger.slots.get_mut(&id) {
             s.len = len;
             s.hasher = hasher.clone();
         }
+        counters.settled_bytes(settled as i64);
     }
 
-    /// The file is in place, or its temporary file is gone.
+    /// A file starts over from its verified prefix (`len` bytes hashed by
+    /// `hasher`): the `unsettled` bytes written after it no longer count.
+    pub fn rewind(
+        &self,
+        id: u64,
+        unsettled: u64,
+        len: u64,
+        hasher: &blake3::Hasher,
+        counters: &Counters,
+    ) {
+        let mut ledger = lock(&self.ledger);
+        if let Some(s) = ledger.slots.get_mut(&id) {
+            s.len = len;
+            s.hasher = hasher.clone();
+        }
+        counters.settled_bytes(-(unsettled as i64));
+    }
+
+    /// The file is in place (committed): its slot goes.
     pub fn end(&self, id: u64) {
-        lock(&self.slots).remove(&id);
+        lock(&self.ledger).slots.remove(&id);
+    }
+
+    /// The file's rebuild is dropped: its slot goes with the `unsettled`
+    /// bytes written and the `unfound` bytes of a reused prefix. Returns
+    /// whether a checkpoint may have counted it (see [`Journal::forget`]).
+    pub fn abandon(&self, id: u64, unsettled: u64, unfound: u64, counters: &Counters) -> bool {
+        let mut ledger = lock(&self.ledger);
+        let slot = ledger.slots.remove(&id);
+        counters.settled_bytes(-(unsettled as i64));
+        counters.found_bytes(-(unfound as i64));
+        slot.is_some_and(|s| s.len > 0)
+    }
+
+    /// Live progress, consistent with the partial files as recorded.
+    pub fn progress(&self, counters: &Counters, elapsed_ms: u64) -> crate::stats::Progress {
+        let _ledger = lock(&self.ledger);
+        counters.snapshot(elapsed_ms)
     }
 
     /// The source as listed completely by this attempt.
@@ -222,12 +314,12 @@ impl Journal {
 
     fn snapshot(&self, counters: &Counters, complete: bool) -> Checkpoint {
         let elapsed = self.start.elapsed().as_millis() as u64;
-        let p = counters.snapshot(elapsed);
         let (files_total, bytes_total, source) = *lock(&self.totals);
-        // Both at once (slots first, as in `begin`): a partial moving from
-        // the last checkpoint's list to a slot is in exactly one of them.
-        let (slots, loaded) = (lock(&self.slots), lock(&self.loaded));
-        let mut partials: Vec<Partial> = slots
+        // Progress and the partials that back it, from one moment.
+        let ledger = lock(&self.ledger);
+        let p = counters.snapshot(elapsed);
+        let mut partials: Vec<Partial> = ledger
+            .slots
             .values()
             .map(|s| Partial {
                 path: s.path.clone(),
@@ -238,8 +330,8 @@ impl Journal {
                 prefix_hash: *s.hasher.finalize().as_bytes(),
             })
             .collect();
-        partials.extend(loaded.values().map(|(p, _)| p.clone()));
-        drop((slots, loaded));
+        partials.extend(ledger.loaded.values().map(|(p, _)| p.clone()));
+        drop(ledger);
         partials.sort_by(|a, b| a.path.cmp(&b.path));
         Checkpoint {
             operation_id: self.operation_id.clone(),
@@ -341,7 +433,12 @@ mod tests {
         assert!(j.claim(&rel("a/f")).is_none(), "claimed once");
         assert_eq!((recorded(&j), held(&j)), (1, true));
         let placer = Placer::open(d.path()).unwrap();
-        assert_eq!(j.discard_unclaimed(&placer), 0, "a claimed partial stays");
+        j.discard_unclaimed(&placer, &counters);
+        assert_eq!(
+            (recorded(&j), held(&j)),
+            (1, true),
+            "a claimed partial stays"
+        );
         j.begin(
             7,
             Slot {

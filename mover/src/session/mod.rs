@@ -15,6 +15,7 @@ mod commit;
 mod flow;
 mod generator;
 mod journal;
+mod liveness;
 pub mod local;
 mod outbox;
 mod peer;

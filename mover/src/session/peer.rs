@@ -1,32 +1,13 @@
-//! Reading what the peer sends: each wait bounded by the idle timeout,
-//! heartbeats dropped, and an `Abort` turned into the error it carries.
-
-use std::io;
-use std::time::Duration;
+//! Reading what the peer sends: each wait bounded by the idle timeout (on
+//! bytes, so a slow link is not a dead one), heartbeats dropped, and an
+//! `Abort` turned into the error it carries.
 
 use futures::{FutureExt, Stream, StreamExt};
 
+use super::liveness::Idle;
 use super::outbox::weight;
 use super::SessionError;
 use crate::protocol::{Frame, ProtocolError};
-
-/// Awaits `next`, failing if the peer stays silent longer than `timeout`
-/// (heartbeats count: a quiet but live peer is never cut).
-async fn within<T>(
-    next: impl std::future::Future<Output = T>,
-    timeout: Option<Duration>,
-) -> Result<T, SessionError> {
-    match timeout {
-        None => Ok(next.await),
-        Some(limit) => tokio::time::timeout(limit, next).await.map_err(|_| {
-            let msg = format!("nothing from the peer for {}s", limit.as_secs());
-            SessionError::Protocol(ProtocolError::Io(io::Error::new(
-                io::ErrorKind::TimedOut,
-                msg,
-            )))
-        }),
-    }
-}
 
 /// What a frame from the peer means here: `None` for a heartbeat.
 fn screen(frame: Result<Frame, ProtocolError>) -> Result<Option<Frame>, SessionError> {
@@ -40,14 +21,14 @@ fn screen(frame: Result<Frame, ProtocolError>) -> Result<Option<Frame>, SessionE
 /// The peer's next frame; `when` says, if it hung up, what it hung up during.
 pub async fn next_frame<S>(
     frames: &mut S,
-    timeout: Option<Duration>,
+    idle: &Idle,
     when: &'static str,
 ) -> Result<Frame, SessionError>
 where
     S: Stream<Item = Result<Frame, ProtocolError>> + Unpin,
 {
     loop {
-        let Some(frame) = within(frames.next(), timeout).await? else {
+        let Some(frame) = idle.reading(frames.next()).await? else {
             return Err(ProtocolError::Closed(when).into());
         };
         if let Some(frame) = screen(frame)? {
@@ -61,13 +42,13 @@ where
 /// mover of another version apart).
 pub async fn first_frame<S>(
     frames: &mut S,
-    timeout: Option<Duration>,
+    idle: &Idle,
     when: &'static str,
 ) -> Result<Frame, SessionError>
 where
     S: Stream<Item = Result<Frame, ProtocolError>> + Unpin,
 {
-    match next_frame(frames, timeout, when).await {
+    match next_frame(frames, idle, when).await {
         Err(SessionError::Protocol(ProtocolError::Decode(_) | ProtocolError::Violation(_))) => {
             Err(ProtocolError::NotMover.into())
         }
@@ -84,14 +65,11 @@ const BATCH_WEIGHT: usize = 1 << 20;
 
 /// The peer's next frames: the first one waited for, then those already
 /// decoded, up to [`BATCH_FRAMES`] or [`BATCH_WEIGHT`].
-pub async fn next_frames<S>(
-    frames: &mut S,
-    timeout: Option<Duration>,
-) -> Result<Vec<Frame>, SessionError>
+pub async fn next_frames<S>(frames: &mut S, idle: &Idle) -> Result<Vec<Frame>, SessionError>
 where
     S: Stream<Item = Result<Frame, ProtocolError>> + Unpin,
 {
-    let first = next_frame(frames, timeout, "before the transfer finished").await?;
+    let first = next_frame(frames, idle, "before the transfer finished").await?;
     let mut total = weight(&first);
     let mut batch = vec![first];
     while batch.len() < BATCH_FRAMES && total < BATCH_WEIGHT {

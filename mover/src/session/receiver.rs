@@ -17,6 +17,7 @@ use super::applier::Applier;
 use super::flow::{Inflight, ListWindow};
 use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
 use super::journal::Journal;
+use super::liveness::{Idle, Metered};
 use super::outbox::{weight, Out};
 use super::peer::{first_frame, next_frames};
 use super::supervise::{drain, tell_peer, Supervisor};
@@ -163,6 +164,8 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let start = Instant::now();
+    let (stream, activity) = Metered::new(stream);
+    let idle = Idle::new(cfg.timeout, activity);
     let (rd, wr) = tokio::io::split(stream);
     let (rx_count, tx_count) = (WireCounter::default(), WireCounter::default());
     let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
@@ -171,7 +174,7 @@ where
     sink.send(Frame::Hello(Hello::new(SessionOptions::default())))
         .await?;
     let accepted = async {
-        let opts = handshake(&mut frames, cfg.timeout).await?;
+        let opts = handshake(&mut frames, &idle).await?;
         let (filter, root) = prepare(&cfg, &opts)?;
         let journal = match &opts.operation_id {
             Some(id) => Some(Journal::open(&root, id, opts.attempt, cfg.keep_checkpoint)?),
@@ -259,11 +262,15 @@ where
     }
     let ticker = tokio::spawn(report_progress(
         counters.clone(),
+        journal.clone(),
         start,
         out_tx.clone(),
         cfg.progress.clone(),
     ));
 
+    // On a stop (SIGTERM) or a failure, reading ends here and the appliers
+    // finish the data already queued for them (bounded by the data budget
+    // and `CLEANUP`) before the final checkpoint below records it.
     let read = sup
         .watch(read_frames(
             &mut frames,
@@ -271,7 +278,7 @@ where
             &window,
             &inflight,
             app_txs,
-            cfg.timeout,
+            &idle,
         ))
         .await;
     ticker.abort();
@@ -326,16 +333,9 @@ where
         }
     };
     if opts.verify {
-        let verified = verify(
-            &mut frames,
-            &out_tx,
-            &cfg,
-            &opts,
-            tree.clone(),
-            filter,
-            &mut sup,
-        )
-        .await;
+        let (tree, delete, owner, out) = (tree.clone(), opts.delete, cfg.preserve_owner, &out_tx);
+        let compare = |window| Verifier::new(tree, filter, delete, owner, out.clone(), window);
+        let verified = verify(&mut frames, &idle, &out_tx, &mut sup, compare).await;
         match verified {
             Ok(v) => summary.verify = Some(v),
             Err(e) => return Err(tell_peer(e, out_tx, writer).await),
@@ -366,9 +366,9 @@ where
 
 async fn handshake<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
-    timeout: Option<Duration>,
+    idle: &Idle,
 ) -> Result<SessionOptions, SessionError> {
-    let hello = match first_frame(frames, timeout, "before the handshake").await? {
+    let hello = match first_frame(frames, idle, "before the handshake").await? {
         Frame::Hello(h) => h,
         f => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
     };
@@ -431,12 +431,12 @@ async fn read_frames<R: AsyncRead + Unpin>(
     window: &ListWindow,
     inflight: &Inflight<PendingFile>,
     app_txs: Vec<mpsc::Sender<DataBatch>>,
-    timeout: Option<Duration>,
+    idle: &Idle,
 ) -> Result<(), SessionError> {
     let mut state = State::Listing;
     let budget = Arc::new(Semaphore::new(DATA_BUDGET));
     while state != State::DataDone {
-        let batch = next_frames(frames, timeout).await?;
+        let batch = next_frames(frames, idle).await?;
         let mut to_gen = Vec::new();
         let mut to_app: Vec<Vec<Frame>> = app_txs.iter().map(|_| Vec::new()).collect();
         for frame in batch {
@@ -474,30 +474,19 @@ async fn read_frames<R: AsyncRead + Unpin>(
 /// Asks the sender to list its tree again, with contents hashed, and compares.
 async fn verify<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
+    idle: &Idle,
     out: &Out,
-    cfg: &ReceiverConfig,
-    opts: &SessionOptions,
-    tree: Arc<TreeRoot>,
-    filter: Filter,
     sup: &mut Supervisor,
+    compare: impl FnOnce(Arc<ListWindow>) -> Result<Verifier, SessionError>,
 ) -> Result<VerifyResult, SessionError> {
     let window = Arc::new(ListWindow::default());
-    let verifier = Verifier::new(
-        tree,
-        filter,
-        opts.delete,
-        cfg.preserve_owner,
-        out.clone(),
-        window.clone(),
-    )?;
+    let verifier = compare(window.clone())?;
     out.send(vec![Frame::Verify])
         .await
         .map_err(|_| SessionError::Cancelled)?;
     let (tx, rx) = mpsc::channel(INITIAL_CREDIT as usize + 1);
     let worker = sup.spawn(move || verifier.run(rx));
-    let read = sup
-        .watch(read_listing(frames, tx, &window, cfg.timeout))
-        .await;
+    let read = sup.watch(read_listing(frames, tx, &window, idle)).await;
     if let Err(e) = read {
         drain(worker).await;
         return Err(e);
@@ -510,11 +499,11 @@ async fn read_listing<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
     tx: mpsc::Sender<Vec<Frame>>,
     window: &ListWindow,
-    timeout: Option<Duration>,
+    idle: &Idle,
 ) -> Result<(), SessionError> {
     let mut state = State::Verifying;
     while state != State::Verified {
-        let batch = next_frames(frames, timeout).await?;
+        let batch = next_frames(frames, idle).await?;
         for frame in &batch {
             state = state.step(frame)?.0;
         }
@@ -525,6 +514,7 @@ async fn read_listing<R: AsyncRead + Unpin>(
 
 async fn report_progress(
     counters: Arc<Counters>,
+    journal: Option<Arc<Journal>>,
     start: Instant,
     out: Out,
     sink: Option<ProgressFn>,
@@ -533,7 +523,13 @@ async fn report_progress(
     tick.tick().await;
     loop {
         tick.tick().await;
-        let p = counters.snapshot(start.elapsed().as_millis() as u64);
+        let elapsed = start.elapsed().as_millis() as u64;
+        // With a checkpoint, progress is read as the checkpoint would be:
+        // never ahead of the partial files that back it.
+        let p = match &journal {
+            Some(j) => j.progress(&counters, elapsed),
+            None => counters.snapshot(elapsed),
+        };
         if let Some(sink) = &sink {
             sink(&p);
         }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::flow::Credits;
 
+use super::liveness::{Idle, Metered};
 use super::outbox::Outbox;
 use super::peer::{first_frame, next_frame, next_frames};
 use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
@@ -147,6 +148,8 @@ where
         TreeRoot::open(&cfg.root)
             .map_err(|e| SessionError::local(format!("source {}", cfg.root.display()), e))?,
     );
+    let (stream, activity) = Metered::new(stream);
+    let idle = Idle::new(cfg.timeout, activity);
     let (rd, wr) = tokio::io::split(stream);
     let (rx_count, tx_count) = (WireCounter::default(), WireCounter::default());
     let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
@@ -155,7 +158,7 @@ where
     sink.send(Frame::Hello(Hello::new(cfg.options.clone())))
         .await?;
     let options = tokio::select! {
-        r = handshake(&mut frames, cfg.timeout) => r?,
+        r = handshake(&mut frames, &idle) => r?,
         () = cfg.cancel.cancelled() => return Err(SessionError::Interrupted),
     };
 
@@ -182,7 +185,7 @@ where
     let mut verifier = None;
     let read = loop {
         let read = sup
-            .watch(reader.read(&mut frames, cfg.progress.as_ref(), cfg.timeout))
+            .watch(reader.read(&mut frames, cfg.progress.as_ref(), &idle))
             .await;
         reader.credits.close();
         match read {
@@ -225,13 +228,13 @@ where
 
 async fn handshake<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
-    timeout: Option<Duration>,
+    idle: &Idle,
 ) -> Result<SessionOptions, SessionError> {
-    match first_frame(frames, timeout, "during the handshake").await? {
+    match first_frame(frames, idle, "during the handshake").await? {
         Frame::Hello(h) => h.check()?,
         f => return Err(violation(format!("expected Hello, got {}", f.name())).into()),
     }
-    match next_frame(frames, timeout, "during the handshake").await? {
+    match next_frame(frames, idle, "during the handshake").await? {
         Frame::Accept(opts) => Ok(opts),
         f => Err(violation(format!("expected Accept, got {}", f.name())).into()),
     }
@@ -257,11 +260,11 @@ impl Reader {
         &mut self,
         frames: &mut FramedRead<R, FrameCodec>,
         progress: Option<&ProgressFn>,
-        timeout: Option<Duration>,
+        idle: &Idle,
     ) -> Result<Ended, SessionError> {
         let mut verify = false;
         loop {
-            let batch = next_frames(frames, timeout).await?;
+            let batch = next_frames(frames, idle).await?;
             for frame in batch {
                 let state = std::mem::replace(&mut self.state, State::RequestsDone);
                 let (next, action) = state.step(frame)?;
@@ -269,11 +272,10 @@ impl Reader {
                 match action {
                     Action::Credit(n) => self.credits.add(n as u64),
                     Action::Serve(req, sigs) => {
-                        self.queue
-                            .as_ref()
-                            .ok_or_else(cancelled)?
-                            .push(req, sigs)
-                            .await?
+                        let queue = self.queue.as_ref().ok_or_else(cancelled)?;
+                        // Room comes as the delta thread's data leaves: a
+                        // connection that moves nothing ends the wait.
+                        idle.moving(queue.push(req, sigs)).await??
                     }
                     Action::RequestsEnd => self.queue = None,
                     Action::Verify => verify = true,

@@ -1,5 +1,6 @@
 //! A small TCP proxy for fault injection: forwards 127.0.0.1 connections to a target address,
-//! counts the bytes it forwarded in each direction, and can cut every connection at once.
+//! counts the bytes it forwarded in each direction, and can cut every connection at once, cap
+//! its rate (a slow link) or stop forwarding without closing anything (a black hole).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -26,6 +27,10 @@ struct Shared {
     cut: AtomicBool,
     /// Every socket of every connection, so that a cut can shut them all down.
     sockets: Mutex<Vec<TcpStream>>,
+    /// Set by [`Proxy::freeze`]: nothing more is read or forwarded, nothing is closed.
+    frozen: AtomicBool,
+    /// Bytes per second each direction may carry (0: no cap).
+    rate: AtomicU64,
 }
 
 impl Shared {
@@ -94,6 +99,18 @@ impl Proxy {
         self.shared.shutdown_all();
     }
 
+    /// Stops forwarding without closing any connection, as a route that black-holes packets:
+    /// the peers' own kernels still accept what fits in their buffers, then writes block.
+    pub fn freeze(&self) {
+        self.shared.frozen.store(true, SeqCst);
+    }
+
+    /// Caps each direction at `bytes_per_sec`, forwarded in small pieces (a tenth of a
+    /// second's worth at most), as a slow link trickles.
+    pub fn set_rate(&self, bytes_per_sec: u64) {
+        self.shared.rate.store(bytes_per_sec, SeqCst);
+    }
+
     /// Whether [`Proxy::cut`] was called.
     pub fn is_cut(&self) -> bool {
         self.shared.cut.load(SeqCst)
@@ -160,11 +177,30 @@ fn accept_loop(
 fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, upstream: bool) {
     let counter = if upstream { &shared.up } else { &shared.down };
     let mut buf = vec![0u8; CHUNK];
+    let start = Instant::now();
+    let mut paced = 0u64;
     loop {
         if shared.cut.load(SeqCst) {
             break;
         }
-        match from.read(&mut buf) {
+        if shared.frozen.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        let rate = shared.rate.load(SeqCst);
+        let piece = match rate {
+            0 => CHUNK,
+            r => (r as usize / 10).clamp(1, CHUNK),
+        };
+        if rate > 0 {
+            // Hold the pace over the whole connection: the next piece leaves when the
+            // bytes so far have had their time.
+            let due = Duration::from_secs_f64(paced as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        match from.read(&mut buf[..piece]) {
             Ok(0) => {
                 let _ = to.shutdown(Shutdown::Write);
                 return;
@@ -174,6 +210,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, upstream: bool)
                     break;
                 }
                 counter.fetch_add(n as u64, SeqCst);
+                paced += n as u64;
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(_) => break,

@@ -112,7 +112,7 @@ pub async fn run_send(
             return finish(Err(err), &output);
         }
     };
-    let _ = stream.set_nodelay(true);
+    tune(&stream, conn.timeout());
     let cfg = SenderConfig {
         root: job.root,
         options: job.options,
@@ -143,6 +143,27 @@ pub async fn run_send(
 
 /// Connects to `to`, trying again every half second for `retry` while it
 /// fails (refused, unreachable): the receiver may not be reachable yet.
+/// Socket options for a session's connection: no Nagle delay, and, with an
+/// idle timeout, keepalive probes while the link is quiet, so a peer that
+/// vanished without a word (a node lost, a black-holed route) is found by
+/// the kernel too. `TCP_USER_TIMEOUT` is not set: Linux applies it to
+/// zero-window probes, so it would cut a live peer whose disk is slower than
+/// the link. A connection that stops moving bytes (a dead peer with data in
+/// flight, or a proxy that stops forwarding but still acknowledges) is the
+/// session's own idle timeout, judged on bytes.
+fn tune(stream: &TcpStream, timeout: Option<Duration>) {
+    use rustix::net::sockopt;
+    let _ = stream.set_nodelay(true);
+    let Some(limit) = timeout else { return };
+    let secs = |d: Duration| Duration::from_secs(d.as_secs().max(1));
+    // Idle a quarter of the limit, then four probes an eighth apart: a dead
+    // peer is declared after three quarters of it.
+    let _ = sockopt::set_socket_keepalive(stream, true);
+    let _ = sockopt::set_tcp_keepidle(stream, secs(limit / 4));
+    let _ = sockopt::set_tcp_keepintvl(stream, secs(limit / 8));
+    let _ = sockopt::set_tcp_keepcnt(stream, 4);
+}
+
 async fn connect(to: &str, retry: Duration) -> std::io::Result<TcpStream> {
     let deadline = tokio::time::Instant::now() + retry;
     loop {
@@ -210,7 +231,7 @@ pub async fn run_receive(
     let mut handshakes = JoinSet::new();
     loop {
         let next = tokio::select! {
-            n = next_incoming(&listener, tls.as_ref(), &mut handshakes, conn.handshake_timeout()) => n,
+            n = next_incoming(&listener, tls.as_ref(), &mut handshakes, conn.timeout(), conn.handshake_timeout()) => n,
             () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
         };
         let result = match next {
@@ -265,13 +286,14 @@ async fn next_incoming(
     listener: &TcpListener,
     tls: Option<&Arc<ServerConfig>>,
     handshakes: &mut Handshakes,
+    idle: Option<Duration>,
     timeout: Duration,
 ) -> std::io::Result<(Incoming, String)> {
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, peer) = accepted?;
-                let _ = stream.set_nodelay(true);
+                tune(&stream, idle);
                 let peer = peer.to_string();
                 let Some(config) = tls else {
                     return Ok((Incoming::Plain(stream), peer));
