@@ -305,6 +305,14 @@ impl Driver {
         digest.progress.as_ref().map(progress_of)
     }
 
+    /// What earlier attempts had done when this one started, once the
+    /// receiver has said so (its first progress event).
+    pub(super) fn prior(&self) -> Option<u64> {
+        let live = self.live.as_ref()?;
+        let digest = live.receiver_log.digest();
+        digest.first_progress.as_ref().map(|p| p.bytes_prior)
+    }
+
     pub(super) fn report_progress(&self) {
         if let (Some(progress), Some(live)) = (self.progress(), &self.live) {
             let _ = self.updates.send(Update::Progress {

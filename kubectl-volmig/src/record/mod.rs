@@ -145,10 +145,12 @@ pub struct Attempt {
     pub bytes_done: u64,
     #[serde(default)]
     pub bytes_total: u64,
-    /// Bytes this attempt found already done from earlier attempts'
-    /// checkpoints.
-    #[serde(default)]
-    pub bytes_resumed: u64,
+    /// Bytes earlier attempts had done, per the checkpoint this attempt
+    /// started from: where its progress started (the mover's progress
+    /// `bytes_prior`). Records written before the rename say
+    /// `bytesResumed`.
+    #[serde(default, alias = "bytesResumed")]
+    pub bytes_prior: u64,
     /// Bytes per second this attempt wrote or settled.
     #[serde(default)]
     pub rate: u64,

@@ -197,7 +197,9 @@ fn node_placement(p: &NodePlacement) -> String {
     format!("{} ({})", p.node.as_deref().unwrap_or("any node"), p.reason)
 }
 
-/// The attempts table: one row per attempt, the reason last.
+/// The attempts table: one row per attempt, the reason last. FROM EARLIER
+/// is what earlier attempts had done when it started, BYTES what was done
+/// when it ended (or now).
 fn attempts(attempts: &[Attempt], now: Timestamp) -> String {
     let dash = || "-".to_string();
     let code = |c: Option<i32>| c.map_or(dash(), |c| c.to_string());
@@ -208,6 +210,7 @@ fn attempts(attempts: &[Attempt], now: Timestamp) -> String {
         "EXIT S/R",
         "STARTED",
         "ELAPSED",
+        "FROM EARLIER",
         "BYTES",
         "RATE",
         "REASON",
@@ -227,6 +230,7 @@ fn attempts(attempts: &[Attempt], now: Timestamp) -> String {
             a.start_time
                 .map_or_else(dash, |t| format!("{} ago", age(Some(t), now))),
             elapsed(a.elapsed_seconds),
+            bytes_compact(a.bytes_prior),
             bytes_compact(a.bytes_done),
             rate(a.rate).replace(' ', ""),
             a.reason.clone().unwrap_or_else(dash),
