@@ -34,6 +34,16 @@ pub struct VolumeMigration {
     pub status: MigrationStatus,
 }
 
+impl VolumeMigration {
+    /// The attempt that runs now: the latest, if it has not ended, of an
+    /// operation that goes on.
+    pub fn running_attempt(&self) -> Option<&Attempt> {
+        let goes_on = matches!(self.status.phase, Phase::Pending | Phase::Running);
+        let last = self.status.attempts.last();
+        last.filter(|a| goes_on && !a.phase.is_over())
+    }
+}
+
 /// The record's identity: name (the operation id) and namespace, plus the
 /// ConfigMap's `resourceVersion` for optimistic concurrency.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -489,11 +489,7 @@ fn is_current(vm: &VolumeMigration, attempt: u32) -> bool {
 /// Whether `a` is `vm`'s running attempt: the latest, not over, of an
 /// operation that goes on.
 fn runs(vm: &VolumeMigration, a: &Attempt) -> bool {
-    vm.status
-        .attempts
-        .last()
-        .is_some_and(|last| last.number == a.number)
-        && is_current(vm, a.number)
+    vm.running_attempt().is_some_and(|r| r.number == a.number)
 }
 
 /// Whether `live` is at least as recent as `recorded` (without times to

@@ -132,6 +132,28 @@ Driver:        laptop-7/4242 (heartbeat 3s ago)
 }
 
 #[test]
+fn a_running_attempt_s_row_reads_the_progress_line() {
+    // Attempt 2 runs without a driver: its own copy says 0 bytes.
+    let vm = fixture(include_str!("../../../tests/fixtures/record/retrying.yaml"));
+    assert_eq!(vm.status.attempts[1].bytes_done, 0);
+    let out = describe(&vm, now());
+    assert!(
+        out.contains("Progress:      37% (6.0 GiB of 16.0 GiB), 310 of 800 files, 30.0 MiB/s"),
+        "{out}"
+    );
+    let row = |n: &str| {
+        let row = out.lines().find(|l| l.starts_with(&format!("  {n}   ")));
+        row.unwrap_or_else(|| panic!("no attempt {n} in\n{out}"))
+    };
+    assert!(row("2").contains("   6.0GiB   30.0MiB/s   -"), "{out}");
+    // An ended attempt keeps its own figures.
+    assert!(
+        row("1").contains("   6.0GiB   30.0MiB/s   sender killed"),
+        "{out}"
+    );
+}
+
+#[test]
 fn describe_a_failure_no_retry_can_fix() {
     assert_eq!(
         describe(&failed(), now()),
