@@ -140,7 +140,7 @@ async fn the_sender_follows_the_app_to_its_new_node() {
     let last = attempts.last().expect("attempts");
     assert_eq!(last.phase, AttemptPhase::Succeeded);
     assert_eq!(last.sender.node.as_deref(), Some("node-3"));
-    assert!(last.bytes_resumed > 0, "{last:#?}");
+    assert!(last.bytes_prior > 0, "{last:#?}");
     let placement = op.status.placement.as_ref().expect("placement");
     assert_eq!(placement.sender.app_pod.as_deref(), Some("app-b"));
     let dst = volume_dir(&client, &ns, "db-migrated").await;

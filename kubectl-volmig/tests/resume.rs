@@ -121,7 +121,7 @@ async fn abort_keeps_the_data_and_resume_finishes_it() {
     assert_eq!(done.status.attempts.len(), 2, "{:#?}", done.status.attempts);
     // The second attempt resumed what the aborted one had copied.
     assert!(
-        done.status.attempts[1].bytes_resumed >= 2 * MIB,
+        done.status.attempts[1].bytes_prior >= 2 * MIB,
         "{:#?}",
         done.status.attempts[1]
     );

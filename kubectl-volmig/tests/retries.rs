@@ -64,9 +64,9 @@ async fn killed_senders_resume_from_the_checkpoint() {
     }
     assert_eq!(attempts[2].phase, AttemptPhase::Succeeded);
     // Attempts 2 and 3 started from what the earlier ones had verified...
-    assert!(attempts[1].bytes_resumed >= 4 * MIB, "{:#?}", attempts[1]);
+    assert!(attempts[1].bytes_prior >= 4 * MIB, "{:#?}", attempts[1]);
     assert!(
-        attempts[2].bytes_resumed >= attempts[1].bytes_resumed + 4 * MIB,
+        attempts[2].bytes_prior >= attempts[1].bytes_prior + 4 * MIB,
         "{:#?}",
         attempts[2]
     );
@@ -74,9 +74,9 @@ async fn killed_senders_resume_from_the_checkpoint() {
     // is written per MiB of progress).
     let summary = op.status.summary.as_ref().expect("summary");
     assert!(
-        summary.bytes_literal <= total - attempts[2].bytes_resumed + MIB,
-        "re-sent too much: {summary:?}, resumed {}",
-        attempts[2].bytes_resumed
+        summary.bytes_literal <= total - attempts[2].bytes_prior + MIB,
+        "re-sent too much: {summary:?}, started from {} done by earlier attempts",
+        attempts[2].bytes_prior
     );
     // Each attempt's time, from its recorded start to its end.
     for a in attempts {

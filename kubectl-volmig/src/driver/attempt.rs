@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams};
 use tokio::time::Instant;
 
@@ -21,6 +21,9 @@ use crate::resources;
 impl Driver {
     pub(super) async fn start_attempt(&mut self, number: u32) -> Result<State, DriverError> {
         let sender_placement = self.current_sender_placement().await?;
+        // The receiver goes where the plan said; why is told anew, as the
+        // destination is now (an earlier attempt may have bound it to a node).
+        self.plan.placement.receiver.reason = self.current_receiver_reason().await?;
         let live = self.live_attempt(number, sender_placement.clone());
         let attempt = Attempt {
             number,
@@ -59,7 +62,7 @@ impl Driver {
     /// Where the sender goes now: next to the app's pod, if it has one.
     pub(super) async fn current_sender_placement(&self) -> Result<NodePlacement, DriverError> {
         let source = &self.plan.spec.source;
-        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(self.client.clone(), &source.namespace);
         let claim = claims
             .get(&source.name)
@@ -74,14 +77,8 @@ impl Driver {
             .into_iter()
             .filter(|p| !objects::is_ours(p))
             .collect();
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
-        let nodes = nodes
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| DriverError::kube("list nodes", e))?
-            .items;
-        let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> =
-            Api::all(self.client.clone());
+        let nodes = self.nodes().await?;
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
         let volume = match &self.plan.source.volume {
             v if v.is_empty() => None,
             v => volumes
@@ -90,6 +87,43 @@ impl Driver {
                 .map_err(|e| DriverError::kube(format!("get volume {v}"), e))?,
         };
         Ok(placement::sender(&claim, volume.as_ref(), &pods, &nodes))
+    }
+
+    /// Why the receiver goes where it goes, from the destination claim and
+    /// volume as they are now.
+    async fn current_receiver_reason(&self) -> Result<String, DriverError> {
+        let dst = &self.plan.destination;
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &dst.namespace);
+        let claim = claims
+            .get_opt(&dst.name)
+            .await
+            .map_err(|e| DriverError::kube(format!("get claim {}", dst.name), e))?;
+        let bound = claim
+            .as_ref()
+            .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+            .filter(|v| !v.is_empty());
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let volume = match bound {
+            Some(v) => volumes
+                .get_opt(&v)
+                .await
+                .map_err(|e| DriverError::kube(format!("get volume {v}"), e))?,
+            None => None,
+        };
+        let nodes = self.nodes().await?;
+        let spec = &self.plan.spec.destination;
+        let placement = placement::receiver(spec, claim.as_ref(), volume.as_ref(), &nodes);
+        Ok(placement.reason)
+    }
+
+    async fn nodes(&self) -> Result<Vec<Node>, DriverError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        Ok(nodes
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| DriverError::kube("list nodes", e))?
+            .items)
     }
 
     pub(super) fn view(&self) -> Option<(PodView, Option<PodView>, LogDigest, Option<LogDigest>)> {
@@ -288,7 +322,7 @@ impl Driver {
     /// record's progress and heartbeat fresh.
     pub(super) async fn idle(&mut self) -> Result<(), DriverError> {
         self.report_progress();
-        if self.written.elapsed() >= RECORD_EVERY {
+        if self.written.elapsed() >= RECORD_EVERY || self.newly_scheduled() {
             self.heartbeat().await?;
         }
         let wake = self.watch.wake.clone();
@@ -299,10 +333,32 @@ impl Driver {
         Ok(())
     }
 
+    /// Whether a pod of the running attempt has a node the record does not
+    /// show yet: written at once, so the record says where the sender runs
+    /// as soon as the scheduler has placed it.
+    fn newly_scheduled(&self) -> bool {
+        let (Some(live), Some((receiver, sender, _, _))) = (&self.live, self.view()) else {
+            return false;
+        };
+        let sender = sender.and_then(|s| s.node);
+        let recorded = self.record.status.attempts.iter();
+        recorded
+            .filter(|a| a.number == live.number)
+            .any(|a| unrecorded_node(a, receiver.node.as_deref(), sender.as_deref()))
+    }
+
     pub(super) fn progress(&self) -> Option<Progress> {
         let live = self.live.as_ref()?;
         let digest = live.receiver_log.digest();
         digest.progress.as_ref().map(progress_of)
+    }
+
+    /// What earlier attempts had done when this one started, once the
+    /// receiver has said so (its first progress event).
+    pub(super) fn prior(&self) -> Option<u64> {
+        let live = self.live.as_ref()?;
+        let digest = live.receiver_log.digest();
+        digest.first_progress.as_ref().map(|p| p.bytes_prior)
     }
 
     pub(super) fn report_progress(&self) {
@@ -313,6 +369,16 @@ impl Driver {
             });
         }
     }
+}
+
+/// Whether the pods' nodes, as seen, tell `recorded` something new.
+pub(super) fn unrecorded_node(
+    recorded: &Attempt,
+    receiver: Option<&str>,
+    sender: Option<&str>,
+) -> bool {
+    (recorded.receiver.node.is_none() && receiver.is_some())
+        || (recorded.sender.node.is_none() && sender.is_some())
 }
 
 /// A mover progress event as the record keeps it, stamped now.

@@ -66,7 +66,7 @@ impl Driver {
         let started = self.live.as_ref().map(|l| l.started);
         let elapsed = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
         let progress = rlog.progress.as_ref().map(progress_of);
-        let resumed = rlog.first_progress.as_ref().map_or(0, |p| p.bytes_prior);
+        let prior = rlog.first_progress.as_ref().map_or(0, |p| p.bytes_prior);
         let mut tail: Vec<String> = rlog
             .tail()
             .into_iter()
@@ -104,7 +104,7 @@ impl Driver {
                 if let Some(s) = sender.as_ref().filter(|s| !s.name.is_empty()) {
                     a.sender = pod_record(s);
                 }
-                a.bytes_resumed = resumed;
+                a.bytes_prior = prior;
                 if let Some(p) = &progress {
                     a.bytes_done = p.bytes_done;
                     a.bytes_total = p.bytes_total;

@@ -14,6 +14,7 @@ impl Driver {
     /// Writes the latest progress and the driver's heartbeat.
     pub(super) async fn heartbeat(&mut self) -> Result<(), DriverError> {
         let progress = self.progress();
+        let prior = self.prior();
         let number = self.live.as_ref().map(|l| l.number);
         // Where the pods run, as soon as they are scheduled.
         let nodes = self
@@ -31,6 +32,9 @@ impl Driver {
             if let Some((receiver, sender)) = &nodes {
                 a.receiver.node = a.receiver.node.take().or(receiver.clone());
                 a.sender.node = a.sender.node.take().or(sender.clone());
+            }
+            if let Some(prior) = prior {
+                a.bytes_prior = prior;
             }
             if let Some(p) = &progress {
                 vm.status.progress = Some(p.clone());

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::attempt::unrecorded_node;
 use super::ending::backoff;
 use super::judge::{judge, AttemptView, PodView, Verdict, SURVIVOR_GRACE};
 use super::logs::MoverResult;
@@ -140,4 +141,16 @@ fn backoff_doubles_from_the_first_delay_up_to_five_minutes() {
     let delays: Vec<u64> = (1..=7).map(|n| backoff(10, n).as_secs()).collect();
     assert_eq!(delays, [10, 20, 40, 80, 160, 300, 300]);
     assert_eq!(backoff(1, 40).as_secs(), 300);
+}
+
+#[test]
+fn a_pod_s_node_is_written_once_the_scheduler_placed_it() {
+    let mut attempt = crate::record::Attempt::default();
+    assert!(!unrecorded_node(&attempt, None, None));
+    assert!(unrecorded_node(&attempt, None, Some("node-2")));
+    attempt.sender.node = Some("node-2".into());
+    assert!(!unrecorded_node(&attempt, None, Some("node-2")));
+    assert!(unrecorded_node(&attempt, Some("node-1"), Some("node-2")));
+    attempt.receiver.node = Some("node-1".into());
+    assert!(!unrecorded_node(&attempt, Some("node-1"), Some("node-2")));
 }

@@ -74,13 +74,19 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
             None,
         ),
     };
+    let destination_claim = inputs.destination_claim.as_ref();
 
     Ok(Plan {
         operation: operation.to_string(),
         spec: spec.clone(),
         placement: Placement {
             sender: placement::sender(claim, Some(volume), &inputs.pods, &inputs.nodes),
-            receiver: placement::receiver(dst, destination_volume, &inputs.nodes),
+            receiver: placement::receiver(
+                dst,
+                destination_claim,
+                destination_volume,
+                &inputs.nodes,
+            ),
         },
         source,
         destination,

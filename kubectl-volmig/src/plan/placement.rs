@@ -6,7 +6,8 @@
 //! ReadOnlyMany source mounts anywhere, and an unused one wherever the
 //! scheduler (and the volume's own node affinity) allows. The receiver goes
 //! where `--to-node` says, or where the scheduler puts it, which is where a
-//! WaitForFirstConsumer destination gets provisioned.
+//! WaitForFirstConsumer destination gets provisioned, or where an existing
+//! destination is already tied to.
 //!
 //! A pinned pod gets required node affinity on `kubernetes.io/hostname`,
 //! never `nodeName`, so the scheduler still binds WaitForFirstConsumer
@@ -92,10 +93,18 @@ pub fn sender(
     }
 }
 
+/// The annotation the scheduler puts on a WaitForFirstConsumer claim: the
+/// node its volume is provisioned for.
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
 /// Where the receiver runs: on `--to-node`, else wherever the scheduler
-/// likes (an existing destination volume's node affinity still applies).
+/// likes. An existing destination already tied to a node takes the receiver
+/// there, and the reason says so: its volume's node affinity (a local PV),
+/// or, for a claim not bound yet, the node the scheduler selected for it
+/// ([`SELECTED_NODE`]), which the scheduler keeps to.
 pub fn receiver(
     spec: &DestinationSpec,
+    destination_claim: Option<&PersistentVolumeClaim>,
     destination_volume: Option<&PersistentVolume>,
     nodes: &[Node],
 ) -> NodePlacement {
@@ -111,10 +120,33 @@ pub fn receiver(
             app_pod: None,
         };
     }
-    match destination_volume.and_then(required_affinity) {
-        Some(pin) => unpinned(format!(
-            "the destination volume {}: the scheduler places the receiver there",
-            pin.describe(nodes)
+    if let Some(volume) = destination_volume {
+        let name = volume.metadata.name.as_deref().unwrap_or_default();
+        return match required_affinity(volume) {
+            Some(pin) if pin.hostnames.is_empty() => unpinned(format!(
+                "destination volume {name} is restricted by node affinity: the scheduler \
+                 places the receiver where it can mount it"
+            )),
+            Some(pin) => unpinned(format!(
+                "destination volume {name} is bound to {} (node affinity): the scheduler \
+                 places the receiver there",
+                pin.nodes(nodes).join(" or ")
+            )),
+            None => unpinned(format!(
+                "destination volume {name} has no node affinity: the scheduler chooses"
+            )),
+        };
+    }
+    let selected = destination_claim.and_then(|c| {
+        let node = c.metadata.annotations.as_ref()?.get(SELECTED_NODE)?;
+        Some((c, node)).filter(|(_, node)| !node.is_empty())
+    });
+    match selected {
+        Some((claim, node)) => unpinned(format!(
+            "destination claim {}/{} is bound to {node} ({SELECTED_NODE}): its volume is \
+             provisioned there, and the scheduler places the receiver there",
+            claim.metadata.namespace.as_deref().unwrap_or_default(),
+            claim.metadata.name.as_deref().unwrap_or_default(),
         )),
         None => unpinned(
             "the scheduler chooses; a WaitForFirstConsumer destination is created \

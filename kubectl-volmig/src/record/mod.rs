@@ -34,6 +34,16 @@ pub struct VolumeMigration {
     pub status: MigrationStatus,
 }
 
+impl VolumeMigration {
+    /// The attempt that runs now: the latest, if it has not ended, of an
+    /// operation that goes on.
+    pub fn running_attempt(&self) -> Option<&Attempt> {
+        let goes_on = matches!(self.status.phase, Phase::Pending | Phase::Running);
+        let last = self.status.attempts.last();
+        last.filter(|a| goes_on && !a.phase.is_over())
+    }
+}
+
 /// The record's identity: name (the operation id) and namespace, plus the
 /// ConfigMap's `resourceVersion` for optimistic concurrency.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -145,10 +155,12 @@ pub struct Attempt {
     pub bytes_done: u64,
     #[serde(default)]
     pub bytes_total: u64,
-    /// Bytes this attempt found already done from earlier attempts'
-    /// checkpoints.
-    #[serde(default)]
-    pub bytes_resumed: u64,
+    /// Bytes earlier attempts had done, per the checkpoint this attempt
+    /// started from: where its progress started (the mover's progress
+    /// `bytes_prior`). Records written before the rename say
+    /// `bytesResumed`.
+    #[serde(default, alias = "bytesResumed")]
+    pub bytes_prior: u64,
     /// Bytes per second this attempt wrote or settled.
     #[serde(default)]
     pub rate: u64,

@@ -1,5 +1,6 @@
 //! What the monitor shows, as messages: records from a ConfigMap watch,
-//! mover pods from a pod watch, live progress and log tails from the
+//! mover pods from a pod watch (the nodes the running attempts' pods were
+//! scheduled on), live progress and log tails from the
 //! current attempts' pod logs, and a tick. Each source is a task that
 //! sends [`Msg`]s to the UI task, which owns all state.
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use tokio::sync::mpsc::UnboundedSender;
@@ -19,7 +20,7 @@ use tokio::task::JoinHandle;
 use super::model::{Msg, Scope};
 use crate::driver::follow::{attempt_logs, Follower};
 use crate::names::{self, Component};
-use crate::record::{configmap, AttemptPhase, VolumeMigration};
+use crate::record::{configmap, Attempt, AttemptPhase, VolumeMigration};
 
 /// The running feed tasks; dropping it stops them.
 pub struct Feeds {
@@ -141,6 +142,10 @@ type OpKey = (String, String);
 /// latest progress event, the log tail.
 type Sent = (u32, Option<mover::stats::Progress>, Vec<String>);
 
+/// Where a running attempt's pods run: its number, the receiver's node, the
+/// sender's.
+type Placed = (u32, Option<String>, Option<String>);
+
 /// One followed attempt: its pods' logs.
 struct Followed {
     attempt: u32,
@@ -163,6 +168,7 @@ async fn publish(
     // What was sent last, so that only news is sent.
     let mut sent_records: Option<Vec<VolumeMigration>> = None;
     let mut sent_logs: HashMap<OpKey, Sent> = HashMap::new();
+    let mut sent_nodes: HashMap<OpKey, Placed> = HashMap::new();
     loop {
         let mut ops: Vec<VolumeMigration> = records
             .state()
@@ -219,6 +225,25 @@ async fn publish(
                 return;
             }
         }
+        let placed = scheduled(&ops, &movers);
+        sent_nodes.retain(|key, _| placed.contains_key(key));
+        for (key, now) in placed {
+            if sent_nodes.get(&key) == Some(&now) {
+                continue;
+            }
+            let (attempt, receiver, sender) = now.clone();
+            let msg = Msg::Scheduled {
+                namespace: key.0.clone(),
+                op: key.1.clone(),
+                attempt,
+                receiver,
+                sender,
+            };
+            sent_nodes.insert(key, now);
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
         if sent_records.as_ref() != Some(&ops) {
             sent_records = Some(ops.clone());
             if tx.send(Msg::Records(ops)).is_err() {
@@ -245,12 +270,7 @@ fn follow_running(
 ) {
     let mut wanted = Vec::new();
     for vm in ops {
-        let Some(attempt) = vm
-            .status
-            .attempts
-            .last()
-            .filter(|a| matches!(a.phase, AttemptPhase::Starting | AttemptPhase::Running))
-        else {
+        let Some(attempt) = running_attempt(vm) else {
             continue;
         };
         let key = (vm.metadata.namespace.clone(), vm.metadata.name.clone());
@@ -264,7 +284,7 @@ fn follow_running(
         let receiver_ns = &vm.spec.destination.namespace;
         let receiver = names::pod_name(&vm.metadata.name, Component::Receiver, attempt.number);
         let started = movers
-            .get(&kube::runtime::reflector::ObjectRef::new(&receiver).within(receiver_ns))
+            .get(&ObjectRef::new(&receiver).within(receiver_ns))
             .is_some();
         if !started {
             continue;
@@ -288,6 +308,38 @@ fn follow_running(
         );
     }
     followed.retain(|k, _| wanted.contains(k));
+}
+
+/// The latest attempt of `vm`, if it has not ended.
+fn running_attempt(vm: &VolumeMigration) -> Option<&Attempt> {
+    let last = vm.status.attempts.last();
+    last.filter(|a| matches!(a.phase, AttemptPhase::Starting | AttemptPhase::Running))
+}
+
+/// Where each running attempt's pods run, as the pod watch last saw them
+/// (`spec.nodeName`, set once the scheduler has placed a pod).
+fn scheduled(ops: &[VolumeMigration], movers: &Store<Pod>) -> HashMap<OpKey, Placed> {
+    let node = |namespace: &str, name: String| {
+        let pod = movers.get(&ObjectRef::new(&name).within(namespace))?;
+        pod.spec.as_ref()?.node_name.clone()
+    };
+    let mut placed = HashMap::new();
+    for vm in ops {
+        let Some(attempt) = running_attempt(vm) else {
+            continue;
+        };
+        let (op, n) = (&vm.metadata.name, attempt.number);
+        let receiver = names::pod_name(op, Component::Receiver, n);
+        let sender = names::pod_name(op, Component::Sender, n);
+        let key = (vm.metadata.namespace.clone(), op.clone());
+        let nodes = (
+            n,
+            node(&vm.spec.destination.namespace, receiver),
+            node(&vm.spec.source.namespace, sender),
+        );
+        placed.insert(key, nodes);
+    }
+    placed
 }
 
 /// The whole logs of `op`'s latest attempt (both pods, up to 500 lines

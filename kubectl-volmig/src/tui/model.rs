@@ -35,6 +35,17 @@ pub enum Msg {
         attempt: u32,
         progress: Progress,
     },
+    /// Where attempt `attempt`'s pods run, from the pod watch (their
+    /// `spec.nodeName`), as soon as the scheduler has placed them: the
+    /// record may say so seconds later, or (no driver) only when the
+    /// attempt ends. `None`: not scheduled yet, or no pod yet.
+    Scheduled {
+        namespace: String,
+        op: String,
+        attempt: u32,
+        receiver: Option<String>,
+        sender: Option<String>,
+    },
     /// The last lines of attempt `attempt`'s pods' logs (receiver and
     /// sender, prefixed `receiver: ` / `sender: `), while it runs.
     LogTail {
@@ -146,6 +157,21 @@ struct Live {
     progress: Progress,
 }
 
+/// Where an attempt's pods run, as the pod watch last saw them.
+#[derive(Debug, Clone)]
+struct Nodes {
+    attempt: u32,
+    receiver: Option<String>,
+    sender: Option<String>,
+}
+
+/// One of an attempt's two mover pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Receiver,
+    Sender,
+}
+
 /// The monitor's whole state. [`crate::tui::view::draw`] renders it;
 /// [`Model::update`] is the only way it changes.
 #[derive(Debug, Clone)]
@@ -162,6 +188,7 @@ pub struct Model {
     selected: Option<OpKey>,
     screen: Screen,
     live: HashMap<OpKey, Live>,
+    nodes: HashMap<OpKey, Nodes>,
     /// The running attempt's tail, by attempt.
     logs: HashMap<OpKey, (u32, Vec<String>)>,
     full_logs: HashMap<OpKey, Vec<String>>,
@@ -184,6 +211,7 @@ impl Model {
             selected: None,
             screen: Screen::List,
             live: HashMap::new(),
+            nodes: HashMap::new(),
             logs: HashMap::new(),
             full_logs: HashMap::new(),
             notice: None,
@@ -206,6 +234,24 @@ impl Model {
                     name: op,
                 };
                 self.live.insert(key, Live { attempt, progress });
+            }
+            Msg::Scheduled {
+                namespace,
+                op,
+                attempt,
+                receiver,
+                sender,
+            } => {
+                let key = OpKey {
+                    namespace,
+                    name: op,
+                };
+                let nodes = Nodes {
+                    attempt,
+                    receiver,
+                    sender,
+                };
+                self.nodes.insert(key, nodes);
             }
             Msg::LogTail {
                 namespace,
@@ -296,6 +342,61 @@ impl Model {
         }
     }
 
+    /// The bytes done and the rate to show for attempt `a` of `vm`: for the
+    /// running attempt, those of [`Model::progress`], which the detail's
+    /// header shows (the record's copy in the attempt is up to 5 s older,
+    /// and with no driver, or before the new attempt's first write, it is
+    /// 0); for the others, the record's.
+    pub(crate) fn attempt_figures(&self, vm: &VolumeMigration, a: &Attempt) -> (u64, u64) {
+        match self.progress(vm).filter(|_| runs(vm, a)) {
+            Some(p) => (p.bytes_done, p.rate),
+            None => (a.bytes_done, a.rate),
+        }
+    }
+
+    /// The node of attempt `a`'s `side` pod: the record's; for the running
+    /// attempt, before the record has it, the one the pod watch saw, else
+    /// the one its placement pins it to.
+    pub(crate) fn node<'a>(
+        &'a self,
+        vm: &'a VolumeMigration,
+        a: &'a Attempt,
+        side: Side,
+    ) -> Option<&'a str> {
+        let recorded = match side {
+            Side::Receiver => &a.receiver,
+            Side::Sender => &a.sender,
+        };
+        if let Some(node) = recorded.node.as_deref() {
+            return Some(node);
+        }
+        if !runs(vm, a) {
+            return None;
+        }
+        let seen = self
+            .nodes
+            .get(&OpKey::of(vm))
+            .filter(|n| n.attempt == a.number)
+            .and_then(|n| match side {
+                Side::Receiver => n.receiver.as_deref(),
+                Side::Sender => n.sender.as_deref(),
+            });
+        // The record's placement is the current attempt's.
+        let placed = vm.status.placement.as_ref().and_then(|p| match side {
+            Side::Receiver => p.receiver.node.as_deref(),
+            Side::Sender => p.sender.node.as_deref(),
+        });
+        seen.or(placed)
+    }
+
+    /// The node the latest sender runs (or ran) on, else the one the
+    /// placement pins it to.
+    pub(crate) fn sender_node<'a>(&'a self, vm: &'a VolumeMigration) -> Option<&'a str> {
+        let last = vm.status.attempts.last();
+        last.and_then(|a| self.node(vm, a, Side::Sender))
+            .or_else(|| vm.status.placement.as_ref()?.sender.node.as_deref())
+    }
+
     /// The log lines to show for `vm`: the live tail while it is about the
     /// running attempt, else the last attempt's recorded tail (which has the
     /// failure, once an attempt has ended).
@@ -335,6 +436,7 @@ impl Model {
 
         let present: HashSet<OpKey> = self.ops.iter().map(OpKey::of).collect();
         self.live.retain(|key, _| present.contains(key));
+        self.nodes.retain(|key, _| present.contains(key));
         self.logs.retain(|key, _| present.contains(key));
         self.full_logs.retain(|key, _| present.contains(key));
 
@@ -382,6 +484,12 @@ fn is_current(vm: &VolumeMigration, attempt: u32) -> bool {
         Some(last) => attempt > last.number || (attempt == last.number && !last.phase.is_over()),
         None => true,
     }
+}
+
+/// Whether `a` is `vm`'s running attempt: the latest, not over, of an
+/// operation that goes on.
+fn runs(vm: &VolumeMigration, a: &Attempt) -> bool {
+    vm.running_attempt().is_some_and(|r| r.number == a.number)
 }
 
 /// Whether `live` is at least as recent as `recorded` (without times to

@@ -195,13 +195,62 @@ fn the_receiver_otherwise_goes_where_the_scheduler_or_its_volume_says() {
         &receiver.reason,
         &["the scheduler chooses", "WaitForFirstConsumer"],
     );
+}
 
-    let receiver = Cluster::with_destinations()
-        .plan(&spec("data-local"))
-        .placement
-        .receiver;
-    assert_eq!(receiver.node, None);
-    assert_says(&receiver.reason, &["pinned to node-1 by node affinity"]);
+#[test]
+fn a_destination_volume_bound_to_a_node_takes_the_receiver_there() {
+    let mut cluster = Cluster::with_destinations();
+    let receiver = cluster.plan(&spec("data-local")).placement.receiver;
+    // The scheduler honours the volume's affinity: no second pin.
+    assert_eq!((receiver.node, receiver.hostname), (None, None));
+    assert_eq!(
+        receiver.reason,
+        "destination volume pvc-77b1d0aa is bound to node-1 (node affinity): \
+         the scheduler places the receiver there"
+    );
+
+    // Pinned by hostname label: the reason names the node, not the label.
+    let affinity = cluster.volume("pvc-77b1d0aa").spec.as_mut().unwrap();
+    let required = affinity.node_affinity.as_mut().unwrap().required.as_mut();
+    required.unwrap().node_selector_terms[0]
+        .match_expressions
+        .as_mut()
+        .unwrap()[0]
+        .values = Some(vec!["db-host-2".into()]);
+    let receiver = cluster.plan(&spec("data-local")).placement.receiver;
+    assert_says(&receiver.reason, &["pvc-77b1d0aa is bound to node-2 "]);
+}
+
+#[test]
+fn a_destination_claim_with_a_selected_node_takes_the_receiver_there() {
+    let mut cluster = Cluster::with_destinations();
+    let receiver = cluster.plan(&spec("data-wffc")).placement.receiver;
+    assert_eq!((receiver.node, receiver.hostname), (None, None));
+    assert_eq!(
+        receiver.reason,
+        "destination claim shop/data-wffc is bound to node-3 \
+         (volume.kubernetes.io/selected-node): its volume is provisioned there, \
+         and the scheduler places the receiver there"
+    );
+
+    // Bound to a volume any node mounts, a selected node ties nothing down.
+    cluster
+        .volume("pvc-77b1d0aa")
+        .spec
+        .as_mut()
+        .unwrap()
+        .node_affinity = None;
+    let claim = cluster.claim("data-local");
+    claim.metadata.annotations = Some(
+        [(placement::SELECTED_NODE.to_string(), "node-1".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    let receiver = cluster.plan(&spec("data-local")).placement.receiver;
+    assert_eq!(
+        receiver.reason,
+        "destination volume pvc-77b1d0aa has no node affinity: the scheduler chooses"
+    );
 }
 
 #[test]

@@ -95,6 +95,25 @@ fn unknown_status_fields_from_newer_writers_are_ignored() {
 }
 
 #[test]
+fn records_written_before_bytes_prior_still_read() {
+    let vm = succeeded();
+    let mut cm = to_config_map(&vm).expect("encodes");
+    let data = cm.data.get_or_insert_default();
+    let mut status: serde_json::Value = serde_json::from_str(&data[STATUS_KEY]).expect("json");
+    for attempt in status["attempts"].as_array_mut().expect("attempts") {
+        let prior = attempt["bytesPrior"].take();
+        let fields = attempt.as_object_mut().expect("an attempt object");
+        fields.remove("bytesPrior");
+        fields.insert("bytesResumed".into(), prior);
+    }
+    data.insert(STATUS_KEY.into(), status.to_string());
+    let read = from_config_map(&cm).expect("decodes");
+    let prior: Vec<u64> = read.status.attempts.iter().map(|a| a.bytes_prior).collect();
+    assert_eq!(prior, [0, 1_288_490_189, 2_147_483_648]);
+    assert_eq!(read.status, vm.status);
+}
+
+#[test]
 fn a_new_record_is_pending_in_the_destination_namespace() {
     let placement = NodePlacement {
         node: None,

@@ -77,7 +77,7 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
     }
     out.field(0, "Attempts", count);
     if !status.attempts.is_empty() {
-        out.block(2, &attempts(&status.attempts, now));
+        out.block(2, &attempts(vm, now));
     }
     out.field(0, "Elapsed", total_elapsed(vm));
     if let Some(summary) = &status.summary {
@@ -197,8 +197,17 @@ fn node_placement(p: &NodePlacement) -> String {
     format!("{} ({})", p.node.as_deref().unwrap_or("any node"), p.reason)
 }
 
-/// The attempts table: one row per attempt, the reason last.
-fn attempts(attempts: &[Attempt], now: Timestamp) -> String {
+/// The attempts table: one row per attempt, the reason last. FROM EARLIER
+/// is what earlier attempts had done when it started, BYTES what was done
+/// when it ended (or now). The running attempt's BYTES and RATE are the
+/// Progress line's: its own copy is not written until the driver has heard
+/// from the new receiver, and never without a driver.
+fn attempts(vm: &VolumeMigration, now: Timestamp) -> String {
+    let running = vm.running_attempt().map(|a| a.number);
+    let figures = |a: &Attempt| match vm.status.progress.as_ref() {
+        Some(p) if running == Some(a.number) => (p.bytes_done, p.rate),
+        _ => (a.bytes_done, a.rate),
+    };
     let dash = || "-".to_string();
     let code = |c: Option<i32>| c.map_or(dash(), |c| c.to_string());
     let mut rows = vec![[
@@ -208,13 +217,15 @@ fn attempts(attempts: &[Attempt], now: Timestamp) -> String {
         "EXIT S/R",
         "STARTED",
         "ELAPSED",
+        "FROM EARLIER",
         "BYTES",
         "RATE",
         "REASON",
     ]
     .map(String::from)
     .to_vec()];
-    for a in attempts {
+    for a in &vm.status.attempts {
+        let (done, rate_now) = figures(a);
         rows.push(vec![
             a.number.to_string(),
             a.phase.as_str().to_string(),
@@ -227,8 +238,9 @@ fn attempts(attempts: &[Attempt], now: Timestamp) -> String {
             a.start_time
                 .map_or_else(dash, |t| format!("{} ago", age(Some(t), now))),
             elapsed(a.elapsed_seconds),
-            bytes_compact(a.bytes_done),
-            rate(a.rate).replace(' ', ""),
+            bytes_compact(a.bytes_prior),
+            bytes_compact(done),
+            rate(rate_now).replace(' ', ""),
             a.reason.clone().unwrap_or_else(dash),
         ]);
     }

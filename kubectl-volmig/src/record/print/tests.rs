@@ -83,10 +83,10 @@ Placement:
   Sender:      node-2 (the app pod web-0 mounts the ReadWriteOnce claim on node-2)
   Receiver:    any node (the scheduler chooses; the new volume is provisioned where the receiver runs)
 Attempts:      3 of 7
-  #   PHASE       SENDER NODE   EXIT S/R   STARTED    ELAPSED   BYTES    RATE        REASON
-  1   Failed      node-2        137/10     119m ago   5m12s     1.2GiB   3.9MiB/s    sender killed (exit 137); receiver: connection reset
-  2   Failed      node-2        137/10     114m ago   2m35s     2.0GiB   5.3MiB/s    sender killed (exit 137); receiver: connection reset
-  3   Succeeded   node-2        0/0        111m ago   1m30s     2.9GiB   10.2MiB/s   -
+  #   PHASE       SENDER NODE   EXIT S/R   STARTED    ELAPSED   FROM EARLIER   BYTES    RATE        REASON
+  1   Failed      node-2        137/10     119m ago   5m12s     0B             1.2GiB   3.9MiB/s    sender killed (exit 137); receiver: connection reset
+  2   Failed      node-2        137/10     114m ago   2m35s     1.2GiB         2.0GiB   5.3MiB/s    sender killed (exit 137); receiver: connection reset
+  3   Succeeded   node-2        0/0        111m ago   1m30s     2.0GiB         2.9GiB   10.2MiB/s   -
 Elapsed:       9m17s (started 2025-03-01T10:00:05Z, completed 2025-03-01T10:09:52Z)
 Summary:       1544 entries, 1532 files, 2.9 GiB
   Transferred: 410 files (921.6 MiB literal, 0 B matched, 488.3 MiB on the wire)
@@ -119,8 +119,8 @@ Placement:
   Sender:      any node (the claim is not in use; the scheduler chooses)
   Receiver:    node-3 (--to-node node-3)
 Attempts:      1 of 4
-  #   PHASE     SENDER NODE   EXIT S/R   STARTED     ELAPSED   BYTES     RATE        REASON
-  1   Running   node-1        -/-        4m50s ago   4m50s     21.0GiB   74.2MiB/s   -
+  #   PHASE     SENDER NODE   EXIT S/R   STARTED     ELAPSED   FROM EARLIER   BYTES     RATE        REASON
+  1   Running   node-1        -/-        4m50s ago   4m50s     0B             21.0GiB   74.2MiB/s   -
 Elapsed:       4m50s (started 2025-03-01T11:55:10Z)
 Driver:        laptop-7/4242 (heartbeat 3s ago)
 "
@@ -129,6 +129,28 @@ Driver:        laptop-7/4242 (heartbeat 3s ago)
     let later = "2025-03-01T12:01:00Z".parse().expect("timestamp");
     assert!(describe(&running(), later)
         .contains("Driver:        laptop-7/4242 (gone: last heartbeat 63s ago)\n"));
+}
+
+#[test]
+fn a_running_attempt_s_row_reads_the_progress_line() {
+    // Attempt 2 runs without a driver: its own copy says 0 bytes.
+    let vm = fixture(include_str!("../../../tests/fixtures/record/retrying.yaml"));
+    assert_eq!(vm.status.attempts[1].bytes_done, 0);
+    let out = describe(&vm, now());
+    assert!(
+        out.contains("Progress:      37% (6.0 GiB of 16.0 GiB), 310 of 800 files, 30.0 MiB/s"),
+        "{out}"
+    );
+    let row = |n: &str| {
+        let row = out.lines().find(|l| l.starts_with(&format!("  {n}   ")));
+        row.unwrap_or_else(|| panic!("no attempt {n} in\n{out}"))
+    };
+    assert!(row("2").contains("   6.0GiB   30.0MiB/s   -"), "{out}");
+    // An ended attempt keeps its own figures.
+    assert!(
+        row("1").contains("   6.0GiB   30.0MiB/s   sender killed"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -148,8 +170,8 @@ Placement:
   Sender:      any node (the claim is not in use; the scheduler chooses)
   Receiver:    any node (the scheduler chooses; the new volume is provisioned where the receiver runs)
 Attempts:      1 of 7
-  #   PHASE    SENDER NODE   EXIT S/R   STARTED    ELAPSED   BYTES       RATE        REASON
-  1   Failed   node-3        1/12       2d2h ago   42s       1000.0MiB   23.8MiB/s   receiver exited 12: no space left on device
+  #   PHASE    SENDER NODE   EXIT S/R   STARTED    ELAPSED   FROM EARLIER   BYTES       RATE        REASON
+  1   Failed   node-3        1/12       2d2h ago   42s       0B             1000.0MiB   23.8MiB/s   receiver exited 12: no space left on device
 Elapsed:       42s (started 2025-02-27T09:00:04Z, completed 2025-02-27T09:00:46Z)
 Driver:        none
 Log tail (attempt 1):

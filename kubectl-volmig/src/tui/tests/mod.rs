@@ -34,6 +34,12 @@ fn failed() -> VolumeMigration {
     fixture(include_str!("../../../tests/fixtures/record/failed.yaml"))
 }
 
+/// Attempt 1 failed, attempt 2 running without a driver (no nodes, no
+/// bytes recorded for it); in `prod`.
+fn retrying() -> VolumeMigration {
+    fixture(include_str!("../../../tests/fixtures/record/retrying.yaml"))
+}
+
 fn now() -> Timestamp {
     "2025-03-01T12:00:00Z".parse().expect("timestamp")
 }

@@ -97,6 +97,68 @@ fn detail_of_a_running_operation_with_live_logs_at_80x24() {
     golden("detail-running-80x24", &render(&model, 80, 24));
 }
 
+/// `cache-r2d4t` (attempt 2 running) as the monitor sees it once the
+/// cluster has spoken: the receiver's latest progress event, and the node
+/// the scheduler put the sender on.
+fn retrying_live() -> Model {
+    let mut model = Model::new(
+        Scope::Namespace("prod".to_string()),
+        Some("cache-r2d4t".to_string()),
+    );
+    model.update(Msg::Tick(now()));
+    model.update(Msg::Records(vec![retrying()]));
+    model.update(Msg::Progress {
+        namespace: "prod".to_string(),
+        op: "cache-r2d4t".to_string(),
+        attempt: 2,
+        progress: Progress {
+            bytes_done: 9_663_676_416,
+            bytes_total: 17_179_869_184,
+            files_done: 512,
+            files_total: 800,
+            listing_done: true,
+            rate: 52_428_800,
+            eta_seconds: Some(143),
+            current: Some("blobs/7f/3a91".to_string()),
+            updated: Some("2025-03-01T11:59:58Z".parse().expect("timestamp")),
+        },
+    });
+    model.update(Msg::Scheduled {
+        namespace: "prod".to_string(),
+        op: "cache-r2d4t".to_string(),
+        attempt: 2,
+        receiver: Some("node-3".to_string()),
+        sender: Some("node-2".to_string()),
+    });
+    model
+}
+
+#[test]
+fn detail_of_a_running_second_attempt_at_80x24() {
+    let screen = render(&retrying_live(), 80, 24);
+    // The header and the running attempt's row say the same bytes (the
+    // record has 0 for attempt 2), and the row has the sender's node (the
+    // record has none yet).
+    assert!(
+        screen.contains("            9.0 GiB of 16.0 GiB, 512 of 800 files, 50.0 MiB/s"),
+        "{screen}"
+    );
+    let row = |n: &str| {
+        screen
+            .lines()
+            .find(|l| l.starts_with(n))
+            .unwrap_or_else(|| panic!("no row {n:?} in\n{screen}"))
+    };
+    let running = row("2 Running ");
+    assert!(running.contains(" node-2 "), "{running}");
+    assert!(running.contains(" 9.0GiB 50.0MiB/s"), "{running}");
+    // The failed attempt keeps what the record says of it.
+    let failed = row("1 Failed ");
+    assert!(failed.contains(" node-1 "), "{failed}");
+    assert!(failed.contains(" 6.0GiB 30.0MiB/s"), "{failed}");
+    golden("detail-retrying-80x24", &screen);
+}
+
 #[test]
 fn abort_confirmation_over_the_list() {
     let mut model = model(Scope::All, None);

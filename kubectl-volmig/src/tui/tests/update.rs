@@ -4,7 +4,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::*;
 use crate::record::{Phase, Progress};
-use crate::tui::model::{Command, Screen};
+use crate::tui::model::{Command, Screen, Side};
 
 fn selected(model: &Model) -> Option<String> {
     model.selected().map(|vm| vm.metadata.name.clone())
@@ -230,4 +230,59 @@ fn live_progress_wins_while_it_is_the_freshest() {
     done.status.phase = Phase::Failed;
     model.update(Msg::Records(vec![succeeded(), failed(), done]));
     assert_eq!(pg(&model), Some(22548578304));
+}
+
+#[test]
+fn the_running_attempt_has_the_header_s_bytes_and_its_sender_s_node_early() {
+    let mut model = Model::new(Scope::Namespace("prod".to_string()), None);
+    model.update(Msg::Records(vec![retrying()]));
+    let vm = model.operations()[0].clone();
+    let (first, second) = (&vm.status.attempts[0], &vm.status.attempts[1]);
+    // Nothing live yet: attempt 2 reads the overall progress the header
+    // shows, not the 0 bytes its record has.
+    assert_eq!(second.bytes_done, 0);
+    assert_eq!(
+        model.progress(&vm).map(|p| p.bytes_done),
+        Some(6_442_450_944)
+    );
+    assert_eq!(model.attempt_figures(&vm, second).0, 6_442_450_944);
+    assert_eq!(model.node(&vm, second, Side::Sender), None);
+
+    // The sender's placement pins it: that node, before the pod exists.
+    let mut pinned = retrying();
+    if let Some(placement) = pinned.status.placement.as_mut() {
+        placement.sender.node = Some("node-1".to_string());
+    }
+    model.update(Msg::Records(vec![pinned]));
+    let vm = model.operations()[0].clone();
+    let second = &vm.status.attempts[1];
+    assert_eq!(model.node(&vm, second, Side::Sender), Some("node-1"));
+
+    // Scheduled: where the pod watch saw it; the list says so too.
+    model.update(Msg::Scheduled {
+        namespace: "prod".to_string(),
+        op: "cache-r2d4t".to_string(),
+        attempt: 2,
+        receiver: Some("node-3".to_string()),
+        sender: Some("node-2".to_string()),
+    });
+    assert_eq!(model.node(&vm, second, Side::Sender), Some("node-2"));
+    assert_eq!(model.node(&vm, second, Side::Receiver), Some("node-3"));
+    assert_eq!(model.sender_node(&vm), Some("node-2"));
+    // The ended attempt keeps its own figures and node.
+    assert_eq!(
+        model.attempt_figures(&vm, first),
+        (6_442_450_944, 31_457_280)
+    );
+    assert_eq!(model.node(&vm, first, Side::Sender), Some("node-1"));
+
+    // Once the attempt is over, only the record speaks for it.
+    let mut ended = retrying();
+    ended.status.phase = Phase::Failed;
+    ended.status.attempts[1].phase = crate::record::AttemptPhase::Failed;
+    model.update(Msg::Records(vec![ended]));
+    let vm = model.operations()[0].clone();
+    let second = &vm.status.attempts[1];
+    assert_eq!(model.node(&vm, second, Side::Sender), None);
+    assert_eq!(model.attempt_figures(&vm, second), (0, 0));
 }

@@ -76,18 +76,6 @@ pub(super) fn attempts(vm: &VolumeMigration) -> (usize, u64, usize) {
     (all.len() - replaced, budget, replaced)
 }
 
-/// The node the current sender runs on, else the one it is placed on.
-pub(super) fn sender_node(vm: &VolumeMigration) -> Option<&str> {
-    vm.status
-        .attempts
-        .last()
-        .and_then(|a| a.sender.node.as_deref())
-        .or_else(|| {
-            let placement = vm.status.placement.as_ref()?;
-            placement.sender.node.as_deref()
-        })
-}
-
 /// A phase's colour: running blue, done green, failed red, aborted
 /// yellow, waiting grey.
 pub(super) fn phase_style(phase: Phase) -> Style {

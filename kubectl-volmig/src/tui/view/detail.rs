@@ -16,8 +16,8 @@ use super::history;
 use super::logs::{log_block, styled};
 use super::text::wrap;
 use crate::plan::{ClaimAction, NodePlacement};
-use crate::record::{Phase, PodRecord, Progress, VolumeMigration};
-use crate::tui::model::{LogSource, Model};
+use crate::record::{Phase, Progress, VolumeMigration};
+use crate::tui::model::{LogSource, Model, Side};
 
 /// Where values start after their key.
 const KEY: usize = 12;
@@ -54,16 +54,18 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, model: &Model, vm: &VolumeMigr
     stack.lines(frame, field("Claims", &claims(vm), width));
     if let Some(placement) = &vm.status.placement {
         let last = vm.status.attempts.last();
-        let sender = last.map(|a| &a.sender);
-        let receiver = last.map(|a| &a.receiver);
-        stack.lines(
-            frame,
-            field("Sender", &placed(&placement.sender, sender), width),
-        );
-        stack.lines(
-            frame,
-            field("Receiver", &placed(&placement.receiver, receiver), width),
-        );
+        let pod = |side| {
+            let a = last?;
+            let name = match side {
+                Side::Receiver => &a.receiver.name,
+                Side::Sender => &a.sender.name,
+            };
+            Some((name.as_str(), model.node(vm, a, side)))
+        };
+        let sender = placed(&placement.sender, pod(Side::Sender));
+        stack.lines(frame, field("Sender", &sender, width));
+        let receiver = placed(&placement.receiver, pod(Side::Receiver));
+        stack.lines(frame, field("Receiver", &receiver, width));
     }
     // Reserved for the live migration's phase timeline.
     let phases = Line::from(vec![key("Phases"), Span::raw("—  (live migration)")])
@@ -86,7 +88,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, model: &Model, vm: &VolumeMigr
     if !vm.status.attempts.is_empty() {
         let rows = vm.status.attempts.len() + 1;
         let table = stack.take(rows);
-        history::draw(frame, table, &vm.status.attempts, model.now());
+        history::draw(frame, table, model, vm);
     }
 
     let rest = stack.rest();
@@ -234,12 +236,13 @@ fn claims(vm: &VolumeMigration) -> String {
 
 /// `node-2: the app pod web-0 mounts ...`: the node it is placed on, else
 /// the one the scheduler chose, else `any node`; then why.
-/// `node (pod NAME): reason`, the pod being the latest attempt's.
-fn placed(p: &NodePlacement, pod: Option<&PodRecord>) -> String {
-    let scheduled = pod.and_then(|r| r.node.as_deref());
+/// `node (pod NAME): reason`, the pod (its name and node) being the latest
+/// attempt's.
+fn placed(p: &NodePlacement, pod: Option<(&str, Option<&str>)>) -> String {
+    let scheduled = pod.and_then(|(_, node)| node);
     let node = p.node.as_deref().or(scheduled).unwrap_or("any node");
-    match pod.filter(|r| !r.name.is_empty()) {
-        Some(r) => format!("{node} (pod {}): {}", r.name, p.reason),
+    match pod.filter(|(name, _)| !name.is_empty()) {
+        Some((name, _)) => format!("{node} (pod {name}): {}", p.reason),
         None => format!("{node}: {}", p.reason),
     }
 }

@@ -1,6 +1,5 @@
 //! The attempt history table of the detail screen.
 
-use jiff::Timestamp;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Span;
@@ -10,17 +9,22 @@ use ratatui::Frame;
 use super::cells::{age, attempt_style, bytes_compact, elapsed, rate_compact};
 use super::columns::{fit, widest, Need};
 use super::text::truncate;
-use crate::record::Attempt;
+use crate::record::{Attempt, VolumeMigration};
+use crate::tui::model::{Model, Side};
 
 /// Reasons get at least this much room, or other columns go.
 const MIN_REASON: usize = 20;
 
-/// `attempts` as a table in `area`, the newest kept when not all fit.
-pub(super) fn draw(frame: &mut Frame, area: Rect, attempts: &[Attempt], now: Timestamp) {
+/// `vm`'s attempts as a table in `area`, the newest kept when not all fit.
+/// The running attempt's row has the live figures the header above it
+/// shows, and its sender's node as soon as it is known.
+pub(super) fn draw(frame: &mut Frame, area: Rect, model: &Model, vm: &VolumeMigration) {
     if area.height == 0 {
         return;
     }
+    let now = model.now();
     let room = usize::from(area.height - 1);
+    let attempts = &vm.status.attempts;
     let attempts = &attempts[attempts.len().saturating_sub(room)..];
     let dash = || "-".to_string();
     let code = |c: Option<i32>| c.map_or_else(dash, |c| c.to_string());
@@ -32,7 +36,11 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, attempts: &[Attempt], now: Tim
         ("PHASE", each(&|a| a.phase.as_str().to_string()), 9, 0),
         (
             "SENDER NODE",
-            each(&|a| a.sender.node.clone().unwrap_or_else(dash)),
+            each(&|a| {
+                model
+                    .node(vm, a, Side::Sender)
+                    .map_or_else(dash, String::from)
+            }),
             20,
             1,
         ),
@@ -67,8 +75,18 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, attempts: &[Attempt], now: Tim
             8,
             2,
         ),
-        ("BYTES", each(&|a| bytes_compact(a.bytes_done)), 10, 4),
-        ("RATE", each(&|a| rate_compact(a.rate)), 12, 5),
+        (
+            "BYTES",
+            each(&|a| bytes_compact(model.attempt_figures(vm, a).0)),
+            10,
+            4,
+        ),
+        (
+            "RATE",
+            each(&|a| rate_compact(model.attempt_figures(vm, a).1)),
+            12,
+            5,
+        ),
     ];
     let reasons = each(&|a| a.reason.clone().unwrap_or_else(dash));
     // REASON goes fifth and takes the room left.

@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, HighlightSpacing, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
-use super::cells::{attempts, bar, claim, elapsed, eta, phase_style, rate_compact, sender_node};
+use super::cells::{attempts, bar, claim, elapsed, eta, phase_style, rate_compact};
 use super::columns::{fit, widest, Need};
 use super::text::{truncate, wrap};
 use crate::record::{Phase, Progress, VolumeMigration};
@@ -203,7 +203,7 @@ fn table(frame: &mut Frame, area: Rect, model: &Model) {
     ));
     columns.push(Column::text(
         "NODE",
-        each(&|_, vm| sender_node(vm).unwrap_or("-").to_string()),
+        each(&|_, vm| model.sender_node(vm).unwrap_or("-").to_string()),
         20,
         6,
     ));
