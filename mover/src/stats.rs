@@ -58,8 +58,16 @@ pub struct VerifyResult {
     pub passed: bool,
     /// Source entries compared.
     pub entries: u64,
-    /// Entries that differ (each reported on stderr).
+    /// Entries the destination does not hold as they were sent (each
+    /// reported on stderr): corruption, a failed write, a leftover temporary file.
     pub differences: u64,
+    /// Entries the source changed after they were sent (a live source; each
+    /// reported on stderr): the destination holds the version sent.
+    #[serde(default)]
+    pub changed: u64,
+    /// The first of those, by path.
+    #[serde(default)]
+    pub changed_paths: Vec<String>,
     /// BLAKE3 manifest of the destination as verified (hex).
     pub manifest: String,
 }
@@ -70,7 +78,10 @@ impl Summary {
         let unverified = self.verify.as_ref().is_some_and(|v| !v.passed);
         if self.files_failed > 0 || unverified {
             23
-        } else if self.files_vanished > 0 || self.files_changed > 0 {
+        } else if self.files_vanished > 0
+            || self.files_changed > 0
+            || self.verify.as_ref().is_some_and(|v| v.changed > 0)
+        {
             24
         } else {
             0
@@ -129,6 +140,20 @@ impl Summary {
             ));
         }
         match &self.verify {
+            Some(v) if v.passed && v.changed > 0 => {
+                let more = v.changed.saturating_sub(v.changed_paths.len() as u64);
+                s.push_str(&format!(
+                    ", verified {} entries, {} changed during the copy ({}{})",
+                    v.entries,
+                    v.changed,
+                    v.changed_paths.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
             Some(v) if v.passed => s.push_str(&format!(", verified {} entries", v.entries)),
             Some(v) => s.push_str(&format!(
                 ", VERIFICATION FAILED: {} of {} entries differ",

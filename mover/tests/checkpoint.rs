@@ -334,3 +334,51 @@ fn delete_never_removes_files_in_flight_under_an_operation() {
         assert_trees_equal(&src, &dst, CompareOpts::default(), "delete race");
     }
 }
+
+/// An operation abandoned mid-copy (its checkpoint and temporary files left in the claim) and
+/// a new operation into the same destination, without `--delete`: the new one discards the
+/// foreign checkpoint with the partial files it names, sweeps other leftover temporary names,
+/// verifies, and leaves no `.volmig-*` name behind. Run once more as yet another operation, it
+/// finds everything in place and sends nothing.
+#[test]
+fn an_abandoned_operation_leaves_no_temporary_files_in_the_next_one() {
+    let c = case();
+    mkdirs(&c.src.join("sub"));
+    write_file(&c.src.join("sub/file"), b"in a subdirectory", 0o644);
+    c.plant(&c.data[..MIB], MIB, |cp| {
+        cp.operation_id = "abandoned".into()
+    });
+    // A leftover no checkpoint names, as a killed receiver leaves after its last checkpoint.
+    mkdirs(&c.dst.join("sub"));
+    fs::write(c.dst.join("sub/.volmig-file.0123abcd-7.tmp"), b"stale").unwrap();
+
+    let out = c.sync(1, &["--verify"]);
+    c.assert_done(&out, "after a foreign checkpoint");
+    let left: Vec<String> = walk(&c.dst)
+        .into_iter()
+        .map(|(rel, _, _)| show(&rel))
+        .filter(|p| p.contains(".volmig"))
+        .collect();
+    assert!(left.is_empty(), "volmig's own names left behind: {left:?}");
+    let s = out.summary();
+    assert_eq!(s["verify"]["passed"], true, "{s}");
+
+    let again = run_mover([
+        "sync".into(),
+        "--operation-id".into(),
+        "third".into(),
+        "--attempt".into(),
+        "1".into(),
+        "--verify".into(),
+        "-q".into(),
+        slash(&c.src),
+        slash(&c.dst),
+    ]);
+    again.assert_ok();
+    let s = again.summary();
+    assert_eq!(
+        (s["bytes_literal"].as_u64(), s["files_transferred"].as_u64()),
+        (Some(0), Some(0)),
+        "a finished copy is only checked, not sent again: {s}"
+    );
+}

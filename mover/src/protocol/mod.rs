@@ -29,10 +29,11 @@ pub use frame::*;
 use crate::delta::LITERAL_CHUNK;
 
 /// Protocol version spoken by this build.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Oldest peer version this build can talk to (2 added operations,
-/// resumable requests and verification).
-pub const MIN_PROTOCOL_VERSION: u16 = 2;
+/// resumable requests and verification; 3, verification that tells a
+/// source changed during the copy from a destination that differs).
+pub const MIN_PROTOCOL_VERSION: u16 = 3;
 /// First bytes of every session's first frame.
 pub const MAGIC: [u8; 6] = *b"VOLMIG";
 
@@ -59,7 +60,7 @@ pub const MAX_SYMLINK_TARGET: usize = 4095;
 /// Errors of the wire layer.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
-    #[error("connection: {0}")]
+    #[error("connection: {}", plain(.0))]
     Io(#[from] std::io::Error),
     #[error("malformed frame: {0}")]
     Decode(#[from] postcard::Error),
@@ -74,6 +75,27 @@ pub enum ProtocolError {
     Violation(String),
     #[error("connection closed by peer {0}")]
     Closed(&'static str),
+}
+
+/// An I/O error of the connection in words for people: a peer that hung up
+/// is said to have closed the connection (TLS's "peer closed connection
+/// without sending TLS close_notify" means just that), and no library's
+/// documentation link is passed on.
+pub fn plain(e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe => {
+            "the peer closed the connection".to_string()
+        }
+        ErrorKind::ConnectionReset => "the peer reset the connection".to_string(),
+        _ => {
+            let text = e.to_string();
+            match text.find(": http") {
+                Some(at) => text[..at].to_string(),
+                None => text,
+            }
+        }
+    }
 }
 
 impl ProtocolError {
@@ -135,4 +157,33 @@ pub fn check_peer(magic: [u8; 6], version: u16, min_version: u16) -> Result<(), 
 /// Shorthand for a protocol violation.
 pub fn violation(msg: impl Into<String>) -> ProtocolError {
     ProtocolError::Violation(msg.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    #[test]
+    fn connection_errors_read_plainly() {
+        let tls = io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "peer closed connection without sending TLS close_notify: \
+             https://docs.rs/rustls/latest/rustls/manual/_03_howto/index.html#unexpected-eof",
+        );
+        assert_eq!(
+            ProtocolError::Io(tls).to_string(),
+            "connection: the peer closed the connection"
+        );
+        let other = io::Error::other("something odd: https://example.invalid/why");
+        assert_eq!(
+            ProtocolError::Io(other).to_string(),
+            "connection: something odd"
+        );
+        let refused = io::Error::new(io::ErrorKind::ConnectionRefused, "cannot connect to a:1");
+        assert_eq!(
+            ProtocolError::Io(refused).to_string(),
+            "connection: cannot connect to a:1"
+        );
+    }
 }

@@ -548,15 +548,19 @@ impl Generator {
                 HashSet::new()
             }
         };
-        if self.opts.delete && !self.broken_dirs.contains(&dir) {
-            if let Err(err) = self.delete_extraneous(&dir, &names) {
-                return self.failed(&dir, err);
-            }
+        if self.broken_dirs.contains(&dir) {
+            return Ok(());
+        }
+        if let Err(err) = self.delete_extraneous(&dir, &names) {
+            return self.failed(&dir, err);
         }
         Ok(())
     }
 
-    /// `--delete`: removes what the source directory no longer has.
+    /// Removes what the source directory no longer has with `--delete`, and
+    /// in any case the temporary files no process of this operation still
+    /// uses (a killed receiver's, an abandoned operation's): volmig's own
+    /// names never stay behind.
     fn delete_extraneous(&mut self, dir: &RelPath, keep: &HashSet<Vec<u8>>) -> io::Result<()> {
         let rd = match self.placer.place(dir).and_then(|d| fs::read_dir(&*d)) {
             Ok(rd) => rd,
@@ -577,11 +581,20 @@ impl Generator {
             if keep.contains(name) || is_own_temp(name) || (dir.is_root() && name == STATE_DIR) {
                 continue;
             }
-            if is_temp_name(name) && self.journal.as_ref().is_some_and(|j| j.holds(dir, name)) {
+            let temp = is_temp_name(name);
+            if temp && self.journal.as_ref().is_some_and(|j| j.holds(dir, name)) {
                 continue;
             }
             let Ok(path) = dir.join(name) else { continue };
             let is_dir = de.file_type()?.is_dir();
+            if !self.opts.delete {
+                // Without --delete only leftover temporary files go, and
+                // quietly: they were never the user's.
+                if temp && !is_dir {
+                    let _ = self.placer.place(&path).and_then(|p| fs::remove_file(&*p));
+                }
+                continue;
+            }
             if self.filter.excludes(&path, is_dir) {
                 continue;
             }

@@ -94,10 +94,15 @@ impl Journal {
             Store::open(root).map_err(|e| SessionError::local("opening the checkpoint", e))?;
         let mut problem = None;
         let found = match store.load() {
-            Ok(Some(cp)) if cp.operation_id != operation_id => Err(CheckpointError::Foreign {
-                found: cp.operation_id,
-                want: operation_id.to_string(),
-            }),
+            Ok(Some(cp)) if cp.operation_id != operation_id => {
+                // Another operation's partial files are of no use to this
+                // one: they go with its checkpoint.
+                remove_partials(root, &cp.partials);
+                Err(CheckpointError::Foreign {
+                    found: cp.operation_id,
+                    want: operation_id.to_string(),
+                })
+            }
             Ok(found) => Ok(found),
             Err(e) => Err(e),
         };
@@ -392,6 +397,19 @@ impl Journal {
             self.store.remove_all()
         };
         r.map_err(|e| SessionError::local("removing the checkpoint", e))
+    }
+}
+
+/// Removes partial files a checkpoint names (beneath `root`, temporary names
+/// only: decoding checked both).
+fn remove_partials(root: &Path, partials: &[Partial]) {
+    let Ok(placer) = Placer::open(root) else {
+        return;
+    };
+    for p in partials {
+        if let Ok(temp) = placer.place(&p.temp) {
+            let _ = std::fs::remove_file(&*temp);
+        }
     }
 }
 

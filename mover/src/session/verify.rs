@@ -3,6 +3,14 @@
 //! listed entry from its own disk the same way (contents and metadata, as in
 //! a [`crate::manifest`]) and compares. A file whose contents differ is
 //! removed from the destination, so the next attempt sends it again.
+//!
+//! Two kinds of difference are told apart. The destination holds each entry
+//! with the kind, size and modification time it was sent with; where the
+//! source's differ now, or the entry is on one side only, the source changed
+//! after it was sent (a live source: `changed`, exit 24). Where they agree
+//! and contents, permissions, owner or target still differ, the destination
+//! does not hold what was sent (`differences`, exit 23). Leftover temporary
+//! names at the destination are differences too, `--delete` or not.
 
 use std::collections::HashSet;
 use std::fs;
@@ -27,6 +35,8 @@ use crate::walk::{is_temp_name, STATE_DIR};
 
 /// Differences described one by one on stderr; the rest are only counted.
 const REPORT_AT_MOST: u64 = 50;
+/// Paths changed during the copy named in the summary; the rest are counted.
+const NAME_AT_MOST: usize = 20;
 
 pub struct Verifier {
     placer: Placer,
@@ -76,8 +86,10 @@ impl Verifier {
                     Frame::Entry(e) => self.entry(e)?,
                     Frame::DirDone(d) => self.dir_done(d),
                     Frame::ListEnd(stats) => {
-                        // What the sender could not list again cannot be verified.
-                        self.result.differences += stats.failed + stats.vanished;
+                        // What the sender could not list again cannot be
+                        // verified; what vanished since is a live source.
+                        self.result.differences += stats.failed;
+                        self.result.changed += stats.vanished;
                         let r = &mut self.result;
                         r.passed = r.differences == 0;
                         r.manifest = self.manifest.finalize().to_hex().to_string();
@@ -117,7 +129,9 @@ impl Verifier {
         };
         self.manifest.update(have.as_bytes());
         self.manifest.update(b"\n");
-        if have != want {
+        if have != want && self.sent_otherwise(&e) {
+            self.changed(&e.path, &want, &have);
+        } else if have != want {
             self.differ(&e.path, &want, &have);
             let same_meta = want
                 .find(" blake3=")
@@ -131,6 +145,43 @@ impl Verifier {
             }
         }
         Ok(())
+    }
+
+    /// Whether the destination holds `e` as sent in another form than the
+    /// source has now (or not at all): kind, size or modification time,
+    /// which the transfer set from what it sent, differ.
+    fn sent_otherwise(&self, e: &Entry) -> bool {
+        let Ok(md) = self
+            .placer
+            .place(&e.path)
+            .and_then(|p| fs::symlink_metadata(&*p))
+        else {
+            return true;
+        };
+        let have = Meta::from_fs(&md);
+        let (file, link) = (md.is_file(), md.file_type().is_symlink());
+        match &e.kind {
+            // A link's own metadata is its first name's: only its presence counts.
+            Kind::HardLink(_) => !file,
+            Kind::File => !file || have.size != e.meta.size || have.mtime != e.meta.mtime,
+            Kind::Dir => !md.is_dir() || have.mtime != e.meta.mtime,
+            Kind::Symlink(_) => !link,
+            _ => file || md.is_dir() || link,
+        }
+    }
+
+    /// The source changed after this entry was sent: reported and named, not a failure.
+    fn changed(&mut self, path: &RelPath, want: &str, have: &str) {
+        let r = &mut self.result;
+        r.changed += 1;
+        if r.changed_paths.len() < NAME_AT_MOST {
+            r.changed_paths.push(path.to_string());
+        }
+        if r.changed <= REPORT_AT_MOST {
+            warn(format_args!(
+                "verify: {path} changed during the copy:\n  source now:  {want}\n  as sent:     {have}"
+            ));
+        }
     }
 
     /// The destination's line for a listed entry, described like the source's.
@@ -177,12 +228,10 @@ impl Verifier {
         }
     }
 
-    /// With `--delete`, anything at the destination the source does not have
-    /// (and is not excluded) is a difference too.
+    /// Leftover temporary names at the destination are differences; with
+    /// `--delete`, so is anything else the source does not have (and is not
+    /// excluded): it went from the source during the copy.
     fn dir_done(&mut self, dir: RelPath) {
-        if !self.delete {
-            return;
-        }
         let names = match self.children.take() {
             Some((d, names)) if d == dir => names,
             other => {
@@ -196,13 +245,15 @@ impl Verifier {
         for de in rd.flatten() {
             let name = de.file_name();
             let name = name.as_bytes();
-            if names.contains(name) || is_temp_name(name) || (dir.is_root() && name == STATE_DIR) {
+            if names.contains(name) || (dir.is_root() && name == STATE_DIR) {
                 continue;
             }
             let Ok(path) = dir.join(name) else { continue };
             let is_dir = de.file_type().is_ok_and(|t| t.is_dir());
-            if !self.filter.excludes(&path, is_dir) {
-                self.differ(&path, "(absent)", "only at the destination");
+            if is_temp_name(name) && !is_dir {
+                self.differ(&path, "(absent)", "a leftover temporary file");
+            } else if self.delete && !self.filter.excludes(&path, is_dir) {
+                self.changed(&path, "(absent)", "only at the destination");
             }
         }
     }
