@@ -10,10 +10,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::commit::{create_at, create_temp, keyed_temp_path, CommitGroup, Committed, Finished};
+use super::flow::DataBatch;
 use super::flow::Inflight;
 use super::generator::PendingFile;
 use super::journal::{Journal, Slot};
-use super::receiver::DataBatch;
 use super::{cancelled, is_fatal, warn, SessionError};
 use crate::beneath::{Placed, Placer, TreeRoot};
 use crate::delta::{Op, LITERAL_CHUNK};

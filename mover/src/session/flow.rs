@@ -1,10 +1,11 @@
 //! Blocking flow-control primitives shared by the worker threads.
 
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
+use super::outbox::weight;
 use super::SessionError;
 use crate::protocol::{violation, Frame};
 
@@ -234,6 +235,36 @@ impl<T: Clone> Inflight<T> {
     pub fn close(&self) {
         lock(&self.state).closed = true;
         self.cv.notify_all();
+    }
+}
+
+/// Bytes of file data read from the connection but not yet applied, at most:
+/// a slow disk holds the reader back instead of filling memory.
+pub const DATA_BUDGET: usize = 8 << 20;
+
+/// File data on its way to an applier, holding its share of [`DATA_BUDGET`]
+/// until the applier is done with it.
+pub struct DataBatch {
+    pub frames: Vec<Frame>,
+    _budget: OwnedSemaphorePermit,
+}
+
+impl DataBatch {
+    pub async fn new(
+        frames: Vec<Frame>,
+        budget: &Arc<Semaphore>,
+    ) -> Result<DataBatch, SessionError> {
+        let bytes: usize = frames.iter().map(weight).sum();
+        let permits = bytes.clamp(1, DATA_BUDGET) as u32;
+        let permit = budget
+            .clone()
+            .acquire_many_owned(permits)
+            .await
+            .map_err(|_| SessionError::Cancelled)?;
+        Ok(DataBatch {
+            frames,
+            _budget: permit,
+        })
     }
 }
 

@@ -9,16 +9,16 @@ use std::time::{Duration, Instant};
 
 use futures::SinkExt;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
 use super::applier::Applier;
-use super::flow::{Inflight, ListWindow};
+use super::flow::{DataBatch, Inflight, ListWindow, DATA_BUDGET};
 use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
 use super::journal::Journal;
 use super::liveness::{Idle, Metered};
-use super::outbox::{weight, Out};
+use super::outbox::Out;
 use super::peer::{first_frame, next_frames};
 use super::supervise::{drain, tell_peer, Supervisor};
 use super::verify::Verifier;
@@ -36,33 +36,6 @@ use crate::stats::{Counters, Prior, Summary, VerifyResult};
 
 /// Batches queued for each applier.
 const APPLIER_QUEUE: usize = 32;
-/// Bytes of file data read from the connection but not yet applied, at most:
-/// a slow disk holds the reader back instead of filling memory.
-const DATA_BUDGET: usize = 8 << 20;
-
-/// File data on its way to an applier, holding its share of [`DATA_BUDGET`]
-/// until the applier is done with it.
-pub struct DataBatch {
-    pub frames: Vec<Frame>,
-    _budget: OwnedSemaphorePermit,
-}
-
-impl DataBatch {
-    async fn new(frames: Vec<Frame>, budget: &Arc<Semaphore>) -> Result<DataBatch, SessionError> {
-        let bytes: usize = frames.iter().map(weight).sum();
-        let permits = bytes.clamp(1, DATA_BUDGET) as u32;
-        let permit = budget
-            .clone()
-            .acquire_many_owned(permits)
-            .await
-            .map_err(|_| SessionError::Cancelled)?;
-        Ok(DataBatch {
-            frames,
-            _budget: permit,
-        })
-    }
-}
-
 /// Appliers rebuilding files in parallel: one per core, two to four.
 fn applier_count() -> usize {
     std::thread::available_parallelism()
