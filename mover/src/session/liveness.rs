@@ -12,25 +12,47 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
 
 use super::SessionError;
 use crate::protocol::ProtocolError;
 
-/// Bytes that crossed a connection so far, each way.
-#[derive(Debug, Clone, Default)]
+/// When bytes last crossed a connection, each way.
+#[derive(Debug, Clone)]
 pub struct Activity {
+    origin: Instant,
+    /// Nanoseconds since `origin` of the last byte read, and written.
     read: Arc<AtomicU64>,
     written: Arc<AtomicU64>,
 }
 
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            origin: Instant::now(),
+            read: Arc::default(),
+            written: Arc::default(),
+        }
+    }
+}
+
 impl Activity {
-    pub fn read(&self) -> u64 {
-        self.read.load(Relaxed)
+    fn mark(&self, at: &AtomicU64) {
+        at.fetch_max(self.origin.elapsed().as_nanos() as u64, Relaxed);
     }
 
-    /// Bytes either way: what the connection did at all.
-    pub fn either(&self) -> u64 {
-        self.read.load(Relaxed) + self.written.load(Relaxed)
+    fn at(&self, nanos: u64) -> Instant {
+        self.origin + Duration::from_nanos(nanos)
+    }
+
+    /// When the last byte arrived (the start, if none has).
+    pub fn read(&self) -> Instant {
+        self.at(self.read.load(Relaxed))
+    }
+
+    /// When the last byte moved either way: when the connection last did anything.
+    pub fn either(&self) -> Instant {
+        self.at(self.read.load(Relaxed).max(self.written.load(Relaxed)))
     }
 }
 
@@ -59,8 +81,9 @@ impl<S: AsyncRead> AsyncRead for Metered<S> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = self.inner.as_mut().poll_read(cx, buf);
-        let n = buf.filled().len().saturating_sub(before);
-        self.activity.read.fetch_add(n as u64, Relaxed);
+        if buf.filled().len() > before {
+            self.activity.mark(&self.activity.read);
+        }
         polled
     }
 }
@@ -73,7 +96,9 @@ impl<S: AsyncWrite> AsyncWrite for Metered<S> {
     ) -> Poll<io::Result<usize>> {
         let polled = self.inner.as_mut().poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = polled {
-            self.activity.written.fetch_add(n as u64, Relaxed);
+            if n > 0 {
+                self.activity.mark(&self.activity.written);
+            }
         }
         polled
     }
@@ -85,7 +110,9 @@ impl<S: AsyncWrite> AsyncWrite for Metered<S> {
     ) -> Poll<io::Result<usize>> {
         let polled = self.inner.as_mut().poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = polled {
-            self.activity.written.fetch_add(n as u64, Relaxed);
+            if n > 0 {
+                self.activity.mark(&self.activity.written);
+            }
         }
         polled
     }
@@ -127,29 +154,30 @@ impl Idle {
         self.until(fut, Activity::either).await
     }
 
+    /// Awaits `fut` until `limit` has passed since `last` (and the wait
+    /// began) with nothing new.
     async fn until<T>(
         &self,
         fut: impl Future<Output = T>,
-        moved: fn(&Activity) -> u64,
+        last: fn(&Activity) -> Instant,
     ) -> Result<T, SessionError> {
         let Some(limit) = self.limit else {
             return Ok(fut.await);
         };
         tokio::pin!(fut);
-        let mut seen = moved(&self.activity);
+        let began = Instant::now();
         loop {
-            if let Ok(v) = tokio::time::timeout(limit, &mut fut).await {
-                return Ok(v);
-            }
-            let now = moved(&self.activity);
-            if now == seen {
+            let deadline = last(&self.activity).max(began) + limit;
+            if deadline <= Instant::now() {
                 let msg = format!("nothing from the peer for {}s", limit.as_secs());
                 return Err(SessionError::Protocol(ProtocolError::Io(io::Error::new(
                     io::ErrorKind::TimedOut,
                     msg,
                 ))));
             }
-            seen = now;
+            if let Ok(v) = tokio::time::timeout_at(deadline, &mut fut).await {
+                return Ok(v);
+            }
         }
     }
 }
@@ -185,8 +213,17 @@ mod tests {
             matches!(read, Err(SessionError::Protocol(ProtocolError::Io(ref e))) if e.kind() == io::ErrorKind::TimedOut),
             "{read:?}"
         );
-        assert!(start.elapsed() >= Duration::from_secs(10));
-        assert!(start.elapsed() < Duration::from_secs(21));
+        // Counted from the last byte, not from the start of this wait.
+        assert!(
+            start.elapsed() <= Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            start.elapsed() >= Duration::from_secs(9),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[tokio::test(start_paused = true)]

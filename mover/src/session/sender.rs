@@ -203,6 +203,8 @@ where
     let mut summary = match read {
         Ok(summary) => summary,
         Err(e) => {
+            // No more requests: the delta thread stops waiting for them.
+            drop(reader);
             // Tell the receiver why, then let the workers clean up.
             let e = tell_peer(e, out_tx, writer).await;
             tokio::join!(drain(walker), drain(server));

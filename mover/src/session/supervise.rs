@@ -105,7 +105,9 @@ impl Supervisor {
 
 /// Tells the peer why the session ends, then waits (bounded by [`CLEANUP`])
 /// for the writer to deliver it; a writer stuck on a dead peer is stopped,
-/// which also releases workers waiting to hand it frames.
+/// which also releases workers waiting to hand it frames. When the
+/// connection itself failed (lost, timed out), nothing can reach the peer:
+/// the writer gets a moment to finish what it has, not the full wait.
 pub async fn tell_peer(
     e: SessionError,
     out: mpsc::Sender<Vec<Frame>>,
@@ -113,12 +115,22 @@ pub async fn tell_peer(
 ) -> SessionError {
     let _ = out.try_send(vec![Frame::Abort(e.to_abort())]);
     drop(out);
-    if tokio::time::timeout(CLEANUP, &mut writer).await.is_err() {
+    let dead = matches!(
+        e,
+        SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_))
+    );
+    let wait = if dead { DEAD_PEER } else { CLEANUP };
+    if tokio::time::timeout(wait, &mut writer).await.is_err() {
         writer.abort();
-        warn("could not deliver the error to the peer");
+        if !dead {
+            warn("could not deliver the error to the peer");
+        }
     }
     e
 }
+
+/// How long a writer may go on after the connection failed.
+const DEAD_PEER: Duration = Duration::from_millis(200);
 
 /// Waits for stopped workers to finish cleaning up, bounded by [`CLEANUP`].
 pub async fn drain<T>(worker: JoinHandle<T>) {
