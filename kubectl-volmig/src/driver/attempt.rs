@@ -169,6 +169,8 @@ impl Driver {
             receiver_result: rlog.result.as_ref(),
             sender,
             sender_result: slog.as_ref().and_then(|l| l.result.as_ref()),
+            receiver_error: rlog.error.as_ref(),
+            sender_error: slog.as_ref().and_then(|l| l.error.as_ref()),
             age: live.started.elapsed(),
             sender_age: live.sender_created.map_or(Duration::ZERO, |t| t.elapsed()),
             one_side_finished_for: live
