@@ -263,6 +263,7 @@ pub(super) fn summary_of(s: &mover::stats::Summary) -> Summary {
 
 pub(super) fn pod_record(view: &PodView) -> PodRecord {
     PodRecord {
+        finished_at: view.finished_at,
         name: view.name.clone(),
         node: view.node.clone(),
         phase: Some(if view.exists {
