@@ -22,6 +22,9 @@ pub struct ClusterArgs {
 pub struct Cluster {
     pub client: Client,
     pub namespace: String,
+    /// The kubeconfig context's user, when a kubeconfig names one (not
+    /// with the in-cluster service account).
+    pub user: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +71,22 @@ pub async fn connect(args: &ClusterArgs) -> Result<Cluster, ClusterError> {
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = Client::try_from(config)?;
-    Ok(Cluster { client, namespace })
+    Ok(Cluster {
+        client,
+        namespace,
+        user: kubeconfig_user(args),
+    })
+}
+
+/// The user of the context the flags select, as the kubeconfig names it.
+fn kubeconfig_user(args: &ClusterArgs) -> Option<String> {
+    let file = match &args.kubeconfig {
+        Some(path) => Kubeconfig::read_from(path).ok()?,
+        None => Kubeconfig::read().ok()?,
+    };
+    let name = args.context.clone().or(file.current_context.clone())?;
+    let context = file.contexts.iter().find(|c| c.name == name)?;
+    context.context.as_ref()?.user.clone()
 }
 
 /// What the API server said, in words: an API error's message (what

@@ -4,20 +4,24 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use kube::Client;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client};
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::args::{CleanupArgs, OpArgs, Output, ResumeArgs};
+use super::notes::{self, LeftBehind};
 use super::report::{self, Mode};
 use super::{exit, exit_for, plan_of, show, CliError};
 use crate::cluster::Cluster;
-use crate::driver::follow::attempt_logs;
+use crate::driver::follow::{attempt_logs, look_at_attempt};
+use crate::driver::judge::PodView;
 use crate::driver::logs::LogDigest;
-use crate::driver::{objects, release_lease, Driver, DriverOptions, Outcome};
+use crate::driver::{objects, progress_of, release_lease, Driver, DriverOptions, Outcome};
 use crate::events::{Recorder, Severity};
 use crate::plan::Plan;
+use crate::record::figures::{self, Budget, Seen};
 use crate::record::store::{RecordStore, StoreError};
-use crate::record::{AttemptPhase, Phase, VolumeMigration};
+use crate::record::{Attempt, AttemptPhase, Phase, Progress, VolumeMigration};
 use crate::spec::ClaimRef;
 
 /// Runs the driver with progress shown as `output` allows, until the
@@ -31,7 +35,7 @@ pub async fn drive(
 ) -> Result<i32, CliError> {
     let (tx, rx) = unbounded_channel();
     let mode = Mode::choose(output != Output::Table);
-    let reporter = tokio::spawn(report::show(mode, plan.spec.retry.backoff_limit + 1, rx));
+    let reporter = tokio::spawn(report::show(mode, Budget::of(&record), rx));
     let op = plan.operation.clone();
     let ns = plan.destination.namespace.clone();
     let holder = options.holder.clone();
@@ -47,10 +51,8 @@ pub async fn drive(
             if let Err(e) = release_lease(&store, &op, &holder).await {
                 tracing::warn!("cannot release the operation: {e}");
             }
-            eprintln!(
-                "interrupted: operation {op} keeps running in the cluster.\n\
-                 Reattach with: kubectl volmig resume {op} -n {ns}"
-            );
+            let left = left_behind(cluster, &store, &op).await;
+            eprintln!("{}", notes::interrupted(&op, &ns, left));
             Ok(exit::INTERRUPTED)
         }
         Some(Err(e)) => {
@@ -72,9 +74,35 @@ pub async fn drive(
             Ok(exit::OK)
         }
         Some(Ok(Outcome::Finished(vm))) => {
+            if vm.status.phase == Phase::Aborted {
+                eprintln!("{}", notes::aborted(&vm));
+            }
             show::print_one(&vm, output)?;
             Ok(exit_for(&vm))
         }
+    }
+}
+
+/// What runs without a driver once this one stops: the running attempt's
+/// sender, if it exists and has not finished.
+async fn left_behind(cluster: &Cluster, store: &RecordStore, op: &str) -> LeftBehind {
+    let Ok(vm) = store.get(op).await else {
+        return LeftBehind::Unknown;
+    };
+    let Some(attempt) = vm.running_attempt() else {
+        return LeftBehind::Idle;
+    };
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &vm.spec.source.namespace);
+    match pods.get_opt(&attempt.sender.name).await {
+        Ok(Some(pod)) => {
+            let view = PodView::new("sender", &attempt.sender.name, Some(&pod));
+            match view.exit_code {
+                None => LeftBehind::Copying(attempt.number),
+                Some(_) => LeftBehind::Idle,
+            }
+        }
+        Ok(None) => LeftBehind::Idle,
+        Err(_) => LeftBehind::Unknown,
     }
 }
 
@@ -99,13 +127,16 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
                 "operation {} is driven by {}; following it (--force takes over)",
                 args.operation, d.holder
             );
-            if let Some(code) = observe(&store, &args.operation, output).await? {
+            if let Some(code) = observe(cluster, &store, &args.operation, output).await? {
                 return Ok(code);
             }
             continue;
         }
         // An ended operation runs again: Running, with a fresh budget.
         let restart = matches!(vm.status.phase, Phase::Failed | Phase::Aborted);
+        if output == Output::Table {
+            eprint!("{}", notes::resuming(&vm, restart));
+        }
         let vm = if restart {
             restart_record(&store, &args.operation).await?
         } else {
@@ -117,20 +148,17 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
                 args.operation
             ))
         })?;
-        if output == Output::Table {
-            eprint!("{}", super::migrate::plan_text(&plan));
-        }
         let options = DriverOptions {
             detach: args.detach,
             start_timeout: Duration::from_secs(args.start_timeout),
             holder: me,
-            fresh_budget: restart,
         };
         return drive(cluster, plan, vm, options, output).await;
     }
 }
 
-/// Marks a Failed or Aborted operation Running again.
+/// Marks a Failed or Aborted operation Running again, with a fresh
+/// budget: attempts count against the backoff limit from the next one.
 async fn restart_record(store: &RecordStore, op: &str) -> Result<VolumeMigration, CliError> {
     let vm = store
         .update(op, |vm| {
@@ -142,7 +170,10 @@ async fn restart_record(store: &RecordStore, op: &str) -> Result<VolumeMigration
             }
             vm.status.phase = Phase::Running;
             vm.status.message = None;
+            vm.status.aborted_by = None;
             vm.status.completion_time = None;
+            let next = vm.status.attempts.last().map_or(1, |a| a.number + 1);
+            vm.status.budget_from = Some(next);
             Ok(())
         })
         .await
@@ -153,13 +184,23 @@ async fn restart_record(store: &RecordStore, op: &str) -> Result<VolumeMigration
     Ok(vm)
 }
 
-/// Follows another client's driving through the record. `None` once that
-/// client has gone (its heartbeat stopped): then the caller takes over.
-async fn observe(store: &RecordStore, op: &str, output: Output) -> Result<Option<i32>, CliError> {
-    let mut last = None;
+/// Follows another client's driving through the record, and the running
+/// attempt's receiver log where it can be read: progress lines start from
+/// the newest either holds, and never go back. `None` once that client
+/// has gone (its heartbeat stopped): then the caller takes over.
+async fn observe(
+    cluster: &Cluster,
+    store: &RecordStore,
+    op: &str,
+    output: Output,
+) -> Result<Option<i32>, CliError> {
+    let mut last: Option<(u32, Progress)> = None;
     loop {
         let vm = store.get(op).await?;
         if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
+            if vm.status.phase == Phase::Aborted {
+                eprintln!("{}", notes::aborted(&vm));
+            }
             show::print_one(&vm, output)?;
             return Ok(Some(exit_for(&vm)));
         }
@@ -171,12 +212,13 @@ async fn observe(store: &RecordStore, op: &str, output: Output) -> Result<Option
         {
             return Ok(None);
         }
-        if let (Some(p), Some(a), Output::Table) =
-            (&vm.status.progress, vm.status.attempts.last(), output)
-        {
-            if last.as_ref() != Some(p) {
+        if let (Some(a), Output::Table) = (vm.running_attempt(), output) {
+            let logged = logged_progress(&cluster.client, &vm, a).await;
+            let newest = figures::newest(vm.status.progress.as_ref(), logged.as_ref());
+            let known = last.as_ref().filter(|(n, _)| *n == a.number);
+            if let Some(p) = newest.filter(|p| known.is_none_or(|(_, k)| figures::ahead(p, k))) {
                 eprintln!("{}", report::line(a.number, p));
-                last = Some(p.clone());
+                last = Some((a.number, p.clone()));
             }
         }
         tokio::select! {
@@ -186,9 +228,22 @@ async fn observe(store: &RecordStore, op: &str, output: Output) -> Result<Option
     }
 }
 
+/// The newest progress in the last lines of `attempt`'s receiver log, if
+/// it can be read.
+async fn logged_progress(
+    client: &Client,
+    vm: &VolumeMigration,
+    attempt: &Attempt,
+) -> Option<Progress> {
+    let [(_, receiver), _] = attempt_logs(client, vm, attempt, 50).await;
+    let digest = LogDigest::from_text(receiver.as_deref()?);
+    digest.progress.as_ref().map(progress_of)
+}
+
 pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
     let op = &args.operation;
-    let vm = abort_operation(&cluster.client, &cluster.namespace, op).await?;
+    let who = super::who(cluster.user.as_deref());
+    let vm = abort_operation(&cluster.client, &cluster.namespace, op, &who).await?;
     eprintln!(
         "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
         cluster.namespace
@@ -197,14 +252,16 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
     Ok(exit::OK)
 }
 
-/// Aborts operation `op` of `namespace`: record Aborted (with the running
-/// attempt's last log lines), its pods, Service and Secrets removed and
+/// Aborts operation `op` of `namespace` as `who`: record Aborted (with
+/// the running attempt closed as its pods and logs show it: bytes, rate,
+/// nodes, time, last lines), its pods, Service and Secrets removed and
 /// waited out, Events posted. The destination keeps its data. Prints
 /// nothing (the monitor calls it too).
 pub async fn abort_operation(
     client: &Client,
     namespace: &str,
     op: &str,
+    who: &str,
 ) -> Result<VolumeMigration, CliError> {
     let store = RecordStore::new(client.clone(), namespace);
     let vm = store.get(op).await?;
@@ -214,8 +271,12 @@ pub async fn abort_operation(
             vm.status.phase.as_str()
         )));
     }
-    let tails = running_tails(client, &vm).await;
-    let who = super::holder();
+    // What the running attempt did, seen before its pods go: with no
+    // driver (after --detach or Ctrl-C) nothing else recorded it.
+    let seen = match vm.running_attempt() {
+        Some(a) => Some((a.number, look_at_attempt(client, &vm, a).await)),
+        None => None,
+    };
     let vm = store
         .update(op, |vm| {
             if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
@@ -229,20 +290,23 @@ pub async fn abort_operation(
                 "aborted by {who}; the destination keeps the data copied so far \
                  (kubectl volmig resume {op} continues from it)"
             ));
+            vm.status.aborted_by = Some(who.to_string());
             vm.status.driver = None;
-            vm.status.completion_time = Some(Timestamp::now());
+            let now = Timestamp::now();
+            vm.status.completion_time = Some(now);
+            let reason = Some(format!("aborted by {who}"));
             if let Some(a) = vm.status.attempts.last_mut().filter(|a| !a.phase.is_over()) {
-                let now = Timestamp::now();
-                a.phase = AttemptPhase::Aborted;
-                a.reason = Some("aborted".into());
-                a.end_time = Some(now);
-                if let Some(start) = a.start_time {
-                    a.elapsed_seconds = now.duration_since(start).as_secs_f64().max(0.0);
-                }
-                if a.log_tail.is_empty() {
-                    a.log_tail = tails.clone();
+                let seen = match &seen {
+                    Some((n, seen)) if *n == a.number => seen.clone(),
+                    _ => Seen::default(),
+                };
+                figures::close(a, AttemptPhase::Aborted, reason, None, &seen, now);
+                if let Some(p) = &seen.progress {
+                    let newest = figures::newest(vm.status.progress.as_ref(), Some(p));
+                    vm.status.progress = newest.cloned();
                 }
             }
+            vm.status.elapsed_seconds = figures::recorded_elapsed(&vm.status.attempts);
             Ok(())
         })
         .await
@@ -273,19 +337,6 @@ pub async fn abort_operation(
         )
         .await;
     Ok(vm)
-}
-
-/// The last log lines of the running attempt's pods, for the record.
-async fn running_tails(client: &Client, vm: &VolumeMigration) -> Vec<String> {
-    let Some(attempt) = vm.status.attempts.last().filter(|a| !a.phase.is_over()) else {
-        return Vec::new();
-    };
-    let mut lines = Vec::new();
-    for (role, text) in attempt_logs(client, vm, attempt, 200).await {
-        let digest = LogDigest::from_text(text.as_deref().unwrap_or_default());
-        lines.extend(digest.tail().into_iter().map(|l| format!("{role}: {l}")));
-    }
-    lines
 }
 
 pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliError> {

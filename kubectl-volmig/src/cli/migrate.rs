@@ -35,7 +35,6 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         detach: args.detach,
         start_timeout: Duration::from_secs(args.start_timeout),
         holder: super::holder(),
-        fresh_budget: true,
     };
     super::control::drive(cluster, plan, record, options, output).await
 }

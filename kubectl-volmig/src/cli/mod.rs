@@ -4,12 +4,14 @@
 //! - [`gather`]: reading what the planner needs from the cluster;
 //! - [`migrate`], [`control`] (resume, abort, cleanup), [`show`] (status,
 //!   logs): the commands;
-//! - [`report`]: progress bars on a TTY, plain lines otherwise.
+//! - [`report`]: progress bars on a TTY, plain lines otherwise;
+//! - [`notes`]: what is said on taking an operation up or letting it go.
 
 pub mod args;
 pub mod control;
 mod gather;
 mod migrate;
+mod notes;
 mod report;
 mod show;
 
@@ -155,6 +157,7 @@ async fn monitor(
     if let Some(c) = context {
         let _ = crate::tui::app::CONTEXT.set(c.clone());
     }
+    let _ = crate::tui::app::WHO.set(who(cluster.user.as_deref()));
     let scope = if args.all_namespaces {
         crate::tui::Scope::All
     } else {
@@ -184,6 +187,15 @@ pub fn holder() -> String {
         .and_then(|h| h.into_string().ok())
         .unwrap_or_else(|| "unknown-host".into());
     format!("{host}/{}", std::process::id())
+}
+
+/// Who acts, as the record says it (`abort`): `host/pid`, and the
+/// kubeconfig user when there is one: `laptop/4242 (user admin)`.
+pub fn who(user: Option<&str>) -> String {
+    match user {
+        Some(user) => format!("{} (user {user})", holder()),
+        None => holder(),
+    }
 }
 
 /// The exit code for an operation's phase.

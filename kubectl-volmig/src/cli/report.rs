@@ -9,6 +9,7 @@ use mover::stats::human_bytes;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::driver::Update;
+use crate::record::figures::Budget;
 use crate::record::Progress;
 
 /// How often a plain line is printed while bytes move.
@@ -35,8 +36,9 @@ impl Mode {
     }
 }
 
-/// Shows `updates` until the driver drops its sender.
-pub async fn show(mode: Mode, attempts_allowed: u32, mut updates: UnboundedReceiver<Update>) {
+/// Shows `updates` until the driver drops its sender; attempts are
+/// counted against `budget` (the fresh one `resume` may have granted).
+pub async fn show(mode: Mode, budget: Budget, mut updates: UnboundedReceiver<Update>) {
     let bar = (mode == Mode::Bars).then(|| {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
         bar.set_style(
@@ -52,7 +54,8 @@ pub async fn show(mode: Mode, attempts_allowed: u32, mut updates: UnboundedRecei
     while let Some(update) = updates.recv().await {
         let text = match &update {
             Update::AttemptStarted { number, sender } => Some(format!(
-                "attempt {number}/{attempts_allowed}: sender {}",
+                "{}: sender {}",
+                budget.label(*number),
                 match &sender.node {
                     Some(node) => format!("on {node} ({})", sender.reason),
                     None => format!("placed by the scheduler ({})", sender.reason),
@@ -74,7 +77,7 @@ pub async fn show(mode: Mode, attempts_allowed: u32, mut updates: UnboundedRecei
             Update::Progress { attempt, progress } => {
                 match &bar {
                     Some(bar) => {
-                        bar.set_prefix(format!("attempt {attempt}/{attempts_allowed}"));
+                        bar.set_prefix(budget.label(*attempt));
                         bar.set_length(progress.bytes_total);
                         bar.set_position(progress.bytes_done);
                         bar.set_message(rate_and_eta(progress));

@@ -15,7 +15,7 @@ use super::run::{AttemptEnd, Driver, Outcome, State, Update, PLACEMENT_EVERY, RE
 use super::DriverError;
 use crate::names::{self, Component};
 use crate::plan::{placement, NodePlacement};
-use crate::record::{Attempt, AttemptPhase, PodRecord, Progress};
+use crate::record::{figures, Attempt, AttemptPhase, PodRecord, Progress};
 use crate::resources;
 
 impl Driver {
@@ -169,6 +169,8 @@ impl Driver {
             receiver_result: rlog.result.as_ref(),
             sender,
             sender_result: slog.as_ref().and_then(|l| l.result.as_ref()),
+            receiver_error: rlog.error.as_ref(),
+            sender_error: slog.as_ref().and_then(|l| l.error.as_ref()),
             age: live.started.elapsed(),
             sender_age: live.sender_created.map_or(Duration::ZERO, |t| t.elapsed()),
             one_side_finished_for: live
@@ -347,10 +349,17 @@ impl Driver {
             .any(|a| unrecorded_node(a, receiver.node.as_deref(), sender.as_deref()))
     }
 
-    pub(super) fn progress(&self) -> Option<Progress> {
-        let live = self.live.as_ref()?;
-        let digest = live.receiver_log.digest();
-        digest.progress.as_ref().map(progress_of)
+    /// The running attempt's newest progress: its receiver's log once it
+    /// has been read up to now, never older than what was shown (see
+    /// [`figures::newest`]).
+    pub(super) fn progress(&mut self) -> Option<Progress> {
+        let live = self.live.as_mut()?;
+        if live.receiver_log.caught_up() {
+            let digest = live.receiver_log.digest();
+            let fresh = digest.progress.as_ref().map(progress_of);
+            live.shown = figures::newest(live.shown.as_ref(), fresh.as_ref()).cloned();
+        }
+        live.shown.clone()
     }
 
     /// What earlier attempts had done when this one started, once the
@@ -361,8 +370,14 @@ impl Driver {
         digest.first_progress.as_ref().map(|p| p.bytes_prior)
     }
 
-    pub(super) fn report_progress(&self) {
-        if let (Some(progress), Some(live)) = (self.progress(), &self.live) {
+    /// Tells the user interface the newest progress, once the receiver's
+    /// log has been read up to now.
+    pub(super) fn report_progress(&mut self) {
+        let progress = self.progress();
+        let Some(live) = self.live.as_ref().filter(|l| l.receiver_log.caught_up()) else {
+            return;
+        };
+        if let Some(progress) = progress {
             let _ = self.updates.send(Update::Progress {
                 attempt: live.number,
                 progress,

@@ -16,6 +16,7 @@ use super::run::{AttemptEnd, Driver, Outcome, State, Update, MAX_BACKOFF, POD_GO
 use super::DriverError;
 use crate::events::Severity;
 use crate::names::{self, Component};
+use crate::record::figures::{self, Seen};
 use crate::record::{Attempt, AttemptPhase, Phase, PodRecord, Summary};
 
 impl Driver {
@@ -56,65 +57,53 @@ impl Driver {
         Ok(self.after(number, end).await)
     }
 
-    /// Writes how attempt `number` ended: its pods, bytes, log tails.
+    /// Writes how attempt `number` ended: its pods, bytes, log tails, and
+    /// its end: when its pods ended, for an attempt that ran without a
+    /// driver (see [`figures::end_time`]).
     pub(super) async fn record_end(
         &mut self,
         number: u32,
         end: &AttemptEnd,
     ) -> Result<(), DriverError> {
         let (receiver, sender, rlog, slog) = self.final_view().await;
-        let started = self.live.as_ref().map(|l| l.started);
-        let elapsed = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
-        let progress = rlog.progress.as_ref().map(progress_of);
-        let prior = rlog.first_progress.as_ref().map_or(0, |p| p.bytes_prior);
-        let mut tail: Vec<String> = rlog
+        let mut log_tail: Vec<String> = rlog
             .tail()
             .into_iter()
             .map(|l| format!("receiver: {l}"))
             .collect();
         if let Some(s) = &slog {
-            tail.extend(s.tail().into_iter().map(|l| format!("sender: {l}")));
+            log_tail.extend(s.tail().into_iter().map(|l| format!("sender: {l}")));
         }
         let summary = rlog
             .result
             .as_ref()
             .and_then(|r| r.summary.as_ref())
             .map(summary_of);
-        let end_for_record = end;
+        // The whole log's last word, never older than what was shown.
+        let shown = self.live.as_ref().and_then(|l| l.shown.clone());
+        let fresh = rlog.progress.as_ref().map(progress_of);
+        let seen = Seen {
+            // A view of pods never seen keeps the recorded ones.
+            receiver: Some(&receiver)
+                .filter(|r| !r.name.is_empty())
+                .map(pod_record),
+            sender: sender.as_ref().map(pod_record),
+            progress: figures::newest(shown.as_ref(), fresh.as_ref()).cloned(),
+            prior: rlog.first_progress.as_ref().map(|p| p.bytes_prior),
+            log_tail,
+        };
         let mut ended: Option<Attempt> = None;
         self.write(|vm| {
-            if let Some(p) = &progress {
+            if let Some(p) = &seen.progress {
                 vm.status.progress = Some(p.clone());
             }
             if let Some(a) = vm.status.attempts.iter_mut().find(|a| a.number == number) {
-                a.phase = end_for_record.phase;
-                a.reason = end_for_record.reason.clone();
-                a.retryable = end_for_record.retryable;
-                let now = Timestamp::now();
-                a.end_time = Some(now);
-                // From the recorded start: an adopted attempt began before
-                // this driver did.
-                a.elapsed_seconds = a
-                    .start_time
-                    .map_or(elapsed, |t| now.duration_since(t).as_secs_f64().max(0.0));
-                // A view of pods never seen keeps the recorded names.
-                if !receiver.name.is_empty() {
-                    a.receiver = pod_record(&receiver);
-                }
-                if let Some(s) = sender.as_ref().filter(|s| !s.name.is_empty()) {
-                    a.sender = pod_record(s);
-                }
-                a.bytes_prior = prior;
-                if let Some(p) = &progress {
-                    a.bytes_done = p.bytes_done;
-                    a.bytes_total = p.bytes_total;
-                    a.rate = p.rate;
-                }
-                a.log_tail = tail.clone();
+                let (reason, retryable) = (end.reason.clone(), end.retryable);
+                figures::close(a, end.phase, reason, retryable, &seen, Timestamp::now());
                 ended = Some(a.clone());
             }
-            vm.status.elapsed_seconds = vm.status.attempts.iter().map(|a| a.elapsed_seconds).sum();
-            if end_for_record.phase == AttemptPhase::Succeeded {
+            vm.status.elapsed_seconds = figures::recorded_elapsed(&vm.status.attempts);
+            if end.phase == AttemptPhase::Succeeded {
                 vm.status.summary = summary.clone();
             }
         })
@@ -263,6 +252,7 @@ pub(super) fn summary_of(s: &mover::stats::Summary) -> Summary {
 
 pub(super) fn pod_record(view: &PodView) -> PodRecord {
     PodRecord {
+        finished_at: view.finished_at,
         name: view.name.clone(),
         node: view.node.clone(),
         phase: Some(if view.exists {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::logs::MoverResult;
+use super::logs::{LoggedError, MoverResult};
 
 /// How long one side may keep running after the other failed: the survivor
 /// notices the dropped connection within seconds and writes its final
@@ -26,6 +26,8 @@ pub struct PodView {
     pub message: Option<String>,
     /// Why the scheduler could not place it yet.
     pub unschedulable: Option<String>,
+    /// When its container finished.
+    pub finished_at: Option<jiff::Timestamp>,
 }
 
 impl PodView {
@@ -57,6 +59,7 @@ impl PodView {
         if let Some(state) = container.and_then(|c| c.state.as_ref()) {
             if let Some(t) = &state.terminated {
                 view.exit_code = Some(t.exit_code);
+                view.finished_at = t.finished_at.as_ref().map(|t| t.0);
                 view.reason = t.reason.clone();
                 view.message = t.message.clone();
             } else if let Some(w) = &state.waiting {
@@ -137,6 +140,10 @@ pub struct AttemptView<'a> {
     /// `None` until the sender is created.
     pub sender: Option<PodView>,
     pub sender_result: Option<&'a MoverResult>,
+    /// The last error line each mover printed, for one that ended without
+    /// a summary (a usage error).
+    pub receiver_error: Option<&'a LoggedError>,
+    pub sender_error: Option<&'a LoggedError>,
     /// Since the attempt's first pod (the receiver) was created.
     pub age: Duration,
     /// Since the sender was created.
@@ -149,10 +156,23 @@ pub struct AttemptView<'a> {
 
 /// Decides from the pods' states; see [`Verdict`].
 pub fn judge(view: &AttemptView<'_>) -> Verdict {
-    let sides: Vec<(&PodView, Option<&MoverResult>)> =
-        std::iter::once((&view.receiver, view.receiver_result))
-            .chain(view.sender.as_ref().map(|s| (s, view.sender_result)))
-            .collect();
+    let sides: Vec<Side<'_>> = std::iter::once((
+        &view.receiver,
+        Said {
+            result: view.receiver_result,
+            error: view.receiver_error,
+        },
+    ))
+    .chain(view.sender.as_ref().map(|s| {
+        (
+            s,
+            Said {
+                result: view.sender_result,
+                error: view.sender_error,
+            },
+        )
+    }))
+    .collect();
     for (pod, _) in &sides {
         if !pod.exists {
             return Verdict::Failed {
@@ -175,9 +195,9 @@ pub fn judge(view: &AttemptView<'_>) -> Verdict {
         .filter(|(p, _)| p.exit_code.is_some_and(|c| c != 0))
         .collect();
     let all_done = view.sender.is_some() && sides.iter().all(|(p, _)| p.finished());
-    if let Some((pod, result)) = most_telling(&failed) {
+    if let Some((pod, said)) = most_telling(&failed) {
         if all_done || view.one_side_finished_for >= SURVIVOR_GRACE {
-            return failure(pod, *result);
+            return failure(pod, *said);
         }
         return Verdict::Wait;
     }
@@ -228,13 +248,21 @@ pub fn judge(view: &AttemptView<'_>) -> Verdict {
     Verdict::Wait
 }
 
+/// What a mover said about its end: its summary line, else its last error
+/// line.
+#[derive(Debug, Clone, Copy)]
+struct Said<'a> {
+    result: Option<&'a MoverResult>,
+    error: Option<&'a LoggedError>,
+}
+
+type Side<'a> = (&'a PodView, Said<'a>);
+
 /// Of the failed sides, the one whose error explains the failure: a side
 /// that failed on its own (not "the peer failed", 13, or a dropped
 /// connection, 10) first.
-fn most_telling<'a, 'b>(
-    failed: &'b [&'b (&'a PodView, Option<&'a MoverResult>)],
-) -> Option<&'b (&'a PodView, Option<&'a MoverResult>)> {
-    let rank = |(p, _): &&(&PodView, Option<&MoverResult>)| match p.exit_code {
+fn most_telling<'a, 'b>(failed: &'b [&'b Side<'a>]) -> Option<&'b Side<'a>> {
+    let rank = |(p, _): &&Side<'_>| match p.exit_code {
         Some(13) => 2,
         Some(10) => 1,
         _ => 0,
@@ -242,10 +270,16 @@ fn most_telling<'a, 'b>(
     failed.iter().copied().min_by_key(|s| rank(s))
 }
 
-fn failure(pod: &PodView, result: Option<&MoverResult>) -> Verdict {
+/// A failed side's exit in words: the mover's own error (its summary's,
+/// else its last error line, else the container's termination message),
+/// what the exit code means when it said nothing, and what to do.
+fn failure(pod: &PodView, said: Said<'_>) -> Verdict {
     let code = pod.exit_code.unwrap_or(-1);
-    let error = result
-        .and_then(|r| r.error.clone())
+    let result = said.result;
+    let summary_error = result.and_then(|r| r.error.clone());
+    let logged = said.error.filter(|_| summary_error.is_none());
+    let error = summary_error
+        .or_else(|| logged.map(|e| e.message.clone()))
         .or_else(|| pod.message.clone())
         .unwrap_or_else(|| describe_exit(code).to_string());
     let retryable = result
@@ -253,7 +287,8 @@ fn failure(pod: &PodView, result: Option<&MoverResult>) -> Verdict {
         .unwrap_or_else(|| exit_code_retryable(code));
     let reason = pod.reason.as_deref().unwrap_or("Error");
     let mut text = format!("{} exited {code} ({reason}): {error}", pod.role);
-    if let Some(advice) = advice(code, &error) {
+    let usage = logged.filter(|e| e.usage).map(|_| USAGE_ADVICE);
+    if let Some(advice) = usage.or_else(|| advice(code, &error)) {
         text.push_str("; ");
         text.push_str(advice);
     }
@@ -278,6 +313,10 @@ fn describe_exit(code: i32) -> &'static str {
         _ => "no error message in the log",
     }
 }
+
+/// What to do about a mover that refused its command line.
+const USAGE_ADVICE: &str = "the mover refused the command line volmig gave it: check the \
+    transfer options (such as --bwlimit) and that --mover-image is the mover of this plugin's version";
 
 /// What the user can do about a failure no retry fixes.
 fn advice(code: i32, error: &str) -> Option<&'static str> {

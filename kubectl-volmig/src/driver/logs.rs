@@ -71,11 +71,44 @@ pub struct LogDigest {
     pub first_progress: Option<Progress>,
     pub result: Option<MoverResult>,
     pub listening: bool,
+    /// The last error the mover printed (`mover: error: ...`, or its
+    /// command line parser's `error: ...`), for a mover that ended without
+    /// a summary line.
+    pub error: Option<LoggedError>,
     tail: VecDeque<String>,
+    /// Lines fed so far.
+    lines: usize,
+}
+
+/// An error line of a mover's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedError {
+    /// The message, without `mover: error: ` or `error: `.
+    pub message: String,
+    /// The mover refused its command line (clap's `error: ...`).
+    pub usage: bool,
+}
+
+impl LoggedError {
+    /// The error a human line tells, if it is one.
+    pub fn parse(line: &str) -> Option<LoggedError> {
+        let line = line.trim();
+        if let Some(message) = line.strip_prefix("mover: error: ") {
+            return Some(LoggedError {
+                message: message.to_string(),
+                usage: false,
+            });
+        }
+        line.strip_prefix("error: ").map(|message| LoggedError {
+            message: message.to_string(),
+            usage: true,
+        })
+    }
 }
 
 impl LogDigest {
     pub fn feed(&mut self, line: &str) {
+        self.lines += 1;
         match parse_line(line) {
             MoverLine::Progress(p) => {
                 if self.first_progress.is_none() {
@@ -88,7 +121,12 @@ impl LogDigest {
                 self.listening = true;
                 self.keep(line);
             }
-            MoverLine::Text(t) if !t.is_empty() => self.keep(&t),
+            MoverLine::Text(t) if !t.is_empty() => {
+                if let Some(e) = LoggedError::parse(&t) {
+                    self.error = Some(e);
+                }
+                self.keep(&t);
+            }
             MoverLine::Text(_) => {}
         }
     }
@@ -98,6 +136,12 @@ impl LogDigest {
         let mut digest = LogDigest::default();
         text.lines().for_each(|l| digest.feed(l));
         digest
+    }
+
+    /// How many lines were fed: of two digests of one log, the longer has
+    /// read further.
+    pub fn lines(&self) -> usize {
+        self.lines
     }
 
     /// The last human lines (progress events left out).
@@ -147,6 +191,37 @@ mover: 4 entries, 3 files"#;
         assert_eq!((r.ok, r.exit_code, r.retryable), (false, 10, Some(true)));
         assert_eq!(r.error.as_deref(), Some("connection: reset"));
         assert!(r.summary.is_none());
+    }
+
+    #[test]
+    fn the_mover_s_own_error_line_is_kept() {
+        // A usage error: clap's lines, no summary.
+        let usage = "error: invalid value '2Q' for '--bwlimit <RATE>': invalid rate \"2Q\" \
+                     (examples: 500, 20M, 1.5G)\n\nFor more information, try '--help'.\n";
+        let d = LogDigest::from_text(usage);
+        assert!(d.result.is_none());
+        let e = d.error.expect("the error line");
+        assert!(e.usage);
+        assert!(
+            e.message
+                .starts_with("invalid value '2Q' for '--bwlimit <RATE>'"),
+            "{}",
+            e.message
+        );
+        // The mover's own error, before any session (no summary either).
+        let d = LogDigest::from_text(
+            "mover: error: reading the checkpoint: Permission denied (os error 13)\n",
+        );
+        let e = d.error.expect("the error line");
+        assert!(!e.usage);
+        assert_eq!(
+            e.message,
+            "reading the checkpoint: Permission denied (os error 13)"
+        );
+        assert_eq!(
+            LoggedError::parse("mover: listening on 10.0.0.7:7000"),
+            None
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::DriverError;
 use crate::events::{Recorder, Severity};
 use crate::names::{self, Component};
 use crate::plan::{NodePlacement, Plan};
+use crate::record::figures;
 use crate::record::store::RecordStore;
 use crate::record::{Attempt, AttemptPhase, Phase, Progress, VolumeMigration};
 
@@ -44,9 +45,6 @@ pub struct DriverOptions {
     pub start_timeout: Duration,
     /// Who drives (`host/pid`), recorded as the lease holder.
     pub holder: String,
-    /// Failed attempts so far do not count against the backoff limit (a
-    /// Failed or Aborted operation run again).
-    pub fresh_budget: bool,
 }
 
 /// What the driver tells its user interface.
@@ -127,6 +125,9 @@ pub(super) struct Live {
     /// When the sender was created (its own start timeout counts from it).
     pub(super) sender_created: Option<Instant>,
     pub(super) sender_seen: bool,
+    /// The newest progress shown and recorded: what follows is never
+    /// older (an adopted attempt's starts as the record has it).
+    pub(super) shown: Option<Progress>,
 }
 
 /// Drives one operation.
@@ -142,7 +143,8 @@ pub struct Driver {
     pub(super) options: DriverOptions,
     pub(super) receiver_address: String,
     pub(super) live: Option<Live>,
-    /// Failed attempts counted against the backoff limit.
+    /// Failed attempts counted against the backoff limit (those from the
+    /// record's `budgetFrom` on).
     pub(super) failures: u32,
     pub(super) record: VolumeMigration,
     pub(super) written: Instant,
@@ -162,16 +164,7 @@ impl Driver {
     ) -> Driver {
         let dest_ns = plan.destination.namespace.clone();
         let src_ns = plan.spec.source.namespace.clone();
-        let failures = if options.fresh_budget {
-            0
-        } else {
-            record
-                .status
-                .attempts
-                .iter()
-                .filter(|a| a.phase == AttemptPhase::Failed)
-                .count() as u32
-        };
+        let failures = figures::failures(&record.status.attempts, budget_from(&record));
         Driver {
             store: RecordStore::new(client.clone(), &dest_ns),
             events: Recorder::new(client.clone(), &plan.operation),
@@ -363,7 +356,15 @@ impl Driver {
             .placement
             .as_ref()
             .map_or_else(|| self.plan.placement.sender.clone(), |p| p.sender.clone());
-        self.live = Some(self.live_attempt(last.number, sender_placement));
+        let mut live = self.live_attempt(last.number, sender_placement);
+        // Progress goes on from what the record shows of this attempt.
+        live.shown = self
+            .record
+            .status
+            .progress
+            .clone()
+            .filter(|p| p.updated.is_some() && p.updated >= last.start_time);
+        self.live = Some(live);
         if sender.is_none() {
             return Ok(State::AwaitListener {
                 number: last.number,
@@ -388,7 +389,8 @@ impl Driver {
                 phase: Phase::Succeeded,
                 message: None,
             }),
-            _ if self.options.fresh_budget => None,
+            // `resume` granted a fresh budget after it.
+            _ if last.number < budget_from(&self.record) => None,
             AttemptPhase::Failed if last.retryable == Some(false) => Some(State::Finish {
                 phase: Phase::Failed,
                 message: Some(format!(
@@ -427,6 +429,7 @@ impl Driver {
             receiver_seen: false,
             sender_created: None,
             sender_seen: false,
+            shown: None,
         }
     }
 
@@ -436,4 +439,9 @@ impl Driver {
             live.sender_log = Some(follower);
         }
     }
+}
+
+/// The first attempt counted against the backoff limit.
+fn budget_from(record: &VolumeMigration) -> u32 {
+    record.status.budget_from.unwrap_or(1)
 }

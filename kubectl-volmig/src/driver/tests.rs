@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::attempt::unrecorded_node;
 use super::ending::backoff;
 use super::judge::{judge, AttemptView, PodView, Verdict, SURVIVOR_GRACE};
-use super::logs::MoverResult;
+use super::logs::{LogDigest, MoverResult};
 
 fn running(role: &'static str) -> PodView {
     PodView {
@@ -96,6 +96,38 @@ fn the_movers_own_verdict_decides_retryability_and_advice() {
     let auth = view(exited("receiver", 10), Some(exited("sender", 3)));
     let (reason, retryable) = failed(&auth);
     assert!(!retryable && reason.contains("key material"), "{reason}");
+}
+
+#[test]
+fn a_sender_refusing_its_command_line_is_quoted_not_called_silent() {
+    // clap's usage error: no summary line, only `error: ...` on stderr.
+    let log = LogDigest::from_text(
+        "error: invalid value '2Q' for '--bwlimit <RATE>': invalid rate \"2Q\" \
+         (examples: 500, 20M, 1.5G)\n\nFor more information, try '--help'.\n",
+    );
+    let mut v = view(running("receiver"), Some(exited("sender", 1)));
+    v.sender_error = log.error.as_ref();
+    v.one_side_finished_for = SURVIVOR_GRACE;
+    let (reason, retryable) = failed(&v);
+    assert!(
+        reason.starts_with(
+            "sender exited 1 (Error): invalid value '2Q' for '--bwlimit <RATE>': invalid rate"
+        ),
+        "{reason}"
+    );
+    assert!(!reason.contains("no error message"), "{reason}");
+    assert!(reason.contains("--mover-image is the mover"), "{reason}");
+    assert!(!retryable);
+
+    // The mover's own `mover: error:` line, when it printed no summary.
+    let log = LogDigest::from_text("mover: error: /data: No such file or directory (os error 2)\n");
+    let mut v = view(exited("receiver", 11), Some(exited("sender", 13)));
+    v.receiver_error = log.error.as_ref();
+    let (reason, _) = failed(&v);
+    assert_eq!(
+        reason,
+        "receiver exited 11 (Error): /data: No such file or directory (os error 2)"
+    );
 }
 
 #[test]

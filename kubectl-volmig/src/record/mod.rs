@@ -5,11 +5,14 @@
 //!
 //! - this module: the types;
 //! - [`configmap`]: a record to and from its ConfigMap (pure);
+//! - [`figures`]: times, bytes and the attempt budget worked out from what
+//!   was seen (pure);
 //! - [`store`]: reading, listing and writing records with optimistic
 //!   concurrency;
 //! - [`print`](mod@print): tables, JSON and YAML for `-o`.
 
 pub mod configmap;
+pub mod figures;
 pub mod print;
 pub mod store;
 
@@ -127,6 +130,15 @@ pub struct MigrationStatus {
     /// The client driving the operation, if one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<Driver>,
+    /// The first attempt counted against the backoff limit: 1, or the
+    /// first after `resume` ran a Failed or Aborted operation again with a
+    /// fresh budget (absent means 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_from: Option<u32>,
+    /// Who ran `abort` (`host/pid`, and the kubeconfig user when known),
+    /// while the operation is Aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted_by: Option<String>,
 }
 
 /// One attempt: a receiver pod and a sender pod.
@@ -218,6 +230,9 @@ pub struct PodRecord {
     /// `OOMKilled`, `ImagePullBackOff`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When the container finished (its `finishedAt`, to the second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
 }
 
 /// Overall progress, as the latest mover progress event said.

@@ -118,7 +118,8 @@ fn run_command(client: &Client, command: Command, tx: &UnboundedSender<Msg>) {
         Command::Quit => {}
         Command::Abort { namespace, op } => {
             tokio::spawn(async move {
-                let notice = match abort_operation(&client, &namespace, &op).await {
+                let who = WHO.get().cloned().unwrap_or_else(crate::cli::holder);
+                let notice = match abort_operation(&client, &namespace, &op, &who).await {
                     Ok(_) => format!("{op} aborted; r resumes it"),
                     Err(e) => format!("abort {op}: {e}"),
                 };
@@ -200,3 +201,5 @@ fn resume_in_background(namespace: &str, op: &str, tx: UnboundedSender<Msg>) -> 
 /// processes it starts.
 pub static KUBECONFIG: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 pub static CONTEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// Who the monitor's user is (`host/pid (user NAME)`), recorded by `a`.
+pub static WHO: std::sync::OnceLock<String> = std::sync::OnceLock::new();

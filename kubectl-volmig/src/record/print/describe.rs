@@ -6,7 +6,8 @@ use jiff::Timestamp;
 
 use super::format::{age, bytes, bytes_compact, columns, elapsed, percent, rate};
 use crate::plan::{ClaimAction, NodePlacement};
-use crate::record::{Attempt, AttemptPhase, Phase, Progress, Summary, VolumeMigration};
+use crate::record::figures::{self, attempt_elapsed, Budget};
+use crate::record::{Attempt, Phase, Progress, Summary, VolumeMigration};
 
 /// Where values start, as kubectl's describe aligns them.
 const KEY_WIDTH: usize = 15;
@@ -64,22 +65,20 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
         out.field(1, "Sender", node_placement(&placement.sender));
         out.field(1, "Receiver", node_placement(&placement.receiver));
     }
-    let budget = 1 + u64::from(vm.spec.retry.backoff_limit);
-    let replaced = status
-        .attempts
-        .iter()
-        .filter(|a| a.phase == AttemptPhase::Replaced)
-        .count();
-    let used = status.attempts.len() - replaced;
-    let mut count = format!("{used} of {budget}");
-    if replaced > 0 {
-        let _ = write!(count, " (and {replaced} replaced to follow the app)");
+    let budget = Budget::of(vm);
+    let mut count = budget.count();
+    if budget.replaced > 0 {
+        let _ = write!(
+            count,
+            " (and {} replaced to follow the app)",
+            budget.replaced
+        );
     }
     out.field(0, "Attempts", count);
     if !status.attempts.is_empty() {
         out.block(2, &attempts(vm, now));
     }
-    out.field(0, "Elapsed", total_elapsed(vm));
+    out.field(0, "Elapsed", total_elapsed(vm, now));
     if let Some(summary) = &status.summary {
         summarize(&mut out, summary, vm.spec.transfer.verify);
     }
@@ -237,7 +236,7 @@ fn attempts(vm: &VolumeMigration, now: Timestamp) -> String {
             ),
             a.start_time
                 .map_or_else(dash, |t| format!("{} ago", age(Some(t), now))),
-            elapsed(a.elapsed_seconds),
+            elapsed(attempt_elapsed(a, now)),
             bytes_compact(a.bytes_prior),
             bytes_compact(done),
             rate(rate_now).replace(' ', ""),
@@ -247,9 +246,10 @@ fn attempts(vm: &VolumeMigration, now: Timestamp) -> String {
     columns(&rows)
 }
 
-/// `9m17s (started ..., completed ...)`.
-fn total_elapsed(vm: &VolumeMigration) -> String {
-    let mut out = elapsed(vm.status.elapsed_seconds);
+/// `9m17s (started ..., completed ...)`: the attempts' time, the running
+/// one's so far included.
+fn total_elapsed(vm: &VolumeMigration, now: Timestamp) -> String {
+    let mut out = elapsed(figures::total_elapsed(&vm.status.attempts, now));
     match (vm.status.start_time, vm.status.completion_time) {
         (Some(start), Some(end)) => {
             let _ = write!(out, " (started {start}, completed {end})");

@@ -151,15 +151,10 @@ pub(super) fn progress_cell(progress: Option<&Progress>) -> String {
 }
 
 /// The ATTEMPTS cell: attempts counted against the budget (a `Replaced`
-/// one is not) of the 1 + backoff limit allowed: `3/7`.
+/// one is not; after `resume` granted a fresh budget, those since) of the
+/// 1 + backoff limit allowed: `3/7`.
 pub(super) fn attempts_cell(vm: &VolumeMigration) -> String {
-    let used = vm
-        .status
-        .attempts
-        .iter()
-        .filter(|a| a.phase != crate::record::AttemptPhase::Replaced)
-        .count();
-    format!("{used}/{}", 1 + u64::from(vm.spec.retry.backoff_limit))
+    crate::record::figures::Budget::of(vm).cell()
 }
 
 /// A claim as seen from `here`: `name`, or `namespace/name` elsewhere.

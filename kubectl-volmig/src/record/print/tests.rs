@@ -245,3 +245,39 @@ fn yaml_lists_round_trip() {
         serde_json::from_value(value["items"].clone()).expect("items are records");
     assert_eq!(items, ops);
 }
+
+#[test]
+fn a_running_attempt_s_time_counts_up_with_no_driver_writing_it() {
+    // Detached: nothing wrote the attempt's or the operation's time.
+    let mut vm = running();
+    vm.status.driver = None;
+    vm.status.elapsed_seconds = 0.0;
+    vm.status.attempts[0].elapsed_seconds = 0.0;
+    let out = describe(&vm, now());
+    assert!(
+        out.contains("  1   Running   node-1        -/-        4m50s ago   4m50s   "),
+        "{out}"
+    );
+    assert!(out.contains("Elapsed:       4m50s (started "), "{out}");
+}
+
+#[test]
+fn a_resumed_operation_counts_attempts_against_its_fresh_budget() {
+    // Failed after attempts 1-3 (backoff limit 2); resume ran attempt 4.
+    let mut vm = failed();
+    vm.spec.retry.backoff_limit = 2;
+    let first = vm.status.attempts[0].clone();
+    vm.status.attempts = (1..=4)
+        .map(|number| crate::record::Attempt {
+            number,
+            ..first.clone()
+        })
+        .collect();
+    vm.status.budget_from = Some(4);
+    assert!(
+        describe(&vm, now()).contains("Attempts:      1 of 3 since resume (4 in all)\n"),
+        "{}",
+        describe(&vm, now())
+    );
+    assert!(table(&[vm], now(), false).contains("   1/3   "));
+}

@@ -10,6 +10,7 @@ pub(super) use crate::record::print::format::{
     age, bytes, bytes_compact, claim, elapsed, percent, rate,
 };
 
+use crate::record::figures::Budget;
 use crate::record::{AttemptPhase, Phase, Progress, VolumeMigration};
 
 /// `12.0MiB/s`, for table cells.
@@ -64,16 +65,11 @@ pub(super) fn eta(p: &Progress, now: Timestamp) -> Option<u64> {
     Some(estimate.saturating_sub(u64::try_from(since).unwrap_or(0)))
 }
 
-/// Attempts counted against the budget (a `Replaced` one is not), the
-/// budget (1 + the backoff limit), and the replaced ones.
-pub(super) fn attempts(vm: &VolumeMigration) -> (usize, u64, usize) {
-    let all = &vm.status.attempts;
-    let replaced = all
-        .iter()
-        .filter(|a| a.phase == AttemptPhase::Replaced)
-        .count();
-    let budget = 1 + u64::from(vm.spec.retry.backoff_limit);
-    (all.len() - replaced, budget, replaced)
+/// Attempts counted against the budget (a `Replaced` one is not; after
+/// `resume` granted a fresh budget, those since), the budget (1 + the
+/// backoff limit), and the replaced ones.
+pub(super) fn attempts(vm: &VolumeMigration) -> Budget {
+    Budget::of(vm)
 }
 
 /// A phase's colour: running blue, done green, failed red, aborted

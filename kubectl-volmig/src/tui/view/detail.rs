@@ -75,14 +75,18 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, model: &Model, vm: &VolumeMigr
         stack.lines(frame, field("Message", message, width));
     }
 
-    let (used, budget, replaced) = attempts(vm);
+    let budget = attempts(vm);
     let mut count = if vm.status.attempts.is_empty() {
         "none yet".to_string()
     } else {
-        format!("{used} of {budget}")
+        budget.count()
     };
-    if replaced > 0 {
-        let _ = write!(count, " (and {replaced} replaced to follow the app)");
+    if budget.replaced > 0 {
+        let _ = write!(
+            count,
+            " (and {} replaced to follow the app)",
+            budget.replaced
+        );
     }
     stack.lines(frame, field("Attempts", &count, width));
     if !vm.status.attempts.is_empty() {

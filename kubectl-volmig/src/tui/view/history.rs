@@ -68,10 +68,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, model: &Model, vm: &VolumeMigr
         (
             "ELAPSED",
             // A running attempt's time is only recorded when it ends.
-            each(&|a| match a.start_time.filter(|_| !a.phase.is_over()) {
-                Some(start) => elapsed(now.duration_since(start).as_secs_f64()),
-                None => elapsed(a.elapsed_seconds),
-            }),
+            each(&|a| elapsed(crate::record::figures::attempt_elapsed(a, now))),
             8,
             2,
         ),

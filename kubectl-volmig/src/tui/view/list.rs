@@ -183,10 +183,7 @@ fn table(frame: &mut Frame, area: Rect, model: &Model) {
     );
     columns.push(Column::text(
         "ATTEMPT",
-        each(&|_, vm| {
-            let (used, budget, _) = attempts(vm);
-            format!("{used}/{budget}")
-        }),
+        each(&|_, vm| attempts(vm).cell()),
         8,
         2,
     ));
