@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::SinkExt;
+use futures::{FutureExt, SinkExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -241,19 +241,21 @@ where
         cfg.progress.clone(),
     ));
 
-    // On a stop (SIGTERM) or a failure, reading ends here and the appliers
-    // finish the data already queued for them (bounded by the data budget
-    // and `CLEANUP`) before the final checkpoint below records it.
-    let read = sup
-        .watch(read_frames(
-            &mut frames,
-            gen_tx,
-            &window,
-            &inflight,
-            app_txs,
-            &idle,
-        ))
-        .await;
+    // On a stop (SIGTERM), reading takes in what has already arrived (the
+    // frames buffered here and in the socket, without waiting for more);
+    // then, as on a failure, the appliers finish the data queued for them
+    // (bounded by the data budget and `CLEANUP`) before the final
+    // checkpoint below records it.
+    let reading = read_frames(
+        &mut frames,
+        gen_tx,
+        &window,
+        &inflight,
+        app_txs,
+        &idle,
+        &cfg.cancel,
+    );
+    let read = sup.watch_winding_down(reading, STOP_GRACE).await;
     ticker.abort();
     if let Err(e) = read {
         // Stop everything, tell the sender why, and let the workers clean up.
@@ -398,6 +400,9 @@ fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(Filter, PathB
     Ok((filter, root))
 }
 
+/// How long a stopped receiver may take to apply what had already arrived.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
 async fn read_frames<R: AsyncRead + Unpin>(
     frames: &mut FramedRead<R, FrameCodec>,
     gen_tx: mpsc::Sender<Vec<Frame>>,
@@ -405,11 +410,24 @@ async fn read_frames<R: AsyncRead + Unpin>(
     inflight: &Inflight<PendingFile>,
     app_txs: Vec<mpsc::Sender<DataBatch>>,
     idle: &Idle,
+    stop: &CancellationToken,
 ) -> Result<(), SessionError> {
     let mut state = State::Listing;
     let budget = Arc::new(Semaphore::new(DATA_BUDGET));
     while state != State::DataDone {
-        let batch = next_frames(frames, idle).await?;
+        let batch = if stop.is_cancelled() {
+            // Stopping: what has arrived, not a byte more.
+            match next_frames(frames, idle).now_or_never() {
+                Some(batch) => batch?,
+                None => return Err(SessionError::Interrupted),
+            }
+        } else {
+            // (Cancel-safe: a frame read in part stays in `frames`.)
+            tokio::select! {
+                batch = next_frames(frames, idle) => batch?,
+                () = stop.cancelled() => continue,
+            }
+        };
         let mut to_gen = Vec::new();
         let mut to_app: Vec<Vec<Frame>> = app_txs.iter().map(|_| Vec::new()).collect();
         for frame in batch {

@@ -65,6 +65,29 @@ impl Supervisor {
         Err(self.explain(first).await)
     }
 
+    /// Awaits `fut` as [`Supervisor::watch`] does, but on a stop `fut`, which
+    /// watches the same token, gets up to `grace` to wind down on its own
+    /// (the session ends [`SessionError::Interrupted`] all the same).
+    pub async fn watch_winding_down<T>(
+        &mut self,
+        fut: impl Future<Output = Result<T, SessionError>>,
+        grace: Duration,
+    ) -> Result<T, SessionError> {
+        tokio::pin!(fut);
+        let first = tokio::select! {
+            r = &mut fut => match r {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            },
+            Some(e) = self.rx.recv() => e,
+            () = self.cancel.cancelled() => {
+                let _ = tokio::time::timeout(grace, &mut fut).await;
+                SessionError::Interrupted
+            }
+        };
+        Err(self.explain(first).await)
+    }
+
     /// Awaits a worker that is expected to finish.
     pub async fn join<T>(&mut self, worker: JoinHandle<Option<T>>) -> Result<T, SessionError> {
         match worker.await {
