@@ -107,6 +107,11 @@ enum Command {
         /// Keep the checkpoint (marked complete) after a clean finish.
         #[arg(long)]
         keep_checkpoint: bool,
+        /// What the destination can hold, in bytes: the session fails (disk
+        /// full, not retryable) as soon as the files listed add up to more,
+        /// before the destination fills up. Sparse files count at their length.
+        #[arg(long, value_name = "BYTES")]
+        capacity: Option<u64>,
         #[command(flatten)]
         connection: ConnectionArgs,
         #[command(flatten)]
@@ -218,10 +223,12 @@ async fn run(cli: Cli) -> u8 {
             operation_id,
             attempt,
             keep_checkpoint,
+            capacity,
             connection,
             output,
         } => {
             let mut cfg = ReceiverConfig::new(root);
+            cfg.capacity = capacity;
             cfg.bwlimit = bwlimit;
             cfg.operation_id = operation_id;
             cfg.attempt = attempt;
