@@ -47,7 +47,7 @@ pub async fn drive(
             if let Err(e) = release_lease(&store, &op, &holder).await {
                 tracing::warn!("cannot release the operation: {e}");
             }
-            eprintln!(
+            say!(
                 "interrupted: operation {op} keeps running in the cluster.\n\
                  Reattach with: kubectl volmig resume {op} -n {ns}"
             );
@@ -62,7 +62,7 @@ pub async fn drive(
             Err(e.into())
         }
         Some(Ok(Outcome::Detached(vm))) => {
-            eprintln!(
+            say!(
                 "detached: attempt {} runs in the cluster.\n\
                  Watch it with: kubectl volmig status {op} -n {ns}\n\
                  Finish it (retries, clean-up) with: kubectl volmig resume {op} -n {ns}",
@@ -84,7 +84,7 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
     loop {
         let vm = store.get(&args.operation).await?;
         if vm.status.phase == Phase::Succeeded {
-            eprintln!("operation {} has already succeeded", args.operation);
+            say!("operation {} has already succeeded", args.operation);
             show::print_one(&vm, output)?;
             return Ok(exit::OK);
         }
@@ -95,9 +95,10 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
             .filter(|d| d.is_live(Timestamp::now()) && d.holder != me);
         if let (Some(d), false) = (driven, args.force) {
             // Someone drives it: follow until it ends or they go.
-            eprintln!(
+            say!(
                 "operation {} is driven by {}; following it (--force takes over)",
-                args.operation, d.holder
+                args.operation,
+                d.holder
             );
             if let Some(code) = observe(&store, &args.operation, output).await? {
                 return Ok(code);
@@ -118,7 +119,7 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
             ))
         })?;
         if output == Output::Table {
-            eprint!("{}", super::migrate::plan_text(&plan));
+            super::err(&super::migrate::plan_text(&plan));
         }
         let options = DriverOptions {
             detach: args.detach,
@@ -175,7 +176,7 @@ async fn observe(store: &RecordStore, op: &str, output: Output) -> Result<Option
             (&vm.status.progress, vm.status.attempts.last(), output)
         {
             if last.as_ref() != Some(p) {
-                eprintln!("{}", report::line(a.number, p));
+                say!("{}", report::line(a.number, p));
                 last = Some(p.clone());
             }
         }
@@ -189,7 +190,7 @@ async fn observe(store: &RecordStore, op: &str, output: Output) -> Result<Option
 pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
     let op = &args.operation;
     let vm = abort_operation(&cluster.client, &cluster.namespace, op).await?;
-    eprintln!(
+    say!(
         "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
         cluster.namespace
     );
@@ -310,7 +311,7 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
     ];
     let removed = objects::cleanup(&cluster.client, op, &namespaces).await?;
     store.delete(op).await?;
-    eprintln!(
+    say!(
         "removed operation {op}: {} pods, {} services, {} secrets and the record; \
          kept the destination claim {}/{}",
         removed.pods,

@@ -27,7 +27,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         return Ok(exit::OK);
     }
     if output == Output::Table {
-        eprint!("{}", plan_text(&plan));
+        super::err(&plan_text(&plan));
     }
     let store = RecordStore::new(cluster.client.clone(), &plan.destination.namespace);
     let record = store.create(&configmap::new_record(&plan)).await?;

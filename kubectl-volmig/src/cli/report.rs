@@ -83,7 +83,7 @@ pub async fn show(mode: Mode, attempts_allowed: u32, mut updates: UnboundedRecei
                         && last_line.is_none_or(|t| t.elapsed() >= LINE_EVERY) =>
                     {
                         last_line = Some(Instant::now());
-                        eprintln!("{}", line(*attempt, progress));
+                        say!("{}", line(*attempt, progress));
                     }
                     None => {}
                 }
@@ -93,7 +93,7 @@ pub async fn show(mode: Mode, attempts_allowed: u32, mut updates: UnboundedRecei
         if let Some(text) = text {
             match (&bar, mode) {
                 (Some(bar), _) => bar.println(text),
-                (None, Mode::Lines) => eprintln!("{text}"),
+                (None, Mode::Lines) => say!("{text}"),
                 _ => {}
             }
         }

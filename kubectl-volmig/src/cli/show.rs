@@ -41,7 +41,7 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
     let text = match output {
         Output::Table if ops.is_empty() => {
             let ns = (!args.all_namespaces).then_some(cluster.namespace.as_str());
-            eprintln!("{}", print::empty_message(ns));
+            say!("{}", print::empty_message(ns));
             return Ok(exit::OK);
         }
         Output::Table => print::table(&ops, Timestamp::now(), args.all_namespaces),
@@ -148,7 +148,7 @@ fn print_recorded(attempt: &Attempt, role: Role, name: &str) {
         .iter()
         .filter_map(|l| l.strip_prefix(&prefix))
         .collect();
-    eprintln!(
+    say!(
         "(pod {name} is gone; the operation record kept its last {} line(s))",
         lines.len()
     );
