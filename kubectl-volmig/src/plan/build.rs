@@ -69,6 +69,12 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
             destination::reuse(spec, existing, &source, inputs)?,
             inputs.destination_volume.as_ref(),
         ),
+        None if dst.reuse => {
+            return Err(Refusal::ReuseMissing {
+                namespace: dst.namespace.clone(),
+                name: dst.name.clone(),
+            })
+        }
         None => (
             destination::create(spec, requested_size, claim, &source, inputs)?,
             None,

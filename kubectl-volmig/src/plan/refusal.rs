@@ -113,6 +113,14 @@ pub enum Refusal {
         default: Option<String>,
     },
 
+    /// `--reuse` names a claim that does not exist.
+    #[error(
+        "persistentvolumeclaim {name:?} not found in namespace {namespace:?}: \
+         --reuse copies into an existing claim; check --to and --to-namespace \
+         (kubectl get pvc -n {namespace}), or leave out --reuse to have volmig create it"
+    )]
+    ReuseMissing { namespace: String, name: String },
+
     /// The destination claim exists and reusing it was not asked for.
     #[error(
         "persistentvolumeclaim {name:?} already exists in namespace {namespace:?}: \
