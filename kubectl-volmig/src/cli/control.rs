@@ -79,6 +79,7 @@ pub async fn drive(
 }
 
 pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Result<i32, CliError> {
+    let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let me = super::holder();
     loop {
@@ -123,7 +124,7 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
         }
         let options = DriverOptions {
             detach: args.detach,
-            start_timeout: Duration::from_secs(args.start_timeout),
+            start_timeout,
             holder: me,
             fresh_budget: restart,
         };

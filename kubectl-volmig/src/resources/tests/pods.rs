@@ -35,6 +35,21 @@ fn the_sender_reads_the_source_and_the_receiver_writes_the_destination() {
 }
 
 #[test]
+fn mover_resources_are_the_requested_quantities() {
+    let mut plan = plan();
+    plan.spec.mover.cpu_request = "250m".to_string();
+    plan.spec.mover.memory_limit = "1Gi".to_string();
+    let resources = mover(&receiver_pod(&plan, 1))
+        .resources
+        .clone()
+        .expect("resources");
+    let requests = resources.requests.expect("requests");
+    assert_eq!(requests["cpu"].0, "250m");
+    assert_eq!(requests["memory"].0, "64Mi");
+    assert_eq!(resources.limits.expect("limits")["memory"].0, "1Gi");
+}
+
+#[test]
 fn receiver_arguments_listen_on_the_pod_ip() {
     let receiver = receiver_pod(&plan(), 2);
     let container = mover(&receiver);
