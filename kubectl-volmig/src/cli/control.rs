@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use kube::Client;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::{Api, Client};
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::args::{CleanupArgs, OpArgs, Output, ResumeArgs};
@@ -119,6 +120,7 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
                 args.operation
             ))
         })?;
+        let plan = with_current_destination(cluster, plan).await;
         if output == Output::Table {
             super::err(&super::migrate::plan_text(&plan));
         }
@@ -129,6 +131,22 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
             fresh_budget: restart,
         };
         return drive(cluster, plan, vm, options, output).await;
+    }
+}
+
+/// The plan with the destination claim's size as it is now: a claim
+/// expanded after its data did not fit gets a receiver that knows it.
+async fn with_current_destination(cluster: &Cluster, plan: Plan) -> Plan {
+    let dest = &plan.destination;
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(cluster.client.clone(), &dest.namespace);
+    match claims.get_opt(&dest.name).await {
+        Ok(Some(claim)) => plan.with_grown_destination(&claim),
+        Ok(None) => plan,
+        Err(e) => {
+            tracing::debug!("cannot read the destination claim: {e}");
+            plan
+        }
     }
 }
 

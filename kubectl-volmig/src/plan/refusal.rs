@@ -194,7 +194,8 @@ pub enum Refusal {
     #[error(
         "persistentvolumeclaim {name:?} in namespace {namespace:?} holds {capacity} but the source holds {needed}: \
          expand it to at least {needed} (if its class allows expansion), choose another --to, \
-         or pass --allow-shrink if the data fits (it is checked when the copy lists the source)"
+         or pass --allow-shrink if the data fits (the copy then stops, as on a full disk, \
+         as soon as the source's files add up to more than the claim holds)"
     )]
     DestinationTooSmall {
         namespace: String,
@@ -207,7 +208,8 @@ pub enum Refusal {
     #[error(
         "--to-size {requested} is smaller than the source's capacity {source_capacity}: \
          pass a --to-size of at least {source_capacity}, or --allow-shrink if the data fits \
-         (it is checked when the copy lists the source)"
+         (the copy then stops, as on a full disk, as soon as the source's files add up to \
+         more than {requested})"
     )]
     ShrinkNotAllowed {
         requested: String,

@@ -54,6 +54,16 @@ pub fn receiver_pod(plan: &Plan, attempt: u32) -> Pod {
         attempt,
         ["receive", "--listen", &listen],
     );
+    // A destination smaller than the source's capacity (--allow-shrink):
+    // the receiver stops as soon as the files listed do not fit, rather
+    // than when the disk is full.
+    if plan.destination.size_bytes < plan.source.capacity_bytes {
+        let args = container.args.get_or_insert_with(Vec::new);
+        args.extend([
+            "--capacity".to_string(),
+            plan.destination.size_bytes.to_string(),
+        ]);
+    }
     container.env = Some(vec![EnvVar {
         name: "POD_IP".to_string(),
         value_from: Some(EnvVarSource {

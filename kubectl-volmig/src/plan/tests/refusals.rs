@@ -245,7 +245,7 @@ fn a_to_size_below_the_source_needs_allow_shrink() {
         &[
             "--to-size of at least 10Gi",
             "--allow-shrink if the data fits",
-            "checked when the copy lists",
+            "the copy then stops, as on a full disk, as soon as the source's files add up to more than 5Gi",
         ],
     );
 
