@@ -229,10 +229,7 @@ pub async fn abort_operation(
     let store = RecordStore::new(client.clone(), namespace);
     let vm = store.get(op).await?;
     if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
-        return Err(CliError::Usage(format!(
-            "operation {op} is {} already; nothing to abort",
-            vm.status.phase.as_str()
-        )));
+        return Err(CliError::Usage(nothing_to_abort(op, vm.status.phase)));
     }
     let tails = running_tails(client, &vm).await;
     let who = super::holder();
@@ -295,6 +292,14 @@ pub async fn abort_operation(
     Ok(vm)
 }
 
+/// Why `abort` refuses an operation that has ended.
+fn nothing_to_abort(op: &str, phase: Phase) -> String {
+    format!(
+        "operation {op} is {} already; nothing to abort",
+        phase.as_str()
+    )
+}
+
 /// The last log lines of the running attempt's pods, for the record.
 async fn running_tails(client: &Client, vm: &VolumeMigration) -> Vec<String> {
     let Some(attempt) = vm.status.attempts.last().filter(|a| !a.phase.is_over()) else {
@@ -330,14 +335,27 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
     ];
     let removed = objects::cleanup(&cluster.client, op, &namespaces).await?;
     store.delete(op).await?;
-    say!(
+    // The command's result, on stdout like `kubectl delete`'s.
+    super::out(&format!(
         "removed operation {op}: {} pods, {} services, {} secrets and the record; \
-         kept the destination claim {}/{}",
+         kept the destination claim {}/{}\n",
         removed.pods,
         removed.services,
         removed.secrets,
         vm.spec.destination.namespace,
         vm.spec.destination.name
-    );
+    ));
     Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn troubleshooting_quotes_the_refusal_abort_prints() {
+        let doc = include_str!("../../../docs/troubleshooting.md");
+        let message = nothing_to_abort("OP", Phase::Succeeded);
+        assert!(doc.contains(&message), "{message:?} not quoted");
+    }
 }
