@@ -12,8 +12,12 @@
 //!   retries, placement re-checks, progress;
 //! - [`cli`]: the commands.
 //!
-//! The mover's engine is a dependency for its progress and summary types
-//! only; nothing here runs inside a pod.
+//! The mover's engine is a dependency for its progress and summary types,
+//! its command-line units and its stdio helpers only; nothing here runs
+//! inside a pod.
+
+// Output goes through `cli::out` and `say!`: `println!` panics on a closed pipe.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod cli;
 pub mod cluster;

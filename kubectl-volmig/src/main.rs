@@ -1,6 +1,9 @@
 //! `kubectl-volmig`: the kubectl plugin's binary. Everything but argument
 //! parsing, logging set-up and the exit code lives in the `volmig` library.
 
+// Output goes through `mover::stdio`: `println!` panics on a closed pipe.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 use clap::Parser;
 use volmig::cli::{self, Cli};
 
@@ -23,11 +26,14 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log line that cannot be written is dropped: the subscriber's
+        // own complaint would be an `eprintln!`, which panics on a closed pipe.
+        .log_internal_errors(false)
         .init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            mover::stdio::err(&format!("error: cannot start the async runtime: {e}\n"));
             std::process::exit(cli::exit::ERROR);
         }
     };
@@ -36,7 +42,7 @@ fn main() {
             Ok(code) => code,
             // Each error's message carries its causes already.
             Err(e) => {
-                eprintln!("error: {e}");
+                mover::stdio::err(&format!("error: {e}\n"));
                 cli::exit::ERROR
             }
         }

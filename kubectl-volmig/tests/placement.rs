@@ -1,6 +1,6 @@
 //! Placement: a ReadWriteOnce source in use by a running app gets its
-//! sender on the app's node, with the app's tolerations; refusals create
-//! nothing.
+//! sender on the app's node, with the app's tolerations; refusals, bad
+//! values among them, create nothing.
 
 mod common;
 
@@ -174,7 +174,7 @@ async fn migrations_that_cannot_work_are_refused_before_anything_is_created() {
         .items
         .len();
 
-    let cases: [(&[&str], &[&str]); 6] = [
+    let cases: [(&[&str], &[&str]); 13] = [
         (
             &["migrate", "data", "--to-size", "10Mi"],
             &["10Mi", "1Gi", "--allow-shrink"],
@@ -189,6 +189,47 @@ async fn migrations_that_cannot_work_are_refused_before_anything_is_created() {
         (
             &["migrate", "data", "--to", "theirs"],
             &["theirs", "--reuse"],
+        ),
+        // Values the API server or the mover would reject, refused before
+        // a claim or a record exists.
+        (
+            &["migrate", "data", "--to", "nosuchclaim", "--reuse"],
+            &[
+                "nosuchclaim",
+                "not found",
+                "--reuse copies into an existing claim",
+            ],
+        ),
+        (
+            &["migrate", "data", "--to", "Bad_Name"],
+            &["invalid --to \"Bad_Name\"", "RFC 1123 subdomain"],
+        ),
+        (
+            &["migrate", "data", "--bwlimit", "abc"],
+            &["invalid --bwlimit \"abc\"", "20M"],
+        ),
+        (
+            &["migrate", "data", "--mover-cpu", "lots"],
+            &["invalid --mover-cpu \"lots\"", "100m"],
+        ),
+        (
+            &[
+                "migrate",
+                "data",
+                "--mover-memory",
+                "1Gi",
+                "--mover-memory-limit",
+                "512Mi",
+            ],
+            &["--mover-memory-limit 512Mi is below --mover-memory 1Gi"],
+        ),
+        (
+            &["migrate", "data", "--start-timeout", "0"],
+            &["invalid --start-timeout 0"],
+        ),
+        (
+            &["migrate", "data", "--to-size", "20GB"],
+            &["invalid --to-size \"20GB\"", "write Gi"],
         ),
     ];
     for (args, words) in cases {

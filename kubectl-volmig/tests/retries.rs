@@ -1,5 +1,6 @@
 //! Attempts: a sender killed mid-transfer twice; attempts 2 and 3 resume
-//! from the receiver's checkpoint, and the record tells all three.
+//! from the receiver's checkpoint, and the record tells all three. A
+//! destination too small for the data (`--allow-shrink`) fails at once.
 
 mod common;
 
@@ -91,4 +92,68 @@ async fn killed_senders_resume_from_the_checkpoint() {
     assert!(logs.stdout.contains("mover: "), "{}", logs.stdout);
     let dst = volume_dir(&client, &ns, "data-migrated").await;
     assert_eq!(manifest(&dst), manifest(&src));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shrunk_destination_the_data_does_not_fit_fails_before_it_fills() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
+    let src = volume_dir(&client, &ns, "data").await;
+    seed(&src, 20, 100 * 1024);
+
+    // About 2 MiB of files into a 1Mi claim: the local volumes here do not
+    // enforce a capacity, so only the receiver's own check can stop it.
+    let run = common::volmig(
+        &env,
+        &[
+            "migrate",
+            "data",
+            "--to-size",
+            "1Mi",
+            "--allow-shrink",
+            "--mover-image",
+            MOVER_IMAGE,
+            "--backoff",
+            "1",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    let op = run.operation();
+    assert_eq!(op.status.phase, Phase::Failed);
+    let attempts = &op.status.attempts;
+    assert_eq!(attempts.len(), 1, "not retried: {attempts:#?}");
+    assert_eq!(attempts[0].retryable, Some(false));
+    assert_eq!(attempts[0].receiver.exit_code, Some(11), "{attempts:#?}");
+    let message = op.status.message.as_deref().unwrap_or("");
+    for words in [
+        "do not fit in the destination",
+        "more than its 1048576 (--capacity, 1.0 MiB)",
+        "the destination is full",
+    ] {
+        assert!(message.contains(words), "{words:?} not in {message}");
+    }
+    // It stopped before the claim was full: less than 1 MiB was written.
+    let dst = volume_dir(&client, &ns, "data-migrated").await;
+    let written = bytes_under(&dst);
+    assert!(written <= MIB, "{written} bytes written into a 1Mi claim");
+}
+
+/// The bytes of the files under `dir` (the receiver's own state aside).
+fn bytes_under(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let meta = entry.metadata().expect("metadata");
+        if meta.is_dir() && entry.file_name() != ".volmig" {
+            total += bytes_under(&entry.path());
+        } else if meta.is_file() {
+            total += meta.len();
+        }
+    }
+    total
 }

@@ -13,7 +13,14 @@
 //! - [`stats`]: progress events and the final summary;
 //! - [`tls`]: the authenticated channel between the two sides (TLS 1.3,
 //!   per-operation key material);
-//! - [`manifest`]: a BLAKE3 manifest of a tree, to prove two trees identical.
+//! - [`manifest`]: a BLAKE3 manifest of a tree, to prove two trees identical;
+//! - [`units`], [`stdio`]: what the programs share: command-line values
+//!   (`kubectl volmig` checks the mover's before it creates anything), and
+//!   writing to stdout and stderr without panicking on a closed pipe.
+
+// Output goes through `stdio` (programs) or is ignored when it fails
+// (library warnings): `println!` panics on a closed pipe.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod beneath;
 pub mod checkpoint;
@@ -28,5 +35,7 @@ pub mod rolling;
 pub mod session;
 pub mod signature;
 pub mod stats;
+pub mod stdio;
 pub mod tls;
+pub mod units;
 pub mod walk;

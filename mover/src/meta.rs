@@ -144,7 +144,10 @@ fn tolerate_refusal(r: rustix::io::Result<()>) -> io::Result<bool> {
     match r {
         Ok(()) => Ok(true),
         Err(e @ (Errno::PERM | Errno::INVAL)) => {
-            SAID.call_once(|| eprintln!("mover: the destination refuses to set owners ({e}); files keep the receiver's owner, without setuid/setgid"));
+            SAID.call_once(|| {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "mover: the destination refuses to set owners ({e}); files keep the receiver's owner, without setuid/setgid");
+            });
             Ok(false)
         }
         Err(e) => Err(e.into()),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::{Api, Client};
 use tokio::sync::mpsc::unbounded_channel;
 
@@ -52,7 +52,7 @@ pub async fn drive(
                 tracing::warn!("cannot release the operation: {e}");
             }
             let left = left_behind(cluster, &store, &op).await;
-            eprintln!("{}", notes::interrupted(&op, &ns, left));
+            say!("{}", notes::interrupted(&op, &ns, left));
             Ok(exit::INTERRUPTED)
         }
         Some(Err(e)) => {
@@ -64,7 +64,7 @@ pub async fn drive(
             Err(e.into())
         }
         Some(Ok(Outcome::Detached(vm))) => {
-            eprintln!(
+            say!(
                 "detached: attempt {} runs in the cluster.\n\
                  Watch it with: kubectl volmig status {op} -n {ns}\n\
                  Finish it (retries, clean-up) with: kubectl volmig resume {op} -n {ns}",
@@ -75,7 +75,7 @@ pub async fn drive(
         }
         Some(Ok(Outcome::Finished(vm))) => {
             if vm.status.phase == Phase::Aborted {
-                eprintln!("{}", notes::aborted(&vm));
+                say!("{}", notes::aborted(&vm));
             }
             show::print_one(&vm, output)?;
             Ok(exit_for(&vm))
@@ -107,12 +107,13 @@ async fn left_behind(cluster: &Cluster, store: &RecordStore, op: &str) -> LeftBe
 }
 
 pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Result<i32, CliError> {
+    let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let me = super::holder();
     loop {
         let vm = store.get(&args.operation).await?;
         if vm.status.phase == Phase::Succeeded {
-            eprintln!("operation {} has already succeeded", args.operation);
+            say!("operation {} has already succeeded", args.operation);
             show::print_one(&vm, output)?;
             return Ok(exit::OK);
         }
@@ -123,9 +124,10 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
             .filter(|d| d.is_live(Timestamp::now()) && d.holder != me);
         if let (Some(d), false) = (driven, args.force) {
             // Someone drives it: follow until it ends or they go.
-            eprintln!(
+            say!(
                 "operation {} is driven by {}; following it (--force takes over)",
-                args.operation, d.holder
+                args.operation,
+                d.holder
             );
             if let Some(code) = observe(cluster, &store, &args.operation, output).await? {
                 return Ok(code);
@@ -135,7 +137,7 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
         // An ended operation runs again: Running, with a fresh budget.
         let restart = matches!(vm.status.phase, Phase::Failed | Phase::Aborted);
         if output == Output::Table {
-            eprint!("{}", notes::resuming(&vm, restart));
+            super::err(&notes::resuming(&vm, restart));
         }
         let vm = if restart {
             restart_record(&store, &args.operation).await?
@@ -148,12 +150,29 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
                 args.operation
             ))
         })?;
+        let plan = with_current_destination(cluster, plan).await;
         let options = DriverOptions {
             detach: args.detach,
-            start_timeout: Duration::from_secs(args.start_timeout),
+            start_timeout,
             holder: me,
         };
         return drive(cluster, plan, vm, options, output).await;
+    }
+}
+
+/// The plan with the destination claim's size as it is now: a claim
+/// expanded after its data did not fit gets a receiver that knows it.
+async fn with_current_destination(cluster: &Cluster, plan: Plan) -> Plan {
+    let dest = &plan.destination;
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(cluster.client.clone(), &dest.namespace);
+    match claims.get_opt(&dest.name).await {
+        Ok(Some(claim)) => plan.with_grown_destination(&claim),
+        Ok(None) => plan,
+        Err(e) => {
+            tracing::debug!("cannot read the destination claim: {e}");
+            plan
+        }
     }
 }
 
@@ -199,7 +218,7 @@ async fn observe(
         let vm = store.get(op).await?;
         if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
             if vm.status.phase == Phase::Aborted {
-                eprintln!("{}", notes::aborted(&vm));
+                say!("{}", notes::aborted(&vm));
             }
             show::print_one(&vm, output)?;
             return Ok(Some(exit_for(&vm)));
@@ -217,7 +236,7 @@ async fn observe(
             let newest = figures::newest(vm.status.progress.as_ref(), logged.as_ref());
             let known = last.as_ref().filter(|(n, _)| *n == a.number);
             if let Some(p) = newest.filter(|p| known.is_none_or(|(_, k)| figures::ahead(p, k))) {
-                eprintln!("{}", report::line(a.number, p));
+                say!("{}", report::line(a.number, p));
                 last = Some((a.number, p.clone()));
             }
         }
@@ -244,7 +263,7 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
     let op = &args.operation;
     let who = super::who(cluster.user.as_deref());
     let vm = abort_operation(&cluster.client, &cluster.namespace, op, &who).await?;
-    eprintln!(
+    say!(
         "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
         cluster.namespace
     );
@@ -266,10 +285,7 @@ pub async fn abort_operation(
     let store = RecordStore::new(client.clone(), namespace);
     let vm = store.get(op).await?;
     if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
-        return Err(CliError::Usage(format!(
-            "operation {op} is {} already; nothing to abort",
-            vm.status.phase.as_str()
-        )));
+        return Err(CliError::Usage(nothing_to_abort(op, vm.status.phase)));
     }
     // What the running attempt did, seen before its pods go: with no
     // driver (after --detach or Ctrl-C) nothing else recorded it.
@@ -339,6 +355,14 @@ pub async fn abort_operation(
     Ok(vm)
 }
 
+/// Why `abort` refuses an operation that has ended.
+fn nothing_to_abort(op: &str, phase: Phase) -> String {
+    format!(
+        "operation {op} is {} already; nothing to abort",
+        phase.as_str()
+    )
+}
+
 pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliError> {
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let op = &args.operation;
@@ -361,14 +385,27 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
     ];
     let removed = objects::cleanup(&cluster.client, op, &namespaces).await?;
     store.delete(op).await?;
-    eprintln!(
+    // The command's result, on stdout like `kubectl delete`'s.
+    super::out(&format!(
         "removed operation {op}: {} pods, {} services, {} secrets and the record; \
-         kept the destination claim {}/{}",
+         kept the destination claim {}/{}\n",
         removed.pods,
         removed.services,
         removed.secrets,
         vm.spec.destination.namespace,
         vm.spec.destination.name
-    );
+    ));
     Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn troubleshooting_quotes_the_refusal_abort_prints() {
+        let doc = include_str!("../../../docs/troubleshooting.md");
+        let message = nothing_to_abort("OP", Phase::Succeeded);
+        assert!(doc.contains(&message), "{message:?} not quoted");
+    }
 }

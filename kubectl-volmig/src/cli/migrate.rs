@@ -1,7 +1,5 @@
 //! `kubectl volmig migrate`: plan, then drive the operation.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use super::args::{MigrateArgs, Output};
@@ -18,6 +16,10 @@ use crate::spec::{
 
 pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result<i32, CliError> {
     let spec = spec_of(&args, &cluster.namespace);
+    // Values the API server or the mover would reject are refused before
+    // the cluster is read, and so before anything is created.
+    plan::check_values(&spec)?;
+    let start_timeout = plan::start_timeout(args.start_timeout)?;
     let operation = names::generate_operation_id(&spec.source.name);
     let inputs = gather::inputs(&cluster.client, &spec).await?;
     refuse_busy_destination(cluster, &spec).await?;
@@ -27,13 +29,13 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         return Ok(exit::OK);
     }
     if output == Output::Table {
-        eprint!("{}", plan_text(&plan));
+        super::err(&plan_text(&plan));
     }
     let store = RecordStore::new(cluster.client.clone(), &plan.destination.namespace);
     let record = store.create(&configmap::new_record(&plan)).await?;
     let options = DriverOptions {
         detach: args.detach,
-        start_timeout: Duration::from_secs(args.start_timeout),
+        start_timeout,
         holder: super::holder(),
     };
     super::control::drive(cluster, plan, record, options, output).await

@@ -7,6 +7,13 @@
 //! - [`report`]: progress bars on a TTY, plain lines otherwise;
 //! - [`notes`]: what is said on taking an operation up or letting it go.
 
+/// `eprintln!` that does not panic on a closed pipe: see [`mover::stdio`].
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::err(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 pub mod args;
 pub mod control;
 mod gather;
@@ -133,15 +140,16 @@ pub(crate) async fn interrupted() {
     }
 }
 
-/// Writes `text` to stdout. `false` once stdout is gone (`| head`): the
-/// caller stops printing instead of panicking as `print!` would.
+/// Writes `text` to stdout. `false` when it cannot be written: the caller
+/// stops printing. A closed pipe (`| head`) ends the process quietly, as it
+/// ends kubectl ([`mover::stdio`]), instead of panicking as `print!` would.
 pub(crate) fn out(text: &str) -> bool {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .is_ok()
+    mover::stdio::out(text)
+}
+
+/// Writes `text` to stderr, as [`out`] does to stdout.
+pub(crate) fn err(text: &str) {
+    mover::stdio::err(text);
 }
 
 /// `kubectl volmig monitor`: the TUI until the user quits.

@@ -86,7 +86,7 @@ pub async fn show(mode: Mode, budget: Budget, mut updates: UnboundedReceiver<Upd
                         && last_line.is_none_or(|t| t.elapsed() >= LINE_EVERY) =>
                     {
                         last_line = Some(Instant::now());
-                        eprintln!("{}", line(*attempt, progress));
+                        say!("{}", line(*attempt, progress));
                     }
                     None => {}
                 }
@@ -96,7 +96,7 @@ pub async fn show(mode: Mode, budget: Budget, mut updates: UnboundedReceiver<Upd
         if let Some(text) = text {
             match (&bar, mode) {
                 (Some(bar), _) => bar.println(text),
-                (None, Mode::Lines) => eprintln!("{text}"),
+                (None, Mode::Lines) => say!("{text}"),
                 _ => {}
             }
         }

@@ -41,7 +41,7 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
     let text = match output {
         Output::Table if ops.is_empty() => {
             let ns = (!args.all_namespaces).then_some(cluster.namespace.as_str());
-            eprintln!("{}", print::empty_message(ns));
+            say!("{}", empty_status(ns));
             return Ok(exit::OK);
         }
         Output::Table => print::table(&ops, Timestamp::now(), args.all_namespaces),
@@ -50,6 +50,16 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
     };
     super::out(&text);
     Ok(exit::OK)
+}
+
+/// What `status` says when it finds no operation; in one namespace, it
+/// points at `-A`, since operations live in their destination namespace.
+fn empty_status(namespace: Option<&str>) -> String {
+    let message = print::empty_message(namespace);
+    match namespace {
+        Some(_) => format!("{message} Every namespace: kubectl volmig status -A"),
+        None => message,
+    }
 }
 
 pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
@@ -75,7 +85,6 @@ pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
         (None, true) => &[Role::Receiver],
         (None, false) => &[Role::Receiver, Role::Sender],
     };
-    let several = roles.len() > 1;
     for role in roles {
         let (name, ns) = match role {
             Role::Receiver => (&attempt.receiver.name, &vm.spec.destination.namespace),
@@ -86,7 +95,7 @@ pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
             role_name(*role),
             attempt.number
         );
-        if several && !super::out(&header) {
+        if !super::out(&header) {
             break;
         }
         let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
@@ -148,7 +157,7 @@ fn print_recorded(attempt: &Attempt, role: Role, name: &str) {
         .iter()
         .filter_map(|l| l.strip_prefix(&prefix))
         .collect();
-    eprintln!(
+    say!(
         "(pod {name} is gone; the operation record kept its last {} line(s))",
         lines.len()
     );
@@ -156,5 +165,19 @@ fn print_recorded(attempt: &Attempt, role: Role, name: &str) {
         if !super::out(&format!("{line}\n")) {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_operation_in_a_namespace_points_at_every_namespace() {
+        assert_eq!(
+            empty_status(Some("prod")),
+            "No operations found in namespace prod. Every namespace: kubectl volmig status -A"
+        );
+        assert_eq!(empty_status(None), "No operations found.");
     }
 }

@@ -1,7 +1,7 @@
 //! [`plan`]: the checks, then the destination claim's shape.
 //!
 //! The checks run in the order a user fixes things: the command's own
-//! values first (they need no cluster), then the source (without it there
+//! values first (they need no cluster: [`super::values`]), then the source (without it there
 //! is nothing to migrate), then the destination. The first failure is the
 //! [`Refusal`]; a migration that passes every check gets a [`Plan`] with
 //! every choice the spec left open made and explained.
@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
-use super::refusal::ACCESS_MODES;
+use super::values::{check_values, requested_size};
 use super::{placement, quantity, Inputs, Placement, Plan, Refusal, SourceVolume};
 use crate::spec::MigrationSpec;
 
@@ -25,8 +25,8 @@ use crate::spec::MigrationSpec;
 /// is reused (as it is) when `--reuse` says so or an earlier volmig run
 /// from this source made it.
 pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Plan, Refusal> {
+    check_values(spec)?;
     let requested_size = requested_size(spec)?;
-    check_access_modes(&spec.destination.access_modes)?;
     let (src, dst) = (&spec.source, &spec.destination);
     if src.namespace == dst.namespace && src.name == dst.name {
         return Err(Refusal::SameClaim {
@@ -69,6 +69,12 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
             destination::reuse(spec, existing, &source, inputs)?,
             inputs.destination_volume.as_ref(),
         ),
+        None if dst.reuse => {
+            return Err(Refusal::ReuseMissing {
+                namespace: dst.namespace.clone(),
+                name: dst.name.clone(),
+            })
+        }
         None => (
             destination::create(spec, requested_size, claim, &source, inputs)?,
             None,
@@ -91,27 +97,6 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
         source,
         destination,
     })
-}
-
-/// `--to-size` as `(quantity, bytes)`, if given.
-fn requested_size(spec: &MigrationSpec) -> Result<Option<(String, u64)>, Refusal> {
-    let Some(size) = &spec.destination.size else {
-        return Ok(None);
-    };
-    match quantity::parse(size) {
-        Ok(bytes) => Ok(Some((size.clone(), bytes))),
-        Err(error) => Err(Refusal::InvalidSize {
-            value: size.clone(),
-            error,
-        }),
-    }
-}
-
-fn check_access_modes(modes: &[String]) -> Result<(), Refusal> {
-    match modes.iter().find(|m| !ACCESS_MODES.contains(&m.as_str())) {
-        Some(bad) => Err(Refusal::InvalidAccessMode { value: bad.clone() }),
-        None => Ok(()),
-    }
 }
 
 /// The source claim, which must exist and be Bound.

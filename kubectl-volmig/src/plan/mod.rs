@@ -4,7 +4,9 @@
 //! - [`build`]: [`plan`], the checks and the destination claim's shape;
 //! - [`placement`]: where the sender and the receiver run, and why;
 //! - [`quantity`]: Kubernetes quantities to bytes and back;
-//! - [`refusal`]: why a migration cannot work, with what to do about it.
+//! - [`refusal`]: why a migration cannot work, with what to do about it;
+//! - [`values`]: the command's own values, refused before anything is read
+//!   or created when the API server or the mover would reject them.
 
 mod build;
 pub mod placement;
@@ -12,9 +14,11 @@ pub mod quantity;
 mod refusal;
 #[cfg(test)]
 mod tests;
+mod values;
 
 pub use build::plan;
 pub use refusal::Refusal;
+pub use values::{check_values, mover_resources, start_timeout, MoverResources};
 
 use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Toleration,

@@ -1,27 +1,30 @@
-//! Kubernetes quantities (`10Gi`, `500M`, `1.5Gi`, `1e9`) as byte counts,
-//! and byte counts back as quantities.
+//! Kubernetes quantities (`10Gi`, `500M`, `1.5Gi`, `1e9`, `100m`) as byte
+//! counts or thousandths of a CPU, and byte counts back as quantities: the
+//! one parser for every quantity volmig is given (`--to-size`, the mover
+//! pods' resources), used by the planner to refuse what the API server
+//! would, and by the resource builders.
 //!
 //! The grammar is the API server's (`resource.Quantity`): an unsigned
 //! decimal number, then a binary suffix (`Ki` … `Ei`), a decimal suffix
-//! (`m`, `k`, `M` … `E`) or a decimal exponent (`e3`, `E-2`). A size is a
-//! whole number of bytes: fractions of a unit round up (`1.5` is 2 bytes),
-//! as the API server does, but a sub-byte unit (`1500m`, `15e-1`) must come
-//! out whole, since it is more likely a mistake than a size.
+//! (`n`, `u`, `m`, `k`, `M` … `E`) or a decimal exponent (`e3`, `E-2`). A
+//! size is a whole number of bytes: fractions of a unit round up (`1.5` is
+//! 2 bytes), as the API server does, but a sub-byte unit (`1500m`, `15e-1`)
+//! must come out whole, since it is more likely a mistake than a size.
 
 /// Why a string is not a byte size.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
-    #[error("empty quantity: give a size such as 10Gi or 500M")]
+    #[error("empty quantity")]
     Empty,
-    #[error("{quantity:?} is not a quantity: give a size such as 10Gi, 500M or 1e9")]
+    #[error("{quantity:?} is not a quantity")]
     Malformed { quantity: String },
     #[error("{quantity:?} has an unknown suffix {suffix:?}: {}", suffix_hint(.suffix))]
     UnknownSuffix { quantity: String, suffix: String },
-    #[error("{quantity:?} is negative: a size cannot be")]
+    #[error("{quantity:?} is negative")]
     Negative { quantity: String },
     #[error("{quantity:?} is not a whole number of bytes: give a size in bytes or larger units")]
     NotWholeBytes { quantity: String },
-    #[error("{quantity:?} is too large: sizes are limited to {} bytes", u64::MAX)]
+    #[error("{quantity:?} is too large (at most {})", u64::MAX)]
     TooLarge { quantity: String },
 }
 
@@ -49,6 +52,35 @@ struct Scale {
 /// assert!(parse("10GB").is_err());
 /// ```
 pub fn parse(quantity: &str) -> Result<u64, QuantityError> {
+    parse_scaled(quantity, 0, Fraction::MustBeWhole)
+}
+
+/// Parses a Kubernetes quantity as thousandths (a CPU quantity as
+/// millicores); what is finer rounds up, as the API server keeps it.
+///
+/// ```
+/// use volmig::plan::quantity::parse_millis;
+/// assert_eq!(parse_millis("100m"), Ok(100));
+/// assert_eq!(parse_millis("0.5"), Ok(500));
+/// assert_eq!(parse_millis("2"), Ok(2000));
+/// assert!(parse_millis("lots").is_err());
+/// ```
+pub fn parse_millis(quantity: &str) -> Result<u64, QuantityError> {
+    parse_scaled(quantity, 3, Fraction::RoundsUp)
+}
+
+/// What a result finer than the unit counted in becomes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fraction {
+    /// Rounds up, unless the quantity's own unit is finer than the one
+    /// counted in (`1500m` bytes): then it is an error.
+    MustBeWhole,
+    /// Always rounds up.
+    RoundsUp,
+}
+
+/// `quantity` × 10^`shift`, as a whole number.
+fn parse_scaled(quantity: &str, shift: i32, fraction: Fraction) -> Result<u64, QuantityError> {
     if quantity.is_empty() {
         return Err(QuantityError::Empty);
     }
@@ -68,8 +100,8 @@ pub fn parse(quantity: &str) -> Result<u64, QuantityError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(unsigned.len());
     let (number, suffix) = unsigned.split_at(number_len);
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+    let (whole, decimals) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && decimals.is_empty() || decimals.contains('.') {
         return Err(malformed());
     }
     let scale = scale(suffix).ok_or_else(|| {
@@ -87,9 +119,9 @@ pub fn parse(quantity: &str) -> Result<u64, QuantityError> {
     };
     // The number as an integer of digits, and how many of them are decimals;
     // trailing zeros after the point change nothing and could overflow.
-    let fraction = fraction.trim_end_matches('0');
+    let decimals = decimals.trim_end_matches('0');
     let mut digits: u128 = 0;
-    for d in whole.bytes().chain(fraction.bytes()) {
+    for d in whole.bytes().chain(decimals.bytes()) {
         digits = digits
             .checked_mul(10)
             .and_then(|n| n.checked_add(u128::from(d - b'0')))
@@ -99,7 +131,7 @@ pub fn parse(quantity: &str) -> Result<u64, QuantityError> {
         .checked_shl(scale.binary)
         .filter(|n| n >> scale.binary == digits);
     let scaled = scaled.ok_or_else(too_large)?;
-    let exponent = i64::from(scale.decimal) - fraction.len() as i64;
+    let exponent = i64::from(scale.decimal) + i64::from(shift) - decimals.len() as i64;
     let bytes = if scaled == 0 {
         0
     } else if exponent >= 0 {
@@ -111,7 +143,9 @@ pub fn parse(quantity: &str) -> Result<u64, QuantityError> {
         let whole_bytes = divisor.filter(|d| scaled % d == 0).map(|d| scaled / d);
         match whole_bytes {
             Some(bytes) => bytes,
-            None if scale.decimal < 0 => {
+            None if fraction == Fraction::MustBeWhole
+                && i64::from(scale.decimal) + i64::from(shift) < 0 =>
+            {
                 return Err(QuantityError::NotWholeBytes {
                     quantity: quantity.to_string(),
                 })
@@ -162,6 +196,8 @@ fn scale(suffix: &str) -> Option<Scale> {
         "Ti" => binary(40),
         "Pi" => binary(50),
         "Ei" => binary(60),
+        "n" => decimal(-9),
+        "u" => decimal(-6),
         "m" => decimal(-3),
         "k" => decimal(3),
         "M" => decimal(6),

@@ -2,6 +2,8 @@
 //! and says what to do, in the words of a kubectl error, so that the user
 //! can fix the command or the cluster and run it again.
 
+use mover::units::RateError;
+
 use super::quantity::QuantityError;
 
 /// The access modes a claim may ask for.
@@ -16,12 +18,61 @@ pub(super) const ACCESS_MODES: [&str; 4] = [
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// `--to-size` is not a byte size.
-    #[error("invalid --to-size {value:?}: {error}")]
+    #[error("invalid --to-size {value:?}: {error}{}", example(.error, "a size such as 20Gi, 500M or 1e9"))]
     InvalidSize {
         value: String,
         #[source]
         error: QuantityError,
     },
+
+    /// `--to` or `--to-namespace` is a name the API server refuses.
+    #[error("invalid {flag} {value:?}: {rule}")]
+    InvalidName {
+        /// `--to` or `--to-namespace`.
+        flag: String,
+        value: String,
+        /// What such a name must be, in the API server's words.
+        rule: String,
+    },
+
+    /// `--bwlimit` is not a rate the mover takes.
+    #[error("invalid --bwlimit {value:?}: {error}")]
+    InvalidRate {
+        value: String,
+        #[source]
+        error: RateError,
+    },
+
+    /// A mover pod resource (`--mover-cpu`, `--mover-memory`,
+    /// `--mover-memory-limit`) is not a quantity.
+    #[error("invalid {flag} {value:?}: {error}{}", example(.error, resource_example(.flag)))]
+    InvalidResource {
+        flag: String,
+        value: String,
+        #[source]
+        error: QuantityError,
+    },
+
+    /// The mover pods' memory limit is below their request.
+    #[error(
+        "--mover-memory-limit {limit} is below --mover-memory {request}: \
+         the API server refuses a limit below the request; raise the limit or lower the request"
+    )]
+    MemoryLimitBelowRequest { limit: String, request: String },
+
+    /// `--mover-image` is empty or has spaces around it.
+    #[error(
+        "invalid --mover-image {value:?}: give an image reference such as \
+         ghcr.io/volmig/mover:0.1.0, without spaces around it"
+    )]
+    InvalidImage { value: String },
+
+    /// `--start-timeout 0` would fail every attempt before its pods start.
+    #[error(
+        "invalid --start-timeout {seconds}: a mover pod needs time to start \
+         (scheduling, volume attachment, image pull); give at least 1 second (default 300)"
+    )]
+    InvalidStartTimeout { seconds: u64 },
 
     /// An `--access-mode` is not one Kubernetes knows.
     #[error(
@@ -113,6 +164,14 @@ pub enum Refusal {
         default: Option<String>,
     },
 
+    /// `--reuse` names a claim that does not exist.
+    #[error(
+        "persistentvolumeclaim {name:?} not found in namespace {namespace:?}: \
+         --reuse copies into an existing claim; check --to and --to-namespace \
+         (kubectl get pvc -n {namespace}), or leave out --reuse to have volmig create it"
+    )]
+    ReuseMissing { namespace: String, name: String },
+
     /// The destination claim exists and reusing it was not asked for.
     #[error(
         "persistentvolumeclaim {name:?} already exists in namespace {namespace:?}: \
@@ -135,7 +194,8 @@ pub enum Refusal {
     #[error(
         "persistentvolumeclaim {name:?} in namespace {namespace:?} holds {capacity} but the source holds {needed}: \
          expand it to at least {needed} (if its class allows expansion), choose another --to, \
-         or pass --allow-shrink if the data fits (it is checked when the copy lists the source)"
+         or pass --allow-shrink if the data fits (the copy then stops, as on a full disk, \
+         as soon as the source's files add up to more than the claim holds)"
     )]
     DestinationTooSmall {
         namespace: String,
@@ -148,7 +208,8 @@ pub enum Refusal {
     #[error(
         "--to-size {requested} is smaller than the source's capacity {source_capacity}: \
          pass a --to-size of at least {source_capacity}, or --allow-shrink if the data fits \
-         (it is checked when the copy lists the source)"
+         (the copy then stops, as on a full disk, as soon as the source's files add up to \
+         more than {requested})"
     )]
     ShrinkNotAllowed {
         requested: String,
@@ -242,6 +303,22 @@ fn unusable_advice(state: &str, namespace: &str, name: &str) -> String {
              or choose another --to"
         ),
         _ => ": wait until it is gone and run again, or choose another --to".to_string(),
+    }
+}
+
+/// What a valid value of a mover resource flag looks like.
+fn resource_example(flag: &str) -> &'static str {
+    match flag {
+        "--mover-cpu" => "a CPU quantity such as 100m, 0.5 or 2",
+        _ => "a memory size such as 64Mi, 512Mi or 1Gi",
+    }
+}
+
+/// `: give EXAMPLE`, unless the error already says what to write instead.
+fn example(error: &QuantityError, example: &str) -> String {
+    match error {
+        QuantityError::UnknownSuffix { .. } => String::new(),
+        _ => format!(": give {example}"),
     }
 }
 

@@ -6,12 +6,15 @@
 //! - [`refusals`]: every reason a migration cannot work, and the message;
 //! - [`choices`]: the destination's defaults, and when a claim is reused;
 //! - [`placing`]: where the sender and the receiver run;
-//! - [`quantities`]: Kubernetes quantities to bytes and back.
+//! - [`quantities`]: Kubernetes quantities to bytes and back;
+//! - [`values`]: the command's own values the API server or the mover
+//!   would reject.
 
 mod choices;
 mod placing;
 mod quantities;
 mod refusals;
+mod values;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;

@@ -12,7 +12,7 @@ use crate::names::{self, Component};
 use crate::plan::Plan;
 
 /// What `--dry-run` shows instead of each key-material file.
-pub const REDACTED: &[u8] = b"<generated when the migration starts>";
+pub const REDACTED: &str = "<generated when the migration starts>";
 
 /// The key Secret of `plan` in `namespace` (the Secret must exist in each
 /// namespace a mover pod runs in), holding `files`: the operation's key
@@ -26,12 +26,17 @@ pub fn keys_secret(plan: &Plan, namespace: &str, files: &[(&str, &[u8])]) -> Sec
 }
 
 /// The key Secret as `--dry-run` prints it: every file is there, each
-/// holding [`REDACTED`] instead of key material.
+/// holding [`REDACTED`] instead of key material, as `stringData` so that
+/// it reads as words rather than base64.
 pub fn redacted_keys_secret(plan: &Plan, namespace: &str) -> Secret {
-    let data = every_file()
-        .map(|name| (name.to_string(), ByteString(REDACTED.to_vec())))
+    let placeholders = every_file()
+        .map(|name| (name.to_string(), REDACTED.to_string()))
         .collect();
-    secret(plan, namespace, data)
+    Secret {
+        data: None,
+        string_data: Some(placeholders),
+        ..secret(plan, namespace, BTreeMap::new())
+    }
 }
 
 /// The Secret's items a pod of `role` mounts: the CA certificate, the

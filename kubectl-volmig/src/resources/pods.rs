@@ -9,14 +9,13 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
     SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use mover::tls::Role;
 
 use super::keys::items_for;
 use super::service::PORT_NAME;
 use super::{metadata, string_map};
 use crate::names::{self, Component};
-use crate::plan::{NodePlacement, Plan};
+use crate::plan::{self, NodePlacement, Plan};
 
 /// On a mover pod: why it runs where it runs, in words.
 pub const PLACEMENT_REASON_ANNOTATION: &str = "volmig.io/placement-reason";
@@ -55,6 +54,16 @@ pub fn receiver_pod(plan: &Plan, attempt: u32) -> Pod {
         attempt,
         ["receive", "--listen", &listen],
     );
+    // A destination smaller than the source's capacity (--allow-shrink):
+    // the receiver stops as soon as the files listed do not fit, rather
+    // than when the disk is full.
+    if plan.destination.size_bytes < plan.source.capacity_bytes {
+        let args = container.args.get_or_insert_with(Vec::new);
+        args.extend([
+            "--capacity".to_string(),
+            plan.destination.size_bytes.to_string(),
+        ]);
+    }
     container.env = Some(vec![EnvVar {
         name: "POD_IP".to_string(),
         value_from: Some(EnvVarSource {
@@ -165,12 +174,10 @@ fn container<const N: usize>(plan: &Plan, role: Role, attempt: u32, head: [&str;
         read_only: read_only.then_some(true),
         ..VolumeMount::default()
     };
-    let quantities = |pairs: &[(&str, &str)]| {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-            .collect::<BTreeMap<_, _>>()
-    };
+    // The planner refused values the API server would; a record written by
+    // an older plugin may still hold one, and then the API server says so.
+    let resources =
+        plan::mover_resources(mover).unwrap_or_else(|_| plan::MoverResources::as_given(mover));
     Container {
         name: CONTAINER.to_string(),
         image: Some(mover.image.clone()),
@@ -182,11 +189,14 @@ fn container<const N: usize>(plan: &Plan, role: Role, attempt: u32, head: [&str;
             mount("tmp", "/tmp", false),
         ]),
         resources: Some(ResourceRequirements {
-            requests: Some(quantities(&[
-                ("cpu", &mover.cpu_request),
-                ("memory", &mover.memory_request),
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), resources.cpu_request),
+                ("memory".to_string(), resources.memory_request),
             ])),
-            limits: Some(quantities(&[("memory", &mover.memory_limit)])),
+            limits: Some(BTreeMap::from([(
+                "memory".to_string(),
+                resources.memory_limit,
+            )])),
             ..ResourceRequirements::default()
         }),
         // Root, for numeric owners kept as they are, with only the

@@ -29,7 +29,7 @@ use crate::protocol::{
     violation, Entry, Frame, ListStats, Request, SessionOptions, SIGS_PER_FRAME,
 };
 use crate::signature::SigShape;
-use crate::stats::{Counters, Summary};
+use crate::stats::{human_bytes, Counters, Summary};
 use crate::walk::{file_hash, is_temp_name, STATE_DIR};
 
 /// A file requested from the sender.
@@ -63,6 +63,8 @@ pub struct GenConfig {
     pub owner: bool,
     /// The operation's checkpoint, if it has one.
     pub journal: Option<Arc<Journal>>,
+    /// What the destination can hold, in bytes (`receive --capacity`).
+    pub capacity: Option<u64>,
 }
 
 pub struct Generator {
@@ -72,6 +74,7 @@ pub struct Generator {
     filter: Filter,
     owner: bool,
     journal: Option<Arc<Journal>>,
+    capacity: Option<u64>,
     /// The listing so far, for the checkpoint's fingerprint of the source.
     fingerprint: blake3::Hasher,
     out: Outbox,
@@ -105,6 +108,7 @@ impl Generator {
             filter,
             owner,
             journal,
+            capacity,
         } = cfg;
         Generator {
             placer: Placer::new(tree),
@@ -112,6 +116,7 @@ impl Generator {
             filter,
             owner,
             journal,
+            capacity,
             fingerprint: blake3::Hasher::new(),
             out: Outbox::new(out),
             inflight,
@@ -396,6 +401,7 @@ impl Generator {
         s.files_total += 1;
         s.bytes_total += e.meta.size;
         self.counters.file_listed(e.meta.size);
+        self.check_capacity()?;
         let mut with_basis = false;
         match &have {
             Some(md) if md.is_file() => {
@@ -443,6 +449,23 @@ impl Generator {
             None
         };
         self.request(e.path, e.meta, signed, None)
+    }
+
+    /// Fails the session, as a full disk would but before the destination
+    /// fills up, once the files listed add up to more than `--capacity`.
+    fn check_capacity(&self) -> Result<(), SessionError> {
+        let listed = self.result.summary.bytes_total;
+        match self.capacity {
+            Some(capacity) if listed > capacity => Err(SessionError::local(
+                format!(
+                    "the source's files do not fit in the destination: those listed so far \
+                     add up to {listed} bytes, more than its {capacity} (--capacity, {})",
+                    human_bytes(capacity as f64)
+                ),
+                rustix::io::Errno::NOSPC.into(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// A regular file that failed before its request (progress does not

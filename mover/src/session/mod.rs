@@ -140,7 +140,9 @@ impl SessionError {
 
 /// Prints a per-file warning on stderr.
 fn warn(msg: impl std::fmt::Display) {
-    eprintln!("mover: {msg}");
+    use std::io::Write;
+    // A warning that cannot be written must not stop the session.
+    let _ = writeln!(std::io::stderr(), "mover: {msg}");
 }
 
 /// The error of a worker whose channel closed because another part failed first.

@@ -68,6 +68,9 @@ pub struct ReceiverConfig {
     pub attempt: Option<u32>,
     /// Keep the checkpoint, marked complete, after a clean finish.
     pub keep_checkpoint: bool,
+    /// What the destination can hold: the session fails (disk full) as soon
+    /// as the files listed add up to more.
+    pub capacity: Option<u64>,
 }
 
 impl ReceiverConfig {
@@ -82,6 +85,7 @@ impl ReceiverConfig {
             operation_id: None,
             attempt: None,
             keep_checkpoint: false,
+            capacity: None,
         }
     }
 }
@@ -204,6 +208,7 @@ where
         filter: filter.clone(),
         owner: cfg.preserve_owner,
         journal: journal.clone(),
+        capacity: cfg.capacity,
     };
     let generator = Generator::new(
         gen_cfg,

@@ -120,7 +120,10 @@ impl Verifier {
                 slot => *slot = Some((parent, HashSet::from([name]))),
             }
         }
-        self.result.entries += 1;
+        // Counted as the transfer's summary counts entries: the root is not one.
+        if !e.path.is_root() {
+            self.result.entries += 1;
+        }
         let want = describe(&e.path, &e.kind, &e.meta, e.checksum.as_ref(), self.opts);
         let have = match self.observe(&e) {
             Ok(line) => line,

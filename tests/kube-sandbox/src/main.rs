@@ -1,6 +1,10 @@
 //! `kube-sandbox`: starts a local cluster for end-to-end tests, writes its
 //! kubeconfig, and runs until interrupted.
 
+// `println!` panics on a closed pipe: write with `writeln!` and ignore it.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -51,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .init();
     let args = Args::parse();
     let images = args
@@ -69,7 +74,10 @@ async fn main() -> anyhow::Result<()> {
     })
     .await
     .context("starting the sandbox")?;
-    eprintln!(
+    // Not `eprintln!`, which panics on a closed pipe: the sandbox must live
+    // to stop its pods' processes, which only its own shutdown stops.
+    let _ = writeln!(
+        std::io::stderr(),
         "kube-sandbox: {} nodes, API at {}, kubeconfig {}, data in {}",
         sandbox.node_names().len(),
         sandbox.server_url(),

@@ -8,6 +8,27 @@
 //!
 //!     sudo -E cargo run --release --bin volmig-demo [-- --keep]
 
+// Output goes through `say!` and `tell!`: `println!` panics on a closed pipe.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
+/// `println!` that ignores a closed pipe. The demo does not end on one as
+/// kubectl would: it must live to stop the local cluster's pod processes,
+/// which only its own shutdown stops.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that ignores a closed pipe (see `say!`).
+macro_rules! tell {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod app;
 
 use std::path::Path;
@@ -42,7 +63,7 @@ async fn main() -> ExitCode {
     match run().await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("volmig-demo: error: {e:#}");
+            tell!("volmig-demo: error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -54,7 +75,7 @@ async fn run() -> anyhow::Result<ExitCode> {
         match arg.as_str() {
             "--keep" => keep = true,
             "-h" | "--help" => {
-                println!("{USAGE}");
+                say!("{USAGE}");
                 return Ok(ExitCode::SUCCESS);
             }
             other => bail!("unexpected argument {other:?} (see --help)"),
@@ -64,7 +85,7 @@ async fn run() -> anyhow::Result<ExitCode> {
         bail!("volmig-demo needs root: the local cluster runs each pod in its own mount namespace (try `sudo -E cargo run --release --bin volmig-demo`)");
     }
 
-    println!(
+    say!(
         "volmig-demo: a local stand-in for Kubernetes (API, scheduler, volumes, kubelets running\n\
          pods as processes), an app writing to a ReadWriteOnce claim, and the real `kubectl volmig`\n\
          moving that claim to node-local storage while the app keeps running."
@@ -98,16 +119,16 @@ async fn run() -> anyhow::Result<ExitCode> {
     let result = tokio::select! {
         r = demo(&sandbox, &plugin) => r,
         _ = tokio::signal::ctrl_c() => {
-            eprintln!("\ninterrupted: stopping the local cluster");
+            tell!("\ninterrupted: stopping the local cluster");
             return Ok(ExitCode::from(130));
         }
     };
     if keep {
         explore(&sandbox, &plugin);
         tokio::signal::ctrl_c().await?;
-        eprintln!("\nstopping the local cluster");
+        tell!("\nstopping the local cluster");
     } else if result.is_ok() {
-        println!("\nRun with `-- --keep` to keep the cluster up and look around with kubectl.");
+        say!("\nRun with `-- --keep` to keep the cluster up and look around with kubectl.");
     }
     drop(sandbox);
     result.map(|()| ExitCode::SUCCESS)
@@ -130,7 +151,7 @@ async fn demo(sandbox: &Sandbox, plugin: &Path) -> anyhow::Result<()> {
     app::deploy(&client, NS, APP_NODE).await?;
     let (pod, source_dir) = app::await_dataset(&client, NS).await?;
     let written = app::tree_size(&source_dir)?;
-    println!(
+    say!(
         "    pod {pod} is Running and wrote {} entries, {}",
         written.entries,
         human(written.bytes)
@@ -140,7 +161,7 @@ async fn demo(sandbox: &Sandbox, plugin: &Path) -> anyhow::Result<()> {
         "Migrating {} to a new claim {DESTINATION} of class `local` (node-local, provisioned where the receiver runs):",
         app::CLAIM
     ));
-    println!(
+    say!(
         "    $ kubectl volmig migrate {} --to {DESTINATION} --to-storage-class local --mover-image {MOVER_REF}\n",
         app::CLAIM
     );
@@ -220,41 +241,41 @@ fn explain(record: &Value, volume_node: Option<&str>, compared: app::TreeSize) {
         })
         .collect();
     step("What happened");
-    println!(
+    say!(
         "  placement   The sender ran on {}, next to the app: {} is ReadWriteOnce and mounted there,",
         text(&last["sender"]["node"]),
         app::CLAIM
     );
     if tolerations.is_empty() {
-        println!("              so volmig pinned the sender to that node.");
+        say!("              so volmig pinned the sender to that node.");
     } else {
-        println!(
+        say!(
             "              so volmig pinned the sender to that node with the app's toleration ({}).",
             tolerations.join(", ")
         );
     }
-    println!(
+    say!(
         "  receiver    The scheduler put the receiver on {}; the `local` class binds on first use,",
         text(&last["receiver"]["node"])
     );
-    println!(
+    say!(
         "              so {DESTINATION}'s volume was created on {}.",
         volume_node.unwrap_or("its node")
     );
     let allowed = record["spec"]["retry"]["backoffLimit"]
         .as_u64()
         .map(|b| b + 1);
-    println!(
+    say!(
         "  attempts    {} of {} allowed, the last {}; a failed attempt resumes from the receiver's checkpoint.",
         attempts.len(),
         allowed.map_or("?".into(), |a| a.to_string()),
         text(&last["phase"]).to_lowercase()
     );
     match status["summary"]["verifiedEntries"].as_u64() {
-        Some(v) => println!("  verified    Both sides hashed their tree with BLAKE3 after the copy: {v} entries matched."),
-        None => println!("  verified    The copy was not verified by BLAKE3 (--no-verify)."),
+        Some(v) => say!("  verified    Both sides hashed their tree with BLAKE3 after the copy: {v} entries matched."),
+        None => say!("  verified    The copy was not verified by BLAKE3 (--no-verify)."),
     }
-    println!(
+    say!(
         "  host check  This demo compared both volume directories byte for byte: {} entries, {}, identical.",
         compared.entries,
         human(compared.bytes)
@@ -265,15 +286,15 @@ fn explain(record: &Value, volume_node: Option<&str>, compared: app::TreeSize) {
 fn explore(sandbox: &Sandbox, plugin: &Path) {
     let kubeconfig = sandbox.kubeconfig_path().display();
     step("The local cluster stays up until Ctrl-C. Try:");
-    println!("    export KUBECONFIG={kubeconfig}");
-    println!("    kubectl get pods,pvc,pv -o wide");
-    println!("    {} status <operation>", plugin.display());
-    println!("    {} logs <operation>", plugin.display());
-    println!("    (volumes, pod logs: {})", sandbox.data_dir().display());
+    say!("    export KUBECONFIG={kubeconfig}");
+    say!("    kubectl get pods,pvc,pv -o wide");
+    say!("    {} status <operation>", plugin.display());
+    say!("    {} logs <operation>", plugin.display());
+    say!("    (volumes, pod logs: {})", sandbox.data_dir().display());
 }
 
 fn step(text: &str) {
-    println!("\n==> {text}");
+    say!("\n==> {text}");
 }
 
 /// `9.6 MiB`.

@@ -8,7 +8,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{non_empty, storage};
 use crate::names::SOURCE_KEY;
-use crate::plan::{placement, ClaimAction, DestinationClaim, Inputs, Refusal, SourceVolume};
+use crate::plan::{placement, ClaimAction, DestinationClaim, Inputs, Plan, Refusal, SourceVolume};
 use crate::spec::MigrationSpec;
 
 /// The annotation that marks the cluster's default storage class, and its
@@ -162,6 +162,22 @@ pub(super) fn reuse(
         access_modes,
         action: ClaimAction::Reuse,
     })
+}
+
+impl Plan {
+    /// This plan with the destination at the size `claim` (the destination
+    /// claim, as it is now) has, when it has grown since the plan: expanded
+    /// after its data did not fit. The receiver's `--capacity` follows it.
+    pub fn with_grown_destination(mut self, claim: &PersistentVolumeClaim) -> Plan {
+        let capacity = claim.status.as_ref().and_then(|s| s.capacity.as_ref());
+        if let Some((size, bytes)) = storage(capacity) {
+            if bytes > self.destination.size_bytes {
+                self.destination.size = size;
+                self.destination.size_bytes = bytes;
+            }
+        }
+        self
+    }
 }
 
 /// `--to-storage-class` if it exists, else the cluster's default class,

@@ -172,3 +172,33 @@ fn a_plan_survives_the_record_yaml() {
     let back: crate::plan::Plan = serde_saphyr::from_str(&yaml).expect("deserialize");
     assert_eq!(back, plan);
 }
+
+#[test]
+fn a_destination_expanded_after_the_plan_is_used_at_its_new_size() {
+    let mut cluster = Cluster::with_destinations();
+    let mut shrink = spec("data-local");
+    shrink.destination.allow_shrink = true;
+    cluster
+        .claim("data-local")
+        .status
+        .as_mut()
+        .unwrap()
+        .capacity = storage("5Gi");
+    let plan = cluster.plan(&shrink);
+    assert_eq!(plan.destination.size_bytes, 5 << 30);
+
+    // Expanded to 20Gi after its data did not fit: `resume` plans with it.
+    let claim = cluster.claim("data-local");
+    claim.status.as_mut().unwrap().capacity = storage("20Gi");
+    let grown = plan.clone().with_grown_destination(claim);
+    assert_eq!(
+        (
+            grown.destination.size.as_str(),
+            grown.destination.size_bytes
+        ),
+        ("20Gi", 20 << 30)
+    );
+    // Never smaller than planned (a claim whose status lags its request).
+    claim.status.as_mut().unwrap().capacity = None;
+    assert_eq!(plan.clone().with_grown_destination(claim), plan);
+}

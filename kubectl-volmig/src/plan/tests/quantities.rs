@@ -1,6 +1,6 @@
 //! Kubernetes quantities to bytes, and bytes back to quantities.
 
-use crate::plan::quantity::{format, parse, QuantityError};
+use crate::plan::quantity::{format, parse, parse_millis, QuantityError};
 
 const KI: u64 = 1 << 10;
 const GI: u64 = 1 << 30;
@@ -160,6 +160,25 @@ fn what_is_not_a_byte_size_is_refused_for_its_reason() {
     for (text, error) in cases {
         assert_eq!(parse(text), Err(error.clone()), "{text:?}");
         assert!(!error.is_retryable());
+    }
+}
+
+#[test]
+fn cpu_quantities_parse_as_millicores() {
+    let cases: &[(&str, u64)] = &[
+        ("100m", 100),
+        ("0.5", 500),
+        ("2", 2000),
+        ("1.5k", 1_500_000),
+        ("250000u", 250),
+        ("1n", 1),
+        ("0", 0),
+    ];
+    for (text, millis) in cases {
+        assert_eq!(parse_millis(text), Ok(*millis), "{text}");
+    }
+    for bad in ["lots", "", "-1", "1 cpu", "2cores"] {
+        assert!(parse_millis(bad).is_err(), "{bad:?}");
     }
 }
 

@@ -157,6 +157,29 @@ fn an_existing_claim_is_not_written_to_without_reuse() {
 }
 
 #[test]
+fn reuse_of_a_claim_that_does_not_exist_is_refused_not_created() {
+    let mut to = spec("nosuchclaim");
+    to.destination.reuse = true;
+    let refusal = Cluster::base().refuse(&to);
+    assert_eq!(
+        refusal,
+        Refusal::ReuseMissing {
+            namespace: "shop".into(),
+            name: "nosuchclaim".into()
+        }
+    );
+    assert_says(
+        &refusal.to_string(),
+        &[
+            r#""nosuchclaim" not found in namespace "shop""#,
+            "--reuse copies into an existing claim",
+            "leave out --reuse",
+        ],
+    );
+    assert!(!refusal.is_retryable());
+}
+
+#[test]
 fn a_claim_made_from_another_source_needs_reuse() {
     let mut cluster = Cluster::with_destinations();
     let labels = cluster
@@ -222,7 +245,7 @@ fn a_to_size_below_the_source_needs_allow_shrink() {
         &[
             "--to-size of at least 10Gi",
             "--allow-shrink if the data fits",
-            "checked when the copy lists",
+            "the copy then stops, as on a full disk, as soon as the source's files add up to more than 5Gi",
         ],
     );
 

@@ -35,6 +35,36 @@ fn the_sender_reads_the_source_and_the_receiver_writes_the_destination() {
 }
 
 #[test]
+fn a_shrinking_receiver_stops_once_the_source_does_not_fit() {
+    let mut plan = plan();
+    assert!(!args(&receiver_pod(&plan, 1)).contains(&"--capacity".to_string()));
+    // --allow-shrink: 10Gi of source capacity into a 100Mi claim.
+    plan.destination.size = "100Mi".to_string();
+    plan.destination.size_bytes = 100 << 20;
+    let args = args(&receiver_pod(&plan, 1));
+    let at = args
+        .iter()
+        .position(|a| a == "--capacity")
+        .expect("--capacity");
+    assert_eq!(args[at + 1], (100u64 << 20).to_string());
+}
+
+#[test]
+fn mover_resources_are_the_requested_quantities() {
+    let mut plan = plan();
+    plan.spec.mover.cpu_request = "250m".to_string();
+    plan.spec.mover.memory_limit = "1Gi".to_string();
+    let resources = mover(&receiver_pod(&plan, 1))
+        .resources
+        .clone()
+        .expect("resources");
+    let requests = resources.requests.expect("requests");
+    assert_eq!(requests["cpu"].0, "250m");
+    assert_eq!(requests["memory"].0, "64Mi");
+    assert_eq!(resources.limits.expect("limits")["memory"].0, "1Gi");
+}
+
+#[test]
 fn receiver_arguments_listen_on_the_pod_ip() {
     let receiver = receiver_pod(&plan(), 2);
     let container = mover(&receiver);

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use mover::protocol::SessionOptions;
 use mover::session::{SessionError, MIN_TIMEOUT};
+use mover::units::parse_rate;
 
 #[derive(Args, Debug)]
 pub struct OperationArgs {
@@ -147,24 +148,6 @@ pub enum ProgressMode {
     Json,
 }
 
-/// Parses an rsync-style rate into bytes per second.
-pub fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim().trim_end_matches(['b', 'B']);
-    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M') => (&t[..t.len() - 1], 1 << 20),
-        Some('G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1 << 10),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid rate {s:?} (examples: 500, 20M, 1.5G)"))?;
-    if !(v > 0.0 && v.is_finite()) {
-        return Err(format!("rate must be positive: {s:?}"));
-    }
-    Ok(((v * mult as f64) as u64).max(1))
-}
-
 /// Parses a duration: whole seconds, or with a suffix s, m, h, d (e.g. `7d`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
@@ -194,16 +177,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rates_follow_rsync_units() {
-        assert_eq!(parse_rate("100"), Ok(100 * 1024));
-        assert_eq!(parse_rate("20M"), Ok(20 << 20));
-        assert_eq!(parse_rate("1.5g"), Ok(3 << 29));
-        assert_eq!(parse_rate("4KB"), Ok(4096));
-        assert!(parse_rate("fast").is_err());
-        assert!(parse_rate("0").is_err());
-    }
 
     #[test]
     fn durations_take_units() {

@@ -1,5 +1,15 @@
 //! `mover`: copy and re-sync directory trees, locally or between two hosts.
 
+// Output goes through `mover::stdio`: `println!` panics on a closed pipe.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
+/// `eprintln!` that does not panic on a closed pipe (see `mover::stdio`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = mover::stdio::err(&format!("{}\n", format_args!($($arg)*)));
+    }};
+}
+
 mod args;
 mod net;
 mod output;
@@ -10,12 +20,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use args::{
-    check_attempt, parse_duration, parse_operation_id, parse_rate, ConnectionArgs, OperationArgs,
-    OutputArgs, TransferArgs,
+    check_attempt, parse_duration, parse_operation_id, ConnectionArgs, OperationArgs, OutputArgs,
+    TransferArgs,
 };
 use clap::{Parser, Subcommand};
 use mover::session::local;
 use mover::session::receiver::ReceiverConfig;
+use mover::units::parse_rate;
 use output::{finish, progress_sink};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -96,6 +107,11 @@ enum Command {
         /// Keep the checkpoint (marked complete) after a clean finish.
         #[arg(long)]
         keep_checkpoint: bool,
+        /// What the destination can hold, in bytes: the session fails (disk
+        /// full, not retryable) as soon as the files listed add up to more,
+        /// before the destination fills up. Sparse files count at their length.
+        #[arg(long, value_name = "BYTES")]
+        capacity: Option<u64>,
         #[command(flatten)]
         connection: ConnectionArgs,
         #[command(flatten)]
@@ -129,7 +145,7 @@ fn cancel_on_signal(token: CancellationToken) {
         let mut term = match signal(SignalKind::terminate()) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("mover: cannot watch for SIGTERM: {e}");
+                say!("mover: cannot watch for SIGTERM: {e}");
                 return;
             }
         };
@@ -137,14 +153,14 @@ fn cancel_on_signal(token: CancellationToken) {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
-        eprintln!("mover: interrupted, stopping");
+        say!("mover: interrupted, stopping");
         token.cancel();
         // A second signal means now.
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
-        eprintln!("mover: interrupted again, exiting");
+        say!("mover: interrupted again, exiting");
         std::process::exit(20);
     });
 }
@@ -207,10 +223,12 @@ async fn run(cli: Cli) -> u8 {
             operation_id,
             attempt,
             keep_checkpoint,
+            capacity,
             connection,
             output,
         } => {
             let mut cfg = ReceiverConfig::new(root);
+            cfg.capacity = capacity;
             cfg.bwlimit = bwlimit;
             cfg.operation_id = operation_id;
             cfg.attempt = attempt;
@@ -234,7 +252,7 @@ async fn run(cli: Cli) -> u8 {
 /// `mover inspect`: the checkpoint at a destination, as one JSON object.
 fn inspect(root: &Path) -> u8 {
     if let Err(e) = std::fs::read_dir(root) {
-        eprintln!("mover: error: {}: {e}", root.display());
+        say!("mover: error: {}: {e}", root.display());
         return 11;
     }
     let root_text = root.display().to_string();
@@ -244,7 +262,7 @@ fn inspect(root: &Path) -> u8 {
             "checkpoint": cp.map(|cp| cp.describe()),
         }),
         Err(mover::checkpoint::CheckpointError::Io(e)) => {
-            eprintln!("mover: error: reading the checkpoint: {e}");
+            say!("mover: error: reading the checkpoint: {e}");
             return 11;
         }
         Err(e) => serde_json::json!({
@@ -253,7 +271,7 @@ fn inspect(root: &Path) -> u8 {
             "problem": e.to_string(),
         }),
     };
-    println!("{value}");
+    mover::stdio::out(&format!("{value}\n"));
     0
 }
 
@@ -283,7 +301,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("mover: error: cannot start the runtime: {e}");
+            say!("mover: error: cannot start the runtime: {e}");
             return ExitCode::from(14);
         }
     };

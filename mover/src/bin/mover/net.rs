@@ -43,7 +43,7 @@ pub fn keygen(out: &Path, operation_id: &str, valid_for: Duration) -> u8 {
                 s if s % 60 == 0 => format!("{}m", s / 60),
                 s => format!("{s}s"),
             };
-            eprintln!(
+            say!(
                 "mover: key material for operation {operation_id} in {} (valid for {valid}); \
                  give the sender and the receiver --tls-dir with it",
                 out.display(),
@@ -51,7 +51,7 @@ pub fn keygen(out: &Path, operation_id: &str, valid_for: Duration) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("mover: error: {e}");
+            say!("mover: error: {e}");
             e.exit_code() as u8
         }
     }
@@ -210,7 +210,7 @@ pub async fn run_receive(
         }
     };
     let addr = listener.local_addr().unwrap_or(listen);
-    eprintln!(
+    say!(
         "mover: listening on {addr} ({})",
         if tls.is_some() {
             "TLS 1.3, peer certificate required"
@@ -244,13 +244,13 @@ pub async fn run_receive(
             }
             Ok((Incoming::Plain(stream), peer)) => {
                 if !output.quiet {
-                    eprintln!("mover: session from {peer}");
+                    say!("mover: session from {peer}");
                 }
                 receive(stream, cfg.clone()).await
             }
             Ok((Incoming::Tls(stream), peer)) => {
                 if !output.quiet {
-                    eprintln!("mover: authenticated session from {peer}");
+                    say!("mover: authenticated session from {peer}");
                 }
                 late_refusal(receive(*stream, cfg.clone()).await, &peer, Role::Receiver)
             }
@@ -299,7 +299,7 @@ async fn next_incoming(
                     return Ok((Incoming::Plain(stream), peer));
                 };
                 if handshakes.len() >= MAX_HANDSHAKES {
-                    eprintln!(
+                    say!(
                         "mover: refused a connection from {peer}: \
                          {MAX_HANDSHAKES} handshakes already in progress"
                     );
@@ -313,8 +313,8 @@ async fn next_incoming(
             }
             Some(done) = handshakes.join_next() => match done {
                 Ok((peer, Ok(stream))) => return Ok((Incoming::Tls(Box::new(stream)), peer)),
-                Ok((_, Err(e))) => eprintln!("mover: refused a connection: {e}"),
-                Err(e) => eprintln!("mover: a handshake stopped: {e}"),
+                Ok((_, Err(e))) => say!("mover: refused a connection: {e}"),
+                Err(e) => say!("mover: a handshake stopped: {e}"),
             },
         }
     }

@@ -1,6 +1,5 @@
 //! What a run reports: JSON events on stdout, a human line on stderr, the exit code.
 
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use mover::session::{ProgressFn, SessionError};
@@ -31,9 +30,7 @@ struct Outcome<'a> {
 
 pub fn emit<T: Serialize>(event: &str, data: T) {
     if let Ok(line) = serde_json::to_string(&Event { event, data }) {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
+        mover::stdio::out(&format!("{line}\n"));
     }
 }
 
@@ -69,7 +66,7 @@ pub fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 
                 },
             );
             if !output.quiet {
-                eprintln!("mover: {}", summary.human());
+                say!("mover: {}", summary.human());
             }
             code as u8
         }
@@ -86,7 +83,7 @@ pub fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 
                     summary: None,
                 },
             );
-            eprintln!("mover: error: {msg}");
+            say!("mover: error: {msg}");
             code as u8
         }
     }
