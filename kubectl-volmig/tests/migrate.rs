@@ -191,3 +191,76 @@ async fn dry_run_prints_the_objects_and_creates_none() {
         .expect("get")
         .is_none());
 }
+
+/// The app rewrites a file after it was copied: the operation ends Succeeded in one attempt,
+/// with a warning that names the file, and the destination holds the version sent. (A
+/// destination that does not hold what was sent still fails: the mover's `verify` tests and
+/// the driver's verdict tests.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_written_during_the_copy_ends_succeeded_with_a_warning() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "live", "ReadWriteOnce", "1Gi").await;
+    let src = volume_dir(&client, &ns, "live").await;
+    // a.txt is sent first; 8 MiB behind it at 2 MiB/s keep the copy going for seconds.
+    std::fs::write(src.join("a.txt"), b"version one\n").expect("a.txt");
+    seed(&src, 1, 8 << 20);
+
+    let child = common::spawn_volmig(
+        &env,
+        &[
+            "migrate",
+            "live",
+            "--to",
+            "live-copy",
+            "--bwlimit",
+            "2M",
+            "--mover-image",
+            MOVER_IMAGE,
+            "-o",
+            "json",
+        ],
+    );
+    let dst = common::wait_until("the destination volume", || async {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+        let bound = claims.get_opt("live-copy").await.ok().flatten()?;
+        bound.spec?.volume_name?;
+        Some(volume_dir(&client, &ns, "live-copy").await)
+    })
+    .await;
+    common::wait_until("a.txt at the destination", || async {
+        dst.join("a.txt").is_file().then_some(())
+    })
+    .await;
+    std::fs::write(src.join("a.txt"), b"version two, longer\n").expect("a.txt again");
+
+    let run = common::finish(child).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation();
+    assert_eq!(op.status.phase, Phase::Succeeded, "{:?}", op.status.message);
+    assert_eq!(
+        op.status.attempts.len(),
+        1,
+        "not retried: {:?}",
+        op.status.attempts
+    );
+    let reason = op.status.attempts[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("changed during the copy"), "{reason}");
+    let summary = op.status.summary.as_ref().expect("summary");
+    assert!(summary.changed >= 1, "{summary:?}");
+    assert!(
+        summary.changed_paths.iter().any(|p| p == "a.txt"),
+        "{summary:?}"
+    );
+    assert_eq!(
+        std::fs::read(dst.join("a.txt")).expect("copied a.txt"),
+        b"version one\n"
+    );
+    let status = common::volmig(&env, &["status", &op.metadata.name]).await;
+    assert!(
+        status.stdout.contains("changed during the copy (a.txt"),
+        "{}",
+        status.stdout
+    );
+}

@@ -250,9 +250,13 @@ impl Driver {
     pub(super) fn concluded(&mut self) -> Option<AttemptEnd> {
         match self.verdict() {
             Verdict::Wait => None,
-            Verdict::Succeeded => Some(AttemptEnd {
+            Verdict::Succeeded { live_source } => Some(AttemptEnd {
                 phase: AttemptPhase::Succeeded,
-                reason: None,
+                reason: live_source.then(|| {
+                    "the source changed during the copy (exit 24): the destination holds the \
+                     version sent; see Changed"
+                        .to_string()
+                }),
                 retryable: None,
             }),
             Verdict::Failed { reason, retryable } => Some(AttemptEnd {

@@ -247,6 +247,12 @@ pub(super) fn summary_of(s: &mover::stats::Summary) -> Summary {
         deleted: s.deleted,
         verified_entries: s.verify.as_ref().map(|v| v.entries),
         manifest: s.verify.as_ref().map(|v| v.manifest.clone()),
+        changed: s.files_changed + s.files_vanished + s.verify.as_ref().map_or(0, |v| v.changed),
+        changed_paths: s
+            .verify
+            .as_ref()
+            .map(|v| v.changed_paths.clone())
+            .unwrap_or_default(),
     }
 }
 

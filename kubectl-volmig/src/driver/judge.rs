@@ -11,6 +11,11 @@ use super::logs::{LoggedError, MoverResult};
 /// checkpoint.
 pub const SURVIVOR_GRACE: Duration = Duration::from_secs(20);
 
+/// How long a pod's last log lines may take to be read after it ended:
+/// whether exit 24 is a live source (a summary with counters) or a failure
+/// depends on them.
+pub const LOG_GRACE: Duration = Duration::from_secs(10);
+
 /// A mover pod as the driver sees it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodView {
@@ -125,7 +130,12 @@ impl PodView {
 pub enum Verdict {
     /// Keep watching.
     Wait,
-    Succeeded,
+    /// Both sides completed. With `live_source`, the source changed during
+    /// the copy (exit 24): the destination holds what was sent, which is a
+    /// copy's best, not a failure that another attempt would mend.
+    Succeeded {
+        live_source: bool,
+    },
     Failed {
         reason: String,
         retryable: bool,
@@ -190,11 +200,23 @@ pub fn judge(view: &AttemptView<'_>) -> Verdict {
             };
         }
     }
+    // Exit 24 from a session that completed (its summary has the counters)
+    // is a live source, not a failure.
+    let live = |(p, said): &&Side<'_>| {
+        p.exit_code == Some(24) && said.result.is_some_and(|r| r.summary.is_some())
+    };
+    let live_source = sides.iter().any(|s| live(&s));
+    let unread = sides
+        .iter()
+        .any(|(p, said)| p.exit_code == Some(24) && said.result.is_none());
+    let all_done = view.sender.is_some() && sides.iter().all(|(p, _)| p.finished());
+    if all_done && unread && view.one_side_finished_for < LOG_GRACE {
+        return Verdict::Wait;
+    }
     let failed: Vec<_> = sides
         .iter()
-        .filter(|(p, _)| p.exit_code.is_some_and(|c| c != 0))
+        .filter(|s| s.0.exit_code.is_some_and(|c| c != 0) && !live(s))
         .collect();
-    let all_done = view.sender.is_some() && sides.iter().all(|(p, _)| p.finished());
     if let Some((pod, said)) = most_telling(&failed) {
         if all_done || view.one_side_finished_for >= SURVIVOR_GRACE {
             return failure(pod, *said);
@@ -202,7 +224,7 @@ pub fn judge(view: &AttemptView<'_>) -> Verdict {
         return Verdict::Wait;
     }
     if all_done {
-        return Verdict::Succeeded;
+        return Verdict::Succeeded { live_source };
     }
     // One side finished cleanly, the other goes on: it should have ended
     // with the session.

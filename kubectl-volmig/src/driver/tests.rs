@@ -49,7 +49,7 @@ fn failed(v: &AttemptView<'_>) -> (String, bool) {
 fn both_sides_exiting_zero_is_success_and_one_is_not_enough() {
     assert_eq!(
         judge(&view(exited("receiver", 0), Some(exited("sender", 0)))),
-        Verdict::Succeeded
+        Verdict::Succeeded { live_source: false }
     );
     assert_eq!(
         judge(&view(exited("receiver", 0), Some(running("sender")))),
@@ -185,4 +185,46 @@ fn a_pod_s_node_is_written_once_the_scheduler_placed_it() {
     assert!(unrecorded_node(&attempt, Some("node-1"), Some("node-2")));
     attempt.receiver.node = Some("node-1".into());
     assert!(!unrecorded_node(&attempt, Some("node-1"), Some("node-2")));
+}
+
+/// A session that completed with exit 24 (the source changed during the copy) is a success
+/// with a warning, never a failure to retry until the budget runs out; exit 24 without a
+/// completed session (no counters) is still a failure.
+#[test]
+fn a_live_source_succeeds_with_a_warning_and_is_not_retried() {
+    let completed = MoverResult {
+        ok: false,
+        exit_code: 24,
+        error: None,
+        retryable: None,
+        summary: Some(mover::stats::Summary::default()),
+    };
+    let mut v = view(exited("receiver", 24), Some(exited("sender", 24)));
+    v.receiver_result = Some(&completed);
+    v.sender_result = Some(&completed);
+    assert_eq!(judge(&v), Verdict::Succeeded { live_source: true });
+
+    let bare = MoverResult {
+        summary: None,
+        ..completed.clone()
+    };
+    let mut v = view(exited("receiver", 24), Some(exited("sender", 24)));
+    v.receiver_result = Some(&bare);
+    v.sender_result = Some(&bare);
+    assert!(
+        matches!(judge(&v), Verdict::Failed { .. }),
+        "{:?}",
+        judge(&v)
+    );
+
+    // Exit 24 before its log line is read: wait for the log, then decide.
+    let mut v = view(exited("receiver", 24), Some(exited("sender", 24)));
+    v.one_side_finished_for = Duration::from_secs(1);
+    assert_eq!(judge(&v), Verdict::Wait);
+    v.one_side_finished_for = super::judge::LOG_GRACE;
+    assert!(
+        matches!(judge(&v), Verdict::Failed { .. }),
+        "{:?}",
+        judge(&v)
+    );
 }

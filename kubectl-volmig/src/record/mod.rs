@@ -274,6 +274,17 @@ pub struct Summary {
     /// The BLAKE3 manifest of the destination as verified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest: Option<String>,
+    /// Source entries that changed, vanished or kept changing during the
+    /// copy (a live source): the destination holds what was sent.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub changed: u64,
+    /// The first of them, by path (those verification named).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_paths: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The client driving an operation: who, and when it last said so. A

@@ -296,4 +296,28 @@ fn summarize(out: &mut Out, s: &Summary, verify: bool) {
     if let Some(manifest) = &s.manifest {
         out.field(1, "Manifest", manifest);
     }
+    if s.changed > 0 {
+        out.field(1, "Changed", changed_text(s));
+    }
+}
+
+/// What a live source changed during a copy, and what to do about it.
+pub(super) fn changed_text(s: &Summary) -> String {
+    let named = s.changed_paths.len() as u64;
+    let more = s.changed.saturating_sub(named);
+    let mut list = s.changed_paths.join(", ");
+    if more > 0 {
+        list.push_str(&format!(" and {more} more"));
+    }
+    format!(
+        "{} {} changed during the copy{}: the destination holds the version sent; stop the \
+         application and run migrate again with --reuse (only the differences move)",
+        s.changed,
+        if s.changed == 1 { "entry" } else { "entries" },
+        if list.is_empty() {
+            String::new()
+        } else {
+            format!(" ({list})")
+        }
+    )
 }

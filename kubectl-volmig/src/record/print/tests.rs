@@ -281,3 +281,18 @@ fn a_resumed_operation_counts_attempts_against_its_fresh_budget() {
     );
     assert!(table(&[vm], now(), false).contains("   1/3   "));
 }
+
+#[test]
+fn what_changed_during_the_copy_is_named_with_what_to_do() {
+    let s = crate::record::Summary {
+        changed: 3,
+        changed_paths: vec!["a.txt".into(), "db/wal".into()],
+        ..crate::record::Summary::default()
+    };
+    assert_eq!(
+        super::describe::changed_text(&s),
+        "3 entries changed during the copy (a.txt, db/wal and 1 more): the destination holds \
+         the version sent; stop the application and run migrate again with --reuse (only the \
+         differences move)"
+    );
+}
