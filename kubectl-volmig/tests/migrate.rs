@@ -264,3 +264,72 @@ async fn a_source_written_during_the_copy_ends_succeeded_with_a_warning() {
         status.stdout
     );
 }
+
+/// An operation cleaned up mid-copy leaves its checkpoint and partial files in the
+/// destination claim; a new operation into that claim ends with exactly the source's tree:
+/// no `.volmig` state, no `.volmig-*.tmp` file (issue 25, finding 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_abandoned_mid_way_leaves_nothing_in_the_next_one() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
+    let src = volume_dir(&client, &ns, "data").await;
+    // 12 MiB at 2 MiB/s: still copying when it is cleaned up.
+    seed(&src, 48, 256 << 10);
+    let first = common::volmig(
+        &env,
+        &[
+            "migrate",
+            "data",
+            "--to",
+            "twin",
+            "--bwlimit",
+            "2M",
+            "--mover-image",
+            MOVER_IMAGE,
+            "--detach",
+        ],
+    )
+    .await;
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let op = common::first_operation(&client, &ns).await;
+    common::await_progress(&client, &ns, &op, 1, 2 << 20).await;
+    let cleanup = common::volmig(&env, &["cleanup", &op, "--force"]).await;
+    assert_eq!(cleanup.code, 0, "{}", cleanup.stderr);
+    let dst = volume_dir(&client, &ns, "twin").await;
+    // The receiver stopped with files in flight and finished ones waiting for their commit
+    // group: their temporary files stay, named by its checkpoint.
+    let temps = manifest(&dst)
+        .into_keys()
+        .filter(|k| k.contains(".volmig-"))
+        .count();
+    assert!(
+        dst.join(".volmig").exists() && temps > 0,
+        "the abandoned copy left no checkpoint or partial file ({temps}): the test proves nothing"
+    );
+
+    let again = common::volmig(
+        &env,
+        &[
+            "migrate",
+            "data",
+            "--to",
+            "twin",
+            "--reuse",
+            "--mover-image",
+            MOVER_IMAGE,
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.operation().status.phase, Phase::Succeeded);
+    let left: Vec<String> = manifest(&dst)
+        .into_keys()
+        .filter(|k| k.contains(".volmig"))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "volmig's own names left behind");
+    assert_eq!(manifest(&dst), manifest(&src));
+}
