@@ -15,6 +15,7 @@ use crate::checkpoint::{Checkpoint, CheckpointError, Fingerprint, Partial, Store
 use crate::meta::Mtime;
 use crate::path::RelPath;
 use crate::stats::{Counters, Prior};
+use crate::treehash::TreeHasher;
 
 /// Progress (bytes written or found) after which the checkpoint is rewritten.
 const WRITE_EVERY_BYTES: u64 = 1 << 20;
@@ -37,7 +38,7 @@ pub struct Slot {
     pub mtime: Mtime,
     /// Bytes written, and the hash of them.
     pub len: u64,
-    pub hasher: blake3::Hasher,
+    pub hasher: TreeHasher,
 }
 
 /// What the receiver knows about the operation it serves.
@@ -203,7 +204,7 @@ impl Journal {
         slots.insert(id, slot);
     }
 
-    pub fn update(&self, id: u64, len: u64, hasher: &blake3::Hasher) {
+    pub fn update(&self, id: u64, len: u64, hasher: &TreeHasher) {
         if let Some(s) = lock(&self.slots).get_mut(&id) {
             s.len = len;
             s.hasher = hasher.clone();
@@ -350,7 +351,7 @@ mod tests {
                 size: p.size,
                 mtime: p.mtime,
                 len: 6,
-                hasher: blake3::Hasher::new(),
+                hasher: TreeHasher::new(),
             },
         );
         let snap = j.snapshot(&counters, false);
