@@ -262,10 +262,12 @@ fn send_file(
     };
     let index = req.basis.map(|shape| Index::new(shape, sigs));
     let resume = req.resume_from;
-    // A resumed file is rebuilt in place over its partial copy.
+    // A resumed file is rebuilt in place over its partial copy, and its
+    // basis is that copy's unverified rest at the same offsets.
     let mut dopts = DeltaOptions {
         inplace: opts.inplace || resume > 0,
         len_hint: None,
+        positional: resume > 0,
     };
     for _ in 0..MAX_TRIES {
         let before = match stat_file(&file) {
