@@ -609,6 +609,7 @@ fn run(input: Input) -> bool {
                 // As serve.rs: in place, or resuming a partial file.
                 inplace: matches!(input.mode, Mode::InPlace | Mode::Resume),
                 len_hint: Some(target.len() as u64),
+                positional: input.mode == Mode::Resume,
             };
             let mut ops = Vec::new();
             let summary = delta_with::<_, std::io::Error>(

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::rolling::Rolling;
 use crate::signature::Index;
+use crate::treehash::TreeHasher;
 
 /// Most literal bytes carried by one [`Op::Literal`].
 pub const LITERAL_CHUNK: usize = 256 * 1024;
@@ -65,6 +66,14 @@ pub struct DeltaSummary {
     pub hash: [u8; 32],
 }
 
+/// A [`DeltaSummary`] without the hash, for a caller that finalizes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeltaCounts {
+    pub len: u64,
+    pub literal: u64,
+    pub matched: u64,
+}
+
 /// Options for one delta run.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DeltaOptions {
@@ -74,6 +83,11 @@ pub struct DeltaOptions {
     /// The source's expected length, if known: buffers are sized to it, so a
     /// small file costs a small buffer.
     pub len_hint: Option<u64>,
+    /// The basis is the receiver's copy of this very data at the same
+    /// offsets (a resumed file's unverified rest): each block is compared
+    /// with the signature at its own offset only, no search. Implies
+    /// `inplace`.
+    pub positional: bool,
 }
 
 /// Reads `src` to its end and emits ops rebuilding it from the basis described
@@ -84,7 +98,7 @@ pub fn delta<R: Read, E: From<io::Error>>(
     opts: DeltaOptions,
     emit: &mut dyn FnMut(Op) -> Result<(), E>,
 ) -> Result<DeltaSummary, E> {
-    delta_with(src, index, opts, blake3::Hasher::new(), emit)
+    delta_with(src, index, opts, TreeHasher::new(), emit)
 }
 
 /// Like [`delta`], for the rest of a file whose beginning is already hashed
@@ -93,31 +107,51 @@ pub fn delta_with<R: Read, E: From<io::Error>>(
     src: R,
     index: Option<&Index>,
     opts: DeltaOptions,
-    hasher: blake3::Hasher,
+    hasher: impl Into<TreeHasher>,
     emit: &mut dyn FnMut(Op) -> Result<(), E>,
 ) -> Result<DeltaSummary, E> {
+    let mut hasher = hasher.into();
+    let c = delta_hashing(src, index, opts, &mut hasher, emit)?;
+    Ok(DeltaSummary {
+        len: c.len,
+        literal: c.literal,
+        matched: c.matched,
+        hash: *hasher.finalize().as_bytes(),
+    })
+}
+
+/// Like [`delta_with`], leaving the hash to the caller: `hasher` gets every
+/// byte read, and may still wait for the file's beginning, hashed elsewhere
+/// meanwhile ([`TreeHasher::join`]).
+pub fn delta_hashing<R: Read, E: From<io::Error>>(
+    src: R,
+    index: Option<&Index>,
+    opts: DeltaOptions,
+    hasher: &mut TreeHasher,
+    emit: &mut dyn FnMut(Op) -> Result<(), E>,
+) -> Result<DeltaCounts, E> {
     let mut d = Delta {
         src,
         hasher,
-        summary: DeltaSummary::default(),
+        counts: DeltaCounts::default(),
         emit,
         pending_copy: None,
         out_offset: 0,
         len_hint: opts.len_hint,
     };
     match index {
+        Some(idx) if idx.block_count() > 0 && opts.positional => d.run_positional(idx)?,
         Some(idx) if idx.block_count() > 0 => d.run_matching(idx, opts)?,
         _ => d.run_literal()?,
     }
     d.flush_copy()?;
-    d.summary.hash = *d.hasher.finalize().as_bytes();
-    Ok(d.summary)
+    Ok(d.counts)
 }
 
 struct Delta<'a, R, E> {
     src: R,
-    hasher: blake3::Hasher,
-    summary: DeltaSummary,
+    hasher: &'a mut TreeHasher,
+    counts: DeltaCounts,
     emit: &'a mut dyn FnMut(Op) -> Result<(), E>,
     /// A run of copied blocks not yet emitted: `(first block, count)`.
     pending_copy: Option<(u32, u32)>,
@@ -131,7 +165,7 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
     fn fill(&mut self, buf: &mut Vec<u8>, want: usize) -> io::Result<bool> {
         // Past the expected length one byte is enough to see the end.
         let want = match self.len_hint {
-            Some(h) => want.min(buf.len() + h.saturating_sub(self.summary.len) as usize + 1),
+            Some(h) => want.min(buf.len() + h.saturating_sub(self.counts.len) as usize + 1),
             None => want,
         };
         while buf.len() < want {
@@ -149,7 +183,7 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
             };
             buf.truncate(start + n);
             self.hasher.update(&buf[start..]);
-            self.summary.len += n as u64;
+            self.counts.len += n as u64;
             if n == 0 {
                 return Ok(false);
             }
@@ -165,6 +199,53 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
             self.literal(&buf)?;
             if !more {
                 return Ok(());
+            }
+        }
+    }
+
+    /// The positional check: block `i` of the source (at the same offset as
+    /// block `i` of the basis) is copied onto itself if it still matches,
+    /// else sent; past the basis everything is literal. Reads whole blocks,
+    /// about `LITERAL_CHUNK` at a time.
+    fn run_positional(&mut self, idx: &Index) -> Result<(), E> {
+        let shape = idx.shape();
+        let bl = shape.block_len as u64;
+        let step = (LITERAL_CHUNK as u64).div_ceil(bl) * bl;
+        let mut buf: Vec<u8> = Vec::with_capacity(self.buffer_len(step as usize));
+        let mut base = 0u64; // offset of buf[0]
+        let mut block = 0u64;
+        loop {
+            let want = buf.len() + step as usize;
+            let more = self.fill(&mut buf, want)?;
+            let mut lit = 0;
+            while block < shape.block_count() {
+                let at = (block * bl - base) as usize;
+                let end = at + shape.len_of(block);
+                if end > buf.len() {
+                    break;
+                }
+                if idx.matches_at(block as u32, &buf[at..end]) {
+                    self.literal(&buf[lit..at])?;
+                    self.copy(block as u32, end - at)?;
+                    lit = end;
+                }
+                block += 1;
+            }
+            // Everything before the next block to check is decided (all of
+            // it past the basis); a partial block waits for more data.
+            let decided = if block < shape.block_count() {
+                ((block * bl - base) as usize).min(buf.len())
+            } else {
+                buf.len()
+            };
+            self.literal(&buf[lit..decided])?;
+            buf.drain(..decided);
+            base += decided as u64;
+            if !more {
+                return self.literal(&buf);
+            }
+            if block >= shape.block_count() {
+                return self.run_literal();
             }
         }
     }
@@ -249,7 +330,7 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
     }
 
     fn copy(&mut self, block: u32, len: usize) -> Result<(), E> {
-        self.summary.matched += len as u64;
+        self.counts.matched += len as u64;
         self.out_offset += len as u64;
         match &mut self.pending_copy {
             Some((first, count)) if *first + *count == block => *count += 1,
@@ -278,7 +359,7 @@ impl<R: Read, E: From<io::Error>> Delta<'_, R, E> {
             if is_zero(chunk) {
                 (self.emit)(Op::Zeros(chunk.len() as u64))?;
             } else {
-                self.summary.literal += chunk.len() as u64;
+                self.counts.literal += chunk.len() as u64;
                 (self.emit)(Op::Literal(chunk.to_vec()))?;
             }
         }

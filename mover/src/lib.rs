@@ -5,7 +5,8 @@
 //! - [`path`], [`meta`], [`filter`], [`walk`]: the tree and what is preserved;
 //! - [`beneath`]: a peer's paths resolved strictly inside the root;
 //! - [`rolling`], [`signature`], [`delta`], [`patch`]: the delta algorithm,
-//!   streaming and bounded for untrusted input;
+//!   streaming and bounded for untrusted input; [`treehash`]: BLAKE3 of a
+//!   file hashed in parts (in parallel, or while the rest streams by);
 //! - [`protocol`]: versioned frames on a tokio-util codec;
 //! - [`session`]: sender and receiver as pipelines with explicit state
 //!   machines, over TCP or an in-memory pipe ([`session::local`]);
@@ -37,5 +38,6 @@ pub mod signature;
 pub mod stats;
 pub mod stdio;
 pub mod tls;
+pub mod treehash;
 pub mod units;
 pub mod walk;

@@ -10,6 +10,7 @@ use std::os::unix::fs::FileExt;
 
 use crate::delta::{is_zero, Op, LITERAL_CHUNK};
 use crate::signature::SigShape;
+use crate::treehash::TreeHasher;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PatchError {
@@ -184,7 +185,7 @@ pub struct Patcher {
     /// Where block 0 of the basis starts in the basis file.
     basis_offset: u64,
     out: OutFile,
-    hasher: blake3::Hasher,
+    hasher: TreeHasher,
     limit: u64,
     buf: Vec<u8>,
 }
@@ -196,7 +197,7 @@ impl Patcher {
             basis,
             basis_offset: 0,
             out,
-            hasher: blake3::Hasher::new(),
+            hasher: TreeHasher::new(),
             limit,
             buf: Vec::new(),
         }
@@ -210,20 +211,20 @@ impl Patcher {
         basis_offset: u64,
         out: OutFile,
         limit: u64,
-        hasher: blake3::Hasher,
+        hasher: impl Into<TreeHasher>,
     ) -> Patcher {
         Patcher {
             basis,
             basis_offset,
             out,
-            hasher,
+            hasher: hasher.into(),
             limit,
             buf: Vec::new(),
         }
     }
 
     /// The length written so far and the hasher over it, for a checkpoint.
-    pub fn prefix(&mut self) -> io::Result<(u64, &blake3::Hasher)> {
+    pub fn prefix(&mut self) -> io::Result<(u64, &TreeHasher)> {
         self.out.settle()?;
         Ok((self.out.offset(), &self.hasher))
     }
@@ -303,7 +304,7 @@ impl Patcher {
     }
 }
 
-fn hash_zeros(hasher: &mut blake3::Hasher, mut n: u64) {
+fn hash_zeros(hasher: &mut TreeHasher, mut n: u64) {
     const Z: [u8; 16 * 1024] = [0; 16 * 1024];
     while n > 0 {
         let k = n.min(Z.len() as u64) as usize;

@@ -219,6 +219,15 @@ impl Index {
             && self.sigs[block as usize].strong == strong(window)
     }
 
+    /// Whether block `block` has exactly this content, weak checksum first
+    /// (for a block compared at its own offset, without search).
+    pub fn matches_at(&self, block: u32, window: &[u8]) -> bool {
+        (block as usize) < self.sigs.len()
+            && self.shape.len_of(block as u64) == window.len()
+            && self.sigs[block as usize].weak == Rolling::new(window).digest()
+            && self.sigs[block as usize].strong == strong(window)
+    }
+
     /// Cheap pre-test: false means no block has this weak checksum.
     #[inline]
     pub fn may_contain(&self, weak: u32) -> bool {

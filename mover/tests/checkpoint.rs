@@ -26,11 +26,16 @@ struct Case {
 
 /// A source with one large and one small file, and an empty destination.
 fn case() -> Case {
+    case_of(SIZE)
+}
+
+/// [`case`] with a large file of `size` bytes.
+fn case_of(size: usize) -> Case {
     let dir = scratch();
     let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
     mkdirs(&src);
     mkdirs(&dst);
-    let data = random_bytes("checkpoint big", SIZE);
+    let data = random_bytes("checkpoint big", size);
     write_file(&src.join("big"), &data, 0o644);
     write_file(&src.join("small"), b"small file", 0o644);
     Case {
@@ -60,7 +65,7 @@ impl Case {
         cp.partials.push(Partial {
             path: rel("big"),
             temp: rel(TEMP),
-            size: SIZE as u64,
+            size: self.data.len() as u64,
             mtime: src_mtime(&self.src.join("big")),
             verified_len: verified as u64,
             prefix_hash: *blake3::hash(&self.data[..verified]).as_bytes(),
@@ -178,6 +183,42 @@ fn a_partial_file_of_a_changed_source_is_not_reused() {
         cp.partials[0].mtime.sec -= 10
     });
     not_reused(&c, "changed");
+}
+
+/// A prefix this long is hashed by several threads (`treehash`: from 16 MiB).
+const LONG: usize = 20 * MIB;
+
+#[test]
+fn a_long_prefix_is_checked_with_threads_and_resumed() {
+    let c = case_of(LONG + 2 * MIB);
+    // Correct data 1 MiB past the checkpoint, as a killed receiver leaves it.
+    c.plant(&c.data[..LONG + MIB], LONG, |_| {});
+    let out = c.sync(2, &["--no-whole-file"]);
+    c.assert_done(&out, "long prefix resumed");
+    let s = out.summary();
+    assert_eq!(s["files_resumed"], 1, "{s}");
+    assert_eq!(s["bytes_resumed"], LONG as u64, "{s}");
+    // The unverified rest is a basis: all of it matches.
+    assert_eq!(s["bytes_matched"], MIB as u64, "{s}");
+    assert_eq!(s["bytes_literal"], (MIB + 10) as u64, "{s}");
+}
+
+#[test]
+fn a_long_modified_prefix_is_not_reused() {
+    let c = case_of(LONG + 2 * MIB);
+    let mut temp = c.data[..LONG].to_vec();
+    temp[LONG - 5000] ^= 0xff;
+    c.plant(&temp, LONG, |_| {});
+    let out = c.sync(2, &[]);
+    c.assert_done(&out, "long prefix modified");
+    let s = out.summary();
+    assert_eq!(s["files_resumed"], 0, "{s}");
+    assert_eq!(s["bytes_literal"], (LONG + 2 * MIB + 10) as u64, "{s}");
+    assert!(
+        out.stderr.contains("not reused") && out.stderr.contains("modified"),
+        "{}",
+        out.describe()
+    );
 }
 
 /// Runs a case whose whole checkpoint must be discarded with `problem`.

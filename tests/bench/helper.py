@@ -14,8 +14,9 @@ Subcommands:
                                      and how many of them are mover temp files (.volmig-*.tmp)
   tree-bytes DIR                     "FILES BYTES" of the regular files under DIR
   resume-record OUT_JSONL KEY=VALUE...  one resume run as a JSON line (see resume_record)
-  report TSV VFAIL_TSV JSON META_JSON [RESUME_JSONL [TLS_TSV]]
+  report TSV VFAIL_TSV JSON META_JSON [RESUME_JSONL [TLS_TSV [TAIL_JSONL]]]
                                      median/ratio tables on stdout, results to JSON
+  tail-state, tail-record            the resume-tail case (see tail.py)
 """
 import json
 import os
@@ -25,6 +26,8 @@ import signal
 import statistics
 import sys
 import time
+
+import tail
 
 KIB = 1024
 
@@ -651,7 +654,8 @@ def _hb_signed(n):
     return ("-" + human_bytes(-n)) if n < 0 else human_bytes(n)
 
 
-def report(tsv, vfail_tsv, out_json, meta_json, resume_jsonl=None, tls_tsv=None):
+def report(tsv, vfail_tsv, out_json, meta_json, resume_jsonl=None, tls_tsv=None,
+           tail_jsonl=None):
     meta = json.load(open(meta_json))
     vfail = {tuple(l.split()) for l in open(vfail_tsv) if l.strip()}
     rows = {}
@@ -718,6 +722,7 @@ def report(tsv, vfail_tsv, out_json, meta_json, resume_jsonl=None, tls_tsv=None)
     all_ok &= report_overhead(rows, med, results)
     all_ok &= report_resume(resume_jsonl, results)
     all_ok &= report_tls(tls_tsv, vfail, meta, results)
+    all_ok &= tail.report(tail_jsonl, results, human_bytes, print_table)
     results["all_ok"] = all_ok
     with open(out_json, "w") as f:
         json.dump(results, f, indent=2)
@@ -745,9 +750,12 @@ def main(argv):
         print(d["files"], d["bytes"])
     elif cmd == "resume-record":
         resume_record(argv[2], argv[3:])
+    elif cmd == "tail-state":
+        print(tail.state(argv[2]))
+    elif cmd == "tail-record":
+        tail.record(argv[2], argv[3:])
     elif cmd == "report":
-        report(argv[2], argv[3], argv[4], argv[5], argv[6] if len(argv) > 6 else None,
-               argv[7] if len(argv) > 7 else None)
+        report(*argv[2:6], *(argv[6:9] + [None] * 3)[:3])
     else:
         sys.exit("unknown subcommand %r" % cmd)
 

@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 HELPER="$HERE/helper.py"
 
-MOVER="" WORK="" QUICK=0 KEEP=0 REPEAT=1 REPEAT_SET=0 ONLY="compare,resume,checkpoint-overhead,tls"
+MOVER="" WORK="" QUICK=0 KEEP=0 REPEAT=1 REPEAT_SET=0 ONLY="compare,resume,resume-tail,checkpoint-overhead,tls"
 
 usage() {
     cat <<'EOF'
@@ -23,6 +23,8 @@ usage: tests/bench/run.sh [--mover PATH] [--work DIR] [--quick] [--keep] [--repe
                 checkpoint-overhead and tls default to 3)
   --only CASES  comma-separated subset of: compare (scenarios 1-4, mover vs rsync),
                 resume (SIGKILL at 90% + resume vs restart from zero),
+                resume-tail (receiver SIGKILLed at 90% of one file: attempt 2 vs a
+                fresh copy of the rest),
                 checkpoint-overhead (initial copies without/with --operation-id),
                 tls (--tls-dir vs --insecure on the large set); default: all
 EOF
@@ -44,9 +46,9 @@ done
 CASES=" "
 for c in ${ONLY//,/ }; do
     case $c in
-        compare | resume | checkpoint-overhead | tls) CASES+="$c " ;;
+        compare | resume | resume-tail | checkpoint-overhead | tls) CASES+="$c " ;;
         overhead) CASES+="checkpoint-overhead " ;;
-        *) echo "--only: unknown case '$c' (compare, resume, checkpoint-overhead, tls)" >&2; exit 1 ;;
+        *) echo "--only: unknown case '$c' (compare, resume, resume-tail, checkpoint-overhead, tls)" >&2; exit 1 ;;
     esac
 done
 [[ $CASES != " " ]] || { echo "--only needs at least one case" >&2; exit 1; }
@@ -89,7 +91,7 @@ fi
 SRC=$WORK/src DST=$WORK/dst SNAP=$WORK/snap LOGS=$WORK/logs
 TLS_DIR=$WORK/tls-keys
 rm -rf "$SRC" "$DST" "$SNAP" "$LOGS" "$TLS_DIR" \
-    "$WORK"/{runs.tsv,verify_failures.tsv,resume.jsonl,tls.tsv,results.json,meta.json,table.md}
+    "$WORK"/{runs.tsv,verify_failures.tsv,resume.jsonl,tail.jsonl,tls.tsv,results.json,meta.json,table.md}
 mkdir -p "$SRC" "$DST/rsync" "$DST/mover" "$LOGS"
 touch "$WORK/verify_failures.tsv" "$WORK/runs.tsv" "$WORK/tls.tsv"
 
@@ -100,7 +102,7 @@ cleanup() {
     if [[ -n $SEND_PID ]]; then kill -- "-$SEND_PID" 2>/dev/null || true; fi
     if [[ -n $DAEMON_PID ]]; then kill -- "-$DAEMON_PID" 2>/dev/null || true; fi
     rm -f "$WORK/mover.addr"
-    if [[ $KEEP == 0 ]]; then rm -rf "$SRC" "$DST" "$SNAP" "$TLS_DIR"; fi
+    if [[ $KEEP == 0 ]]; then rm -rf "$SRC" "$DST" "$SNAP" "$TLS_DIR" "$WORK/rest"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -120,9 +122,12 @@ cpu_of() {
 }
 time_prefix() { if [[ $HAVE_TIME == 1 ]]; then echo "/usr/bin/time -f %M,%U,%S -o $1"; fi; }
 
-DROP_OK=0
+DROP_OK=0 WARM=0   # WARM=1: a run that wants the page cache as it is (resume-tail)
 if { sync && echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then DROP_OK=1; fi
-drop_caches() { if [[ $DROP_OK == 1 ]]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi; }
+drop_caches() {
+    if [[ $WARM == 1 ]]; then sync
+    elif [[ $DROP_OK == 1 ]]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi
+}
 
 FAILED=0
 fail() { log "FAIL: $*"; FAILED=1; }
@@ -235,11 +240,19 @@ log "load average at start: $LOAD_START (other work on the machine skews the num
 log "generating data sets (scale 1/$SCALE)"
 t_gen=$(usec)
 log "cases:$CASES"
-SETS=("$SRC/large")   # every case uses `large`
-mkdir -p "$SRC/large"
-for ((i = 0; i < LARGE_FILES; i++)); do
-    head -c "$LARGE_SIZE" /dev/urandom >"$SRC/large/blob$i.bin"
-done
+SETS=()
+if want compare || want resume || want checkpoint-overhead || want tls; then
+    mkdir -p "$SRC/large"
+    for ((i = 0; i < LARGE_FILES; i++)); do
+        head -c "$LARGE_SIZE" /dev/urandom >"$SRC/large/blob$i.bin"
+    done
+    SETS+=("$SRC/large")
+fi
+if want resume-tail; then   # `one`: one file as large as the whole of `large`
+    mkdir -p "$SRC/one"
+    head -c "$((LARGE_FILES * LARGE_SIZE))" /dev/urandom >"$SRC/one/big.bin"
+    SETS+=("$SRC/one")
+fi
 if want compare || want checkpoint-overhead; then
     python3 "$HELPER" small "$SRC/small" "$SMALL_FILES" "$SMALL_DIRS" 1
     SETS+=("$SRC/small")
@@ -406,7 +419,8 @@ verified() {
 # (unpaced, 1 GiB crosses 90% between two events and often finishes before the kill).
 RESUME_FRACTION=0.9 RESUME_SECS=10 RESUME_OP=bench-resume
 [[ $QUICK == 1 ]] && RESUME_SECS=6
-read -r TREE_FILES TREE_BYTES < <(python3 "$HELPER" tree-bytes "$SRC/large")
+TREE_FILES=0 TREE_BYTES=0
+if want resume; then read -r TREE_FILES TREE_BYTES < <(python3 "$HELPER" tree-bytes "$SRC/large"); fi
 RESUME_BWLIMIT=$((TREE_BYTES / 1024 / RESUME_SECS))   # KiB/s
 
 # resume_run VARIANT REP BASE_OUT BASE_SECS BASE_RC: VARIANT kill-receiver | kill-sender |
@@ -486,6 +500,10 @@ if want resume; then
         done
     done
 fi
+
+# The resume-tail case.
+# shellcheck source=tests/bench/tail.sh
+source "$HERE/tail.sh"
 
 if want checkpoint-overhead; then
     OVH_REPEAT=$REPEAT; [[ $REPEAT_SET == 1 ]] || OVH_REPEAT=3
@@ -616,7 +634,7 @@ else
     echo "mover cases:$CASES($SCALE_TXT, $CACHE_TXT, $(nproc) cores)"
 fi
 python3 "$HELPER" report "$WORK/runs.tsv" "$WORK/verify_failures.tsv" "$WORK/results.json" "$WORK/meta.json" \
-    "$WORK/resume.jsonl" "$WORK/tls.tsv" | tee "$WORK/table.md"
+    "$WORK/resume.jsonl" "$WORK/tls.tsv" "$WORK/tail.jsonl" | tee "$WORK/table.md"
 echo
 echo "results: $WORK/results.json   logs: $LOGS"
 if [[ $FAILED != 0 ]]; then

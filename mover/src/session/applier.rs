@@ -21,9 +21,10 @@ use crate::meta::{apply_to_fd, Meta};
 use crate::patch::{OutFile, PatchError, Patcher};
 use crate::protocol::{violation, FileOutcome, Frame, WireOp};
 use crate::stats::{Counters, Summary};
+use crate::treehash::TreeHasher;
 
 /// A written length and the hash of those bytes.
-type Prefix = (u64, blake3::Hasher);
+type Prefix = (u64, TreeHasher);
 
 /// The file being rebuilt.
 struct Current {
@@ -294,7 +295,7 @@ impl Applier {
             let (t, f) = match &self.journal {
                 Some(j) => {
                     let t = keyed_temp_path(dest, j.operation_id());
-                    self.reserve(id, pending, meta, &t, (0, blake3::Hasher::new()));
+                    self.reserve(id, pending, meta, &t, (0, TreeHasher::new()));
                     let f = create_at(&t)?;
                     (t, f)
                 }

@@ -15,6 +15,7 @@ use crate::checkpoint::{Checkpoint, CheckpointError, Fingerprint, Partial, Store
 use crate::meta::Mtime;
 use crate::path::RelPath;
 use crate::stats::{Counters, Prior};
+use crate::treehash::TreeHasher;
 
 /// Progress (bytes written or found) after which the checkpoint is rewritten.
 const WRITE_EVERY_BYTES: u64 = 1 << 20;
@@ -37,7 +38,7 @@ pub struct Slot {
     pub mtime: Mtime,
     /// Bytes written, and the hash of them.
     pub len: u64,
-    pub hasher: blake3::Hasher,
+    pub hasher: TreeHasher,
 }
 
 /// The partial files, under one lock with the byte counters they back.
@@ -261,7 +262,7 @@ impl Journal {
         id: u64,
         settled: u64,
         len: u64,
-        hasher: &blake3::Hasher,
+        hasher: &TreeHasher,
         counters: &Counters,
     ) {
         let mut ledger = lock(&self.ledger);
@@ -279,7 +280,7 @@ impl Journal {
         id: u64,
         unsettled: u64,
         len: u64,
-        hasher: &blake3::Hasher,
+        hasher: &TreeHasher,
         counters: &Counters,
     ) {
         let mut ledger = lock(&self.ledger);
@@ -465,7 +466,7 @@ mod tests {
                 size: p.size,
                 mtime: p.mtime,
                 len: 6,
-                hasher: blake3::Hasher::new(),
+                hasher: TreeHasher::new(),
             },
         );
         let snap = j.snapshot(&counters, false);

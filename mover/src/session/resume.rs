@@ -2,7 +2,6 @@
 //! the basis signatures sent with a request.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -10,6 +9,7 @@ use crate::beneath::{Placed, Placer};
 use crate::checkpoint::Partial;
 use crate::protocol::{Entry, MAX_BLOCKS_PER_FILE};
 use crate::signature::{self, BlockSig, SigShape};
+use crate::treehash::{self, TreeHasher};
 
 /// A partial file whose prefix was verified and is reused.
 #[derive(Debug, Clone)]
@@ -18,16 +18,17 @@ pub struct Resume {
     /// Bytes reused.
     pub from: u64,
     /// The hash of those bytes, to go on from.
-    pub hasher: blake3::Hasher,
+    pub hasher: TreeHasher,
 }
 
 /// A basis signature to send with a request.
 pub type Signed = (SigShape, Vec<BlockSig>);
 
 /// Checks partial file `p` for the listed file `e`: the source must be
-/// unchanged and the recorded prefix must hash as recorded. Then the prefix is
-/// reused, and (with `delta`) the unverified rest is signed as a basis.
-/// The error says why it cannot be used.
+/// unchanged and the recorded prefix must hash as recorded (read with
+/// `threads` threads). Then the prefix is reused, and (with `delta`) the
+/// unverified rest is signed as a basis. The error says why it cannot be
+/// used.
 pub fn check(
     placer: &Placer,
     e: &Entry,
@@ -55,11 +56,9 @@ pub fn check(
             p.verified_len
         ));
     }
-    let mut hasher = blake3::Hasher::new();
-    let read = io::copy(&mut (&file).take(p.verified_len), &mut hasher);
-    if read.map_err(|e| e.to_string())? != p.verified_len
-        || *hasher.finalize().as_bytes() != p.prefix_hash
-    {
+    let hasher =
+        treehash::hash_file_prefix(&file, p.verified_len, threads).map_err(|e| e.to_string())?;
+    if *hasher.finalize().as_bytes() != p.prefix_hash {
         return Err("modified since it was recorded".into());
     }
     let tail = md.len().min(p.size) - p.verified_len;

@@ -3,7 +3,9 @@
 //! compression) packed by a second thread so reading and compressing overlap.
 
 use std::fs::File;
-use std::io::{self, Read, Seek};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -11,7 +13,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use super::outbox::{recv_or_flush, FrameOut, Outbox};
 use super::{cancelled, warn, SessionError};
 use crate::beneath::TreeRoot;
-use crate::delta::{delta_with, DeltaOptions, Op, LITERAL_CHUNK};
+use crate::delta::{delta_hashing, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
 use crate::meta::Meta;
 use crate::path::RelPath;
@@ -19,6 +21,7 @@ use crate::protocol::{
     violation, FileOutcome, Frame, Request, SessionOptions, WireOp, OPS_PER_FRAME,
 };
 use crate::signature::{BlockSig, Index};
+use crate::treehash::{self, Head, TreeHasher};
 use crate::walk::STATE_DIR;
 
 /// Complete requests queued for the delta thread (so their files can be
@@ -34,6 +37,8 @@ const PREFETCH_THREADS: usize = 4;
 const MAX_TRIES: usize = 3;
 /// Frames between the delta thread and the packer.
 const PACK_QUEUE: usize = 16;
+/// Most threads hashing the prefix of a resumed file.
+const HASH_THREADS: usize = 8;
 
 /// A request ready to serve, holding its share of the signature budget.
 pub struct Queued {
@@ -251,7 +256,7 @@ fn send_file(
     sigs: Vec<BlockSig>,
     out: &mut dyn FrameOut,
 ) -> Result<FileOutcome, SessionError> {
-    let mut file = match root.open_file(&req.path) {
+    let file = match root.open_file(&req.path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(FileOutcome::Vanished),
         // Replaced by a symlink since it was listed.
@@ -262,10 +267,12 @@ fn send_file(
     };
     let index = req.basis.map(|shape| Index::new(shape, sigs));
     let resume = req.resume_from;
-    // A resumed file is rebuilt in place over its partial copy.
+    // A resumed file is rebuilt in place over its partial copy, and its
+    // basis is that copy's unverified rest at the same offsets.
     let mut dopts = DeltaOptions {
         inplace: opts.inplace || resume > 0,
         len_hint: None,
+        positional: resume > 0,
     };
     for _ in 0..MAX_TRIES {
         let before = match stat_file(&file) {
@@ -278,13 +285,6 @@ fn send_file(
             id: req.id,
             meta: before,
         })?;
-        // The receiver has the prefix: it is only read to hash the whole file.
-        let mut hasher = blake3::Hasher::new();
-        match io::copy(&mut Read::by_ref(&mut file).take(resume), &mut hasher) {
-            Ok(n) if n == resume => {}
-            Ok(_) => return Ok(FileOutcome::Changed),
-            Err(e) => return Ok(unreadable(req, e)),
-        }
         dopts.len_hint = Some(before.size - resume);
         let mut batch = OpBatch {
             id: req.id,
@@ -292,28 +292,78 @@ fn send_file(
             bytes: 0,
             out: &mut *out,
         };
-        let result = delta_with::<_, SendError>(
-            Read::by_ref(&mut file).take(before.size - resume),
+        let sent = match send_rest(
+            &file,
+            resume,
+            before.size,
             index.as_ref(),
             dopts,
-            hasher,
-            &mut |op| batch.push(op),
-        );
-        let sent = match result {
+            &mut batch,
+        ) {
             Ok(s) => s,
             Err(SendError::Session(e)) => return Err(e),
+            // The prefix the receiver holds is no longer there.
+            Err(SendError::Read(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Ok(FileOutcome::Changed)
+            }
             Err(SendError::Read(e)) => return Ok(unreadable(req, e)),
         };
         batch.flush()?;
         let after = stat_file(&file).ok().flatten();
-        if resume + sent.len == before.size && after == Some(before) {
-            return Ok(FileOutcome::Sent(sent.hash));
-        }
-        if let Err(e) = file.rewind() {
-            return Ok(unreadable(req, e));
+        if resume + sent.0 == before.size && after == Some(before) {
+            return Ok(FileOutcome::Sent(sent.1));
         }
     }
     Ok(FileOutcome::Changed)
+}
+
+/// Sends the file from `resume` on and hashes all of it: the first
+/// `resume` bytes (which the receiver has) are only hashed, by other
+/// threads while the rest is read and sent. Returns the bytes read after
+/// `resume` and the whole file's hash.
+fn send_rest(
+    file: &File,
+    resume: u64,
+    size: u64,
+    index: Option<&Index>,
+    dopts: DeltaOptions,
+    batch: &mut OpBatch,
+) -> Result<(u64, [u8; 32]), SendError> {
+    let head_len = treehash::head_len(resume);
+    // The hasher of the rest starts with the last chunk before `resume`.
+    let mut hasher = TreeHasher::starting_at(head_len);
+    let mut lead = vec![0; (resume - head_len) as usize];
+    file.read_exact_at(&mut lead, head_len)?;
+    hasher.update(&lead);
+    let mut src = file;
+    src.seek(SeekFrom::Start(resume))?;
+    let stop = AtomicBool::new(false);
+    let (head, sent) = std::thread::scope(|scope| {
+        let head = (head_len > 0).then(|| {
+            scope.spawn(|| {
+                let threads =
+                    std::thread::available_parallelism().map_or(1, |n| n.get().min(HASH_THREADS));
+                treehash::hash_head(file, head_len, threads, &|| stop.load(Ordering::Relaxed))
+            })
+        });
+        let sent = delta_hashing::<_, SendError>(
+            src.take(size - resume),
+            index,
+            dopts,
+            &mut hasher,
+            &mut |op| batch.push(op),
+        );
+        if sent.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        (head.map(|h| h.join()), sent)
+    });
+    let sent = sent?;
+    if let Some(head) = head {
+        let head: Head = head.map_err(|_| io::Error::other("hashing thread panicked"))??;
+        hasher.join(head).map_err(io::Error::other)?;
+    }
+    Ok((sent.len, *hasher.finalize().as_bytes()))
 }
 
 fn unreadable(req: &Request, e: io::Error) -> FileOutcome {
