@@ -18,17 +18,20 @@ def _load(path):
         return None
 
 
-def _summary(path):
-    """The last {"event":"summary"} line of a mover stdout file."""
+def summary(path):
+    """The last {"event":"summary"} line of a mover stdout file (None if there is none)."""
     found = None
     try:
-        for line in open(path):
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and obj.get("event") == "summary":
-                found = obj
+        with open(path, errors="replace") as f:
+            for line in f:
+                if '"summary"' not in line:
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and obj.get("event") == "summary":
+                    found = obj
     except OSError:
         pass
     return found
@@ -57,9 +60,9 @@ def record(out_jsonl, kv):
     kill = _load(a.get("kill", "")) or {}
     cp = (_load(a.get("inspect", "")) or {}).get("checkpoint") or {}
     parts = cp.get("partials") or []
-    a2 = _summary(a.get("a2_send", ""))
-    a2r = _summary(a.get("a2_recv", ""))
-    rest = _summary(a.get("rest_send", ""))
+    a2 = summary(a.get("a2_send", ""))
+    a2r = summary(a.get("a2_recv", ""))
+    rest = summary(a.get("rest_send", ""))
     t2, tr = num("a2_secs"), num("rest_secs")
     rec = {
         "rep": num("rep", int), "cache": a.get("cache"), "status": a.get("status"),

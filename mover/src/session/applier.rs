@@ -228,7 +228,13 @@ impl Applier {
     fn restart(&mut self, mut cur: Current) {
         match (&cur.pending.resume, cur.pending.redo, &self.journal) {
             (Some(r), false, Some(j)) => {
-                j.rewind(cur.id, cur.counted, r.from, &r.hasher, &self.counters);
+                j.advance(
+                    cur.id,
+                    -(cur.counted as i64),
+                    r.from,
+                    &r.hasher,
+                    &self.counters,
+                );
                 cur.counted = 0;
                 // Reopened by `begin`: its verified prefix stays.
                 cur.temp = None;
@@ -373,7 +379,7 @@ impl Applier {
             _ => None,
         };
         match prefix {
-            Some((j, len, hasher)) => j.advance(id, written, len, hasher, &self.counters),
+            Some((j, len, hasher)) => j.advance(id, written as i64, len, hasher, &self.counters),
             // Not journaled (or its prefix cannot be settled): progress only.
             None => self.counters.settled_bytes(written as i64),
         }

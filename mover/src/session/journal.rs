@@ -255,12 +255,14 @@ impl Journal {
         ledger.slots.insert(id, slot);
     }
 
-    /// `settled` more bytes of file `id` are written: `len` in all, hashed by
-    /// `hasher`. Slot and counters move together.
+    /// File `id` now holds `len` bytes, hashed by `hasher`, and `settled`
+    /// more (or, negative, fewer) bytes count as done: slot and counters
+    /// move together. A file that starts over from its verified prefix
+    /// passes that prefix and takes back what was written after it.
     pub fn advance(
         &self,
         id: u64,
-        settled: u64,
+        settled: i64,
         len: u64,
         hasher: &TreeHasher,
         counters: &Counters,
@@ -270,25 +272,7 @@ impl Journal {
             s.len = len;
             s.hasher = hasher.clone();
         }
-        counters.settled_bytes(settled as i64);
-    }
-
-    /// A file starts over from its verified prefix (`len` bytes hashed by
-    /// `hasher`): the `unsettled` bytes written after it no longer count.
-    pub fn rewind(
-        &self,
-        id: u64,
-        unsettled: u64,
-        len: u64,
-        hasher: &TreeHasher,
-        counters: &Counters,
-    ) {
-        let mut ledger = lock(&self.ledger);
-        if let Some(s) = ledger.slots.get_mut(&id) {
-            s.len = len;
-            s.hasher = hasher.clone();
-        }
-        counters.settled_bytes(-(unsettled as i64));
+        counters.settled_bytes(settled);
     }
 
     /// The file is in place (committed): its slot goes.
