@@ -10,7 +10,8 @@
 //! - [`cluster`]: the kube client, as kubectl's flags say;
 //! - [`driver`]: the operation as an explicit state machine: attempts,
 //!   retries, placement re-checks, progress;
-//! - [`cli`]: the commands.
+//! - [`cli`]: the commands; [`tui`]: the monitor, beside it (neither
+//!   uses the other).
 //!
 //! The mover's engine is a dependency for its progress and summary types,
 //! its command-line units and its stdio helpers only; nothing here runs
@@ -27,5 +28,6 @@ pub mod names;
 pub mod plan;
 pub mod record;
 pub mod resources;
+pub mod signals;
 pub mod spec;
 pub mod tui;

@@ -132,6 +132,24 @@ pub fn generate_operation_id(source: &str) -> String {
     new_operation_id(source, random)
 }
 
+/// `host/pid`: who drives an operation.
+pub fn holder() -> String {
+    let host = hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("{host}/{}", std::process::id())
+}
+
+/// Who acts, as the record says it (`abort`): `host/pid`, and the
+/// kubeconfig user when there is one: `laptop/4242 (user admin)`.
+pub fn who(user: Option<&str>) -> String {
+    match user {
+        Some(user) => format!("{} (user {user})", holder()),
+        None => holder(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,16 +13,16 @@ use super::notes::{self, LeftBehind};
 use super::report::{self, Mode};
 use super::{exit, exit_for, plan_of, show, CliError};
 use crate::cluster::Cluster;
-use crate::driver::follow::{attempt_logs, look_at_attempt};
+use crate::driver::follow::attempt_logs;
 use crate::driver::judge::PodView;
 use crate::driver::logs::LogDigest;
-use crate::driver::{objects, progress_of, release_lease, Driver, DriverOptions, Outcome};
-use crate::events::{Recorder, Severity};
+use crate::driver::{
+    objects, progress_of, release_lease, Driver, DriverError, DriverOptions, Outcome,
+};
 use crate::plan::Plan;
-use crate::record::figures::{self, Budget, Seen};
+use crate::record::figures::{self, Budget};
 use crate::record::store::{RecordStore, StoreError};
-use crate::record::{Attempt, AttemptPhase, Phase, Progress, VolumeMigration};
-use crate::spec::ClaimRef;
+use crate::record::{Attempt, Phase, Progress, VolumeMigration};
 
 /// Runs the driver with progress shown as `output` allows, until the
 /// operation ends, detaches, or Ctrl-C (which leaves it running).
@@ -42,7 +42,7 @@ pub async fn drive(
     let driver = Driver::new(cluster.client.clone(), plan, record, options, tx);
     let result = tokio::select! {
         r = driver.run() => Some(r),
-        () = super::interrupted() => None,
+        () = crate::signals::interrupted() => None,
     };
     let _ = reporter.await;
     let store = RecordStore::new(cluster.client.clone(), &ns);
@@ -109,7 +109,7 @@ async fn left_behind(cluster: &Cluster, store: &RecordStore, op: &str) -> LeftBe
 pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Result<i32, CliError> {
     let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
-    let me = super::holder();
+    let me = crate::names::holder();
     loop {
         let vm = store.get(&args.operation).await?;
         if vm.status.phase == Phase::Succeeded {
@@ -242,7 +242,7 @@ async fn observe(
         }
         tokio::select! {
             () = tokio::time::sleep(Duration::from_secs(2)) => {}
-            () = super::interrupted() => return Ok(Some(exit::INTERRUPTED)),
+            () = crate::signals::interrupted() => return Ok(Some(exit::INTERRUPTED)),
         }
     }
 }
@@ -261,106 +261,19 @@ async fn logged_progress(
 
 pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
     let op = &args.operation;
-    let who = super::who(cluster.user.as_deref());
-    let vm = abort_operation(&cluster.client, &cluster.namespace, op, &who).await?;
+    let who = crate::names::who(cluster.user.as_deref());
+    let vm = crate::driver::abort::abort(&cluster.client, &cluster.namespace, op, &who)
+        .await
+        .map_err(|e| match e {
+            DriverError::Refused(m) => CliError::Usage(m),
+            e => e.into(),
+        })?;
     say!(
         "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
         cluster.namespace
     );
     show::print_one(&vm, output)?;
     Ok(exit::OK)
-}
-
-/// Aborts operation `op` of `namespace` as `who`: record Aborted (with
-/// the running attempt closed as its pods and logs show it: bytes, rate,
-/// nodes, time, last lines), its pods, Service and Secrets removed and
-/// waited out, Events posted. The destination keeps its data. Prints
-/// nothing (the monitor calls it too).
-pub async fn abort_operation(
-    client: &Client,
-    namespace: &str,
-    op: &str,
-    who: &str,
-) -> Result<VolumeMigration, CliError> {
-    let store = RecordStore::new(client.clone(), namespace);
-    let vm = store.get(op).await?;
-    if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
-        return Err(CliError::Usage(nothing_to_abort(op, vm.status.phase)));
-    }
-    // What the running attempt did, seen before its pods go: with no
-    // driver (after --detach or Ctrl-C) nothing else recorded it.
-    let seen = match vm.running_attempt() {
-        Some(a) => Some((a.number, look_at_attempt(client, &vm, a).await)),
-        None => None,
-    };
-    let vm = store
-        .update(op, |vm| {
-            if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
-                return Err(StoreError::Changed(format!(
-                    "operation {op} ended ({}) meanwhile",
-                    vm.status.phase.as_str()
-                )));
-            }
-            vm.status.phase = Phase::Aborted;
-            vm.status.message = Some(format!(
-                "aborted by {who}; the destination keeps the data copied so far \
-                 (kubectl volmig resume {op} continues from it)"
-            ));
-            vm.status.aborted_by = Some(who.to_string());
-            vm.status.driver = None;
-            let now = Timestamp::now();
-            vm.status.completion_time = Some(now);
-            let reason = Some(format!("aborted by {who}"));
-            if let Some(a) = vm.status.attempts.last_mut().filter(|a| !a.phase.is_over()) {
-                let seen = match &seen {
-                    Some((n, seen)) if *n == a.number => seen.clone(),
-                    _ => Seen::default(),
-                };
-                figures::close(a, AttemptPhase::Aborted, reason, None, &seen, now);
-                if let Some(p) = &seen.progress {
-                    let newest = figures::newest(vm.status.progress.as_ref(), Some(p));
-                    vm.status.progress = newest.cloned();
-                }
-            }
-            vm.status.elapsed_seconds = figures::recorded_elapsed(&vm.status.attempts);
-            Ok(())
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::Changed(m) => CliError::Usage(m),
-            e => e.into(),
-        })?;
-    let namespaces = [
-        vm.spec.destination.namespace.as_str(),
-        vm.spec.source.namespace.as_str(),
-    ];
-    objects::cleanup(client, op, &namespaces).await?;
-    // A resume right after must not meet a receiver still writing its
-    // final checkpoint.
-    if !objects::wait_pods_gone(client, op, &namespaces, Duration::from_secs(60)).await? {
-        tracing::warn!("some of operation {op}'s pods are still terminating");
-    }
-    let destination = ClaimRef {
-        namespace: vm.spec.destination.namespace.clone(),
-        name: vm.spec.destination.name.clone(),
-    };
-    Recorder::new(client.clone(), op)
-        .post(
-            &[&vm.spec.source, &destination],
-            Severity::Warning,
-            "MigrationAborted",
-            "aborted; the destination keeps the data copied so far",
-        )
-        .await;
-    Ok(vm)
-}
-
-/// Why `abort` refuses an operation that has ended.
-fn nothing_to_abort(op: &str, phase: Phase) -> String {
-    format!(
-        "operation {op} is {} already; nothing to abort",
-        phase.as_str()
-    )
 }
 
 pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliError> {
@@ -396,16 +309,4 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
         vm.spec.destination.name
     ));
     Ok(exit::OK)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn troubleshooting_quotes_the_refusal_abort_prints() {
-        let doc = include_str!("../../../docs/troubleshooting.md");
-        let message = nothing_to_abort("OP", Phase::Succeeded);
-        assert!(doc.contains(&message), "{message:?} not quoted");
-    }
 }

@@ -36,7 +36,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     let options = DriverOptions {
         detach: args.detach,
         start_timeout,
-        holder: super::holder(),
+        holder: crate::names::holder(),
     };
     super::control::drive(cluster, plan, record, options, output).await
 }

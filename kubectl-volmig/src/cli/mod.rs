@@ -122,24 +122,6 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
     }
 }
 
-/// Resolves on Ctrl-C, SIGTERM (`timeout`, a stopping container) or SIGHUP
-/// (a closed terminal): each leaves an operation running in the cluster.
-pub(crate) async fn interrupted() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-        _ = hup.recv() => {}
-    }
-}
-
 /// Writes `text` to stdout. `false` when it cannot be written: the caller
 /// stops printing. A closed pipe (`| head`) ends the process quietly, as it
 /// ends kubectl ([`mover::stdio`]), instead of panicking as `print!` would.
@@ -165,7 +147,7 @@ async fn monitor(
     if let Some(c) = context {
         let _ = crate::tui::app::CONTEXT.set(c.clone());
     }
-    let _ = crate::tui::app::WHO.set(who(cluster.user.as_deref()));
+    let _ = crate::tui::app::WHO.set(crate::names::who(cluster.user.as_deref()));
     let scope = if args.all_namespaces {
         crate::tui::Scope::All
     } else {
@@ -186,24 +168,6 @@ pub fn plan_of(vm: &VolumeMigration) -> Option<Plan> {
         destination: vm.status.destination.clone()?,
         placement: vm.status.placement.clone()?,
     })
-}
-
-/// `host/pid`: who drives an operation.
-pub fn holder() -> String {
-    let host = hostname::get()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "unknown-host".into());
-    format!("{host}/{}", std::process::id())
-}
-
-/// Who acts, as the record says it (`abort`): `host/pid`, and the
-/// kubeconfig user when there is one: `laptop/4242 (user admin)`.
-pub fn who(user: Option<&str>) -> String {
-    match user {
-        Some(user) => format!("{} (user {user})", holder()),
-        None => holder(),
-    }
 }
 
 /// The exit code for an operation's phase.

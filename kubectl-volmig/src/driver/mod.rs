@@ -17,6 +17,7 @@
 //!   `lease`: the steps of a running attempt, of its end and the
 //!   operation's, and the record writes with the driver's heartbeat.
 
+pub mod abort;
 mod attempt;
 mod ending;
 pub mod follow;
@@ -54,6 +55,9 @@ pub enum DriverError {
     /// Someone ran `kubectl volmig abort`: the record says Aborted.
     #[error("the operation was aborted")]
     Aborted,
+    /// Refused as asked (nothing to abort; the operation changed meanwhile).
+    #[error("{0}")]
+    Refused(String),
     /// Another client took the operation over (`resume --force`).
     #[error("{0} has taken this operation over (resume --force); this client stops driving it")]
     TakenOver(String),
@@ -84,6 +88,7 @@ impl DriverError {
             },
             DriverError::Record(e) => e.is_retryable(),
             DriverError::Keys(_)
+            | DriverError::Refused(_)
             | DriverError::Conflict(_)
             | DriverError::Aborted
             | DriverError::TakenOver(_) => false,

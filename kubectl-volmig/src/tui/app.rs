@@ -10,8 +10,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use super::feed;
 use super::model::{Command, Model, Msg, Scope};
 use super::view;
-use crate::cli::control::abort_operation;
-use crate::cli::CliError;
+use crate::driver::abort::abort;
 use crate::record::store::RecordStore;
 use kube::Client;
 
@@ -48,7 +47,7 @@ async fn event_loop(
     let (tx, mut rx) = unbounded_channel();
     let feeds = feed::start(client.clone(), &scope, tx.clone());
     read_keys(tx.clone());
-    let interrupted = crate::cli::interrupted();
+    let interrupted = crate::signals::interrupted();
     tokio::pin!(interrupted);
     let mut model = Model::new(scope, only);
     // The model never reads the clock: ages count from this tick.
@@ -118,8 +117,8 @@ fn run_command(client: &Client, command: Command, tx: &UnboundedSender<Msg>) {
         Command::Quit => {}
         Command::Abort { namespace, op } => {
             tokio::spawn(async move {
-                let who = WHO.get().cloned().unwrap_or_else(crate::cli::holder);
-                let notice = match abort_operation(&client, &namespace, &op, &who).await {
+                let who = WHO.get().cloned().unwrap_or_else(crate::names::holder);
+                let notice = match abort(&client, &namespace, &op, &who).await {
                     Ok(_) => format!("{op} aborted; r resumes it"),
                     Err(e) => format!("abort {op}: {e}"),
                 };
@@ -139,7 +138,7 @@ fn run_command(client: &Client, command: Command, tx: &UnboundedSender<Msg>) {
                         namespace,
                         op,
                     },
-                    Err(e) => Msg::Notice(format!("logs of {op}: {}", CliError::from(e))),
+                    Err(e) => Msg::Notice(format!("logs of {op}: {e}")),
                 };
                 let _ = tx.send(msg);
             });
