@@ -286,14 +286,6 @@ def disk_usage(root, out_json=None):
     return res
 
 
-def _load_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def resume_record(out_jsonl, kv):
     """Collects one resume run into a JSON line. KEY=VALUE arguments: plain values
     (variant, rep, status, secs, exit codes, tree sizes) and files:
@@ -301,17 +293,10 @@ def resume_record(out_jsonl, kv):
       disk=  disk-usage after attempt 1   a1_send= a1_recv= attempt 1 stdout of each side
       a2_send= a2_recv= attempt 2 stdout  base_send= the restart-from-zero sender's stdout
     """
-    a = dict(x.split("=", 1) for x in kv)
-
-    def num(key, conv=float):
-        try:
-            return conv(a[key])
-        except (KeyError, ValueError):
-            return None
-
-    kill = _load_json(a.get("kill", "")) or {}
-    insp = _load_json(a.get("inspect", "")) or {}
-    disk = _load_json(a.get("disk", "")) or {}
+    a, num = tail.fields(kv)
+    kill = tail.load(a.get("kill", "")) or {}
+    insp = tail.load(a.get("inspect", "")) or {}
+    disk = tail.load(a.get("disk", "")) or {}
     cp = insp.get("checkpoint") if isinstance(insp, dict) else None
     a2s, a2r = mover_summary(a.get("a2_send", "")), mover_summary(a.get("a2_recv", ""))
     a2_prog = mover_events(a.get("a2_recv", ""), "progress")

@@ -10,7 +10,8 @@ import statistics
 TAIL_TARGET = 1.2   # attempt 2 time / fresh copy of the rest (issue 14)
 
 
-def _load(path):
+def load(path):
+    """A JSON file, or None if it is missing or not JSON."""
     try:
         with open(path) as f:
             return json.load(f)
@@ -37,8 +38,22 @@ def summary(path):
     return found
 
 
+def fields(kv):
+    """KEY=VALUE arguments as a dict, and a reader of one as a number (None if absent or
+    not a number)."""
+    a = dict(x.split("=", 1) for x in kv)
+
+    def num(key, conv=float):
+        try:
+            return conv(a[key])
+        except (KeyError, ValueError):
+            return None
+
+    return a, num
+
+
 def state(inspect_json):
-    cp = (_load(inspect_json) or {}).get("checkpoint") or {}
+    cp = (load(inspect_json) or {}).get("checkpoint") or {}
     parts = cp.get("partials") or []
     if len(parts) != 1:
         return "- -1"
@@ -49,16 +64,9 @@ def record(out_jsonl, kv):
     """KEY=VALUE: rep, cache (cold|warm), status, tree_bytes, temp_len, temp_is_prefix,
     rest_bytes, a2_secs, a2_rc, rest_secs, rest_rc, verify, and files: kill=, inspect=,
     a2_send=, a2_recv=, rest_send= (mover stdout)."""
-    a = dict(x.split("=", 1) for x in kv)
-
-    def num(key, conv=float):
-        try:
-            return conv(a[key])
-        except (KeyError, ValueError):
-            return None
-
-    kill = _load(a.get("kill", "")) or {}
-    cp = (_load(a.get("inspect", "")) or {}).get("checkpoint") or {}
+    a, num = fields(kv)
+    kill = load(a.get("kill", "")) or {}
+    cp = (load(a.get("inspect", "")) or {}).get("checkpoint") or {}
     parts = cp.get("partials") or []
     a2 = summary(a.get("a2_send", ""))
     a2r = summary(a.get("a2_recv", ""))
