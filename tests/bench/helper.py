@@ -612,12 +612,7 @@ def _cpu(user, sys_):
     return None if u < 0 or s < 0 else u + s
 
 
-def _dig(obj, keys):
-    for k in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(k)
-    return obj
+_dig = tail.dig
 
 
 def _hb_signed(n):

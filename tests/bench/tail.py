@@ -125,8 +125,8 @@ def report(path, results, human_bytes, print_table):
         met = ratio is not None and ratio <= TAIL_TARGET
         verdict = "FAIL" if not ok else ("met" if met else "missed")
         pct = lambda x: "n/a" if x is None or not tree else "%.1f%%" % (100.0 * x / tree)
-        spread = lambda k: "%.2f-%.2f" % (min(_dig(r, k) for r in rs), max(_dig(r, k) for r in rs)) \
-            if all(_dig(r, k) is not None for r in rs) else "n/a"
+        spread = lambda k: "%.2f-%.2f" % (min(dig(r, k) for r in rs), max(dig(r, k) for r in rs)) \
+            if all(dig(r, k) is not None for r in rs) else "n/a"
         table.append([
             {"cold": "dropped", "warm": "warm"}[cache], len(rs),
             "%s (%s)" % (human_bytes(kill), pct(kill)), "%s (%s)" % (human_bytes(ver), pct(ver)),
@@ -150,7 +150,8 @@ def report(path, results, human_bytes, print_table):
     return all_ok
 
 
-def _dig(obj, keys):
+def dig(obj, keys):
+    """obj[k1][k2]..., or None where a level is missing or not a dict."""
     for k in keys:
         if not isinstance(obj, dict):
             return None

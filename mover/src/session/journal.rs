@@ -98,7 +98,9 @@ impl Journal {
             Ok(Some(cp)) if cp.operation_id != operation_id => {
                 // Another operation's partial files are of no use to this
                 // one: they go with its checkpoint.
-                remove_partials(root, &cp.partials);
+                if let Ok(placer) = Placer::open(root) {
+                    remove_partials(&placer, &cp.partials);
+                }
                 Err(CheckpointError::Foreign {
                     found: cp.operation_id,
                     want: operation_id.to_string(),
@@ -215,13 +217,8 @@ impl Journal {
             counters.lost_prior(unclaimed.iter().map(|p| p.verified_len).sum());
             unclaimed
         };
-        if unclaimed.is_empty() || self.forget(true, counters).is_err() {
-            return;
-        }
-        for p in unclaimed {
-            if let Ok(temp) = placer.place(&p.temp) {
-                let _ = std::fs::remove_file(&*temp);
-            }
+        if !unclaimed.is_empty() && self.forget(true, counters).is_ok() {
+            remove_partials(placer, &unclaimed);
         }
     }
 
@@ -385,12 +382,9 @@ impl Journal {
     }
 }
 
-/// Removes partial files a checkpoint names (beneath `root`, temporary names
+/// Removes partial files a checkpoint names (beneath the root, temporary names
 /// only: decoding checked both).
-fn remove_partials(root: &Path, partials: &[Partial]) {
-    let Ok(placer) = Placer::open(root) else {
-        return;
-    };
+fn remove_partials(placer: &Placer, partials: &[Partial]) {
     for p in partials {
         if let Ok(temp) = placer.place(&p.temp) {
             let _ = std::fs::remove_file(&*temp);

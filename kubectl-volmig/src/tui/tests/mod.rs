@@ -40,6 +40,18 @@ fn retrying() -> VolumeMigration {
     fixture(include_str!("../../../tests/fixtures/record/retrying.yaml"))
 }
 
+/// The pod watch's word that `retrying`'s attempt 2 has its pods on nodes:
+/// the receiver on node-3, the sender on node-2.
+fn retrying_scheduled() -> Msg {
+    Msg::Scheduled {
+        namespace: "prod".to_string(),
+        op: "cache-r2d4t".to_string(),
+        attempt: 2,
+        receiver: Some("node-3".to_string()),
+        sender: Some("node-2".to_string()),
+    }
+}
+
 fn now() -> Timestamp {
     "2025-03-01T12:00:00Z".parse().expect("timestamp")
 }

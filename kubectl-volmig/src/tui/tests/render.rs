@@ -123,13 +123,7 @@ fn retrying_live() -> Model {
             updated: Some("2025-03-01T11:59:58Z".parse().expect("timestamp")),
         },
     });
-    model.update(Msg::Scheduled {
-        namespace: "prod".to_string(),
-        op: "cache-r2d4t".to_string(),
-        attempt: 2,
-        receiver: Some("node-3".to_string()),
-        sender: Some("node-2".to_string()),
-    });
+    model.update(retrying_scheduled());
     model
 }
 

@@ -259,13 +259,7 @@ fn the_running_attempt_has_the_header_s_bytes_and_its_sender_s_node_early() {
     assert_eq!(model.node(&vm, second, Side::Sender), Some("node-1"));
 
     // Scheduled: where the pod watch saw it; the list says so too.
-    model.update(Msg::Scheduled {
-        namespace: "prod".to_string(),
-        op: "cache-r2d4t".to_string(),
-        attempt: 2,
-        receiver: Some("node-3".to_string()),
-        sender: Some("node-2".to_string()),
-    });
+    model.update(retrying_scheduled());
     assert_eq!(model.node(&vm, second, Side::Sender), Some("node-2"));
     assert_eq!(model.node(&vm, second, Side::Receiver), Some("node-3"));
     assert_eq!(model.sender_node(&vm), Some("node-2"));
