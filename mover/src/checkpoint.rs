@@ -32,8 +32,7 @@ const HEADER_LEN: usize = MAGIC.len() + 2 + 4;
 pub const MAX_LEN: usize = 16 << 20;
 /// Most partial files one checkpoint may name.
 pub const MAX_PARTIALS: usize = 4096;
-/// Longest operation id.
-pub const MAX_OPERATION_ID: usize = 128;
+pub use crate::operation::{check_operation_id, MAX_OPERATION_ID};
 
 const FILE: &str = "checkpoint";
 const LOCK: &str = "lock";
@@ -112,21 +111,6 @@ impl CheckpointError {
     /// Only a failure to read may go away by itself.
     pub fn is_retryable(&self) -> bool {
         matches!(self, CheckpointError::Io(_))
-    }
-}
-
-/// Checks an operation id: 1 to 128 characters of `[A-Za-z0-9._-]`.
-pub fn check_operation_id(id: &str) -> Result<(), String> {
-    let ok = (1..=MAX_OPERATION_ID).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid operation id {id:?}: 1 to {MAX_OPERATION_ID} characters of A-Z a-z 0-9 . _ -"
-        ))
     }
 }
 

@@ -18,26 +18,45 @@
 //! - [`units`], [`stdio`]: what the programs share: command-line values
 //!   (`kubectl volmig` checks the mover's before it creates anything), and
 //!   writing to stdout and stderr without panicking on a closed pipe.
+//!
+//! The engine (feature `engine`, on by default) is Linux's: it walks and
+//! writes trees with `openat2`, xattrs and Linux metadata. Without it the
+//! library is the portable part `kubectl volmig` uses on every platform:
+//! [`stats`], [`units`], [`stdio`], [`tls`], [`operation`] ids and [`path`].
 
 // Output goes through `stdio` (programs) or is ignored when it fails
 // (library warnings): `println!` panics on a closed pipe.
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
+#[cfg(feature = "engine")]
 pub mod beneath;
+#[cfg(feature = "engine")]
 pub mod checkpoint;
+#[cfg(feature = "engine")]
 pub mod delta;
+#[cfg(feature = "engine")]
 pub mod filter;
+#[cfg(feature = "engine")]
 pub mod manifest;
+#[cfg(feature = "engine")]
 pub mod meta;
+pub mod operation;
+#[cfg(feature = "engine")]
 pub mod patch;
 pub mod path;
+#[cfg(feature = "engine")]
 pub mod protocol;
+#[cfg(feature = "engine")]
 pub mod rolling;
+#[cfg(feature = "engine")]
 pub mod session;
+#[cfg(feature = "engine")]
 pub mod signature;
 pub mod stats;
 pub mod stdio;
 pub mod tls;
+#[cfg(feature = "engine")]
 pub mod treehash;
 pub mod units;
+#[cfg(feature = "engine")]
 pub mod walk;

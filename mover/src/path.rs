@@ -6,8 +6,10 @@
 //! components, no NUL, bounded length. A peer can therefore never name
 //! anything outside the root by path alone.
 
+#[cfg(unix)]
 use std::ffi::OsStr;
 use std::fmt;
+#[cfg(unix)]
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -126,6 +128,7 @@ impl RelPath {
     }
 
     /// The path under `root` on the local file system.
+    #[cfg(unix)]
     pub fn under(&self, root: &Path) -> PathBuf {
         if self.0.is_empty() {
             root.to_path_buf()

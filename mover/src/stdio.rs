@@ -40,6 +40,7 @@ fn write(mut stream: impl Write, text: &str) -> bool {
 }
 
 /// Ends the process by SIGPIPE, as if it had not been ignored.
+#[cfg(unix)]
 fn end_by_sigpipe() -> ! {
     // SAFETY: restoring a signal's default disposition and raising it
     // touch no memory of this process; the default action ends it.
@@ -49,4 +50,10 @@ fn end_by_sigpipe() -> ! {
     }
     // Not reached; if the signal were blocked, the shell's code for it.
     std::process::exit(128 + libc::SIGPIPE)
+}
+
+/// Ends the process quietly: Windows has no SIGPIPE.
+#[cfg(not(unix))]
+fn end_by_sigpipe() -> ! {
+    std::process::exit(1)
 }

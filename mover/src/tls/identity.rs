@@ -47,7 +47,7 @@ impl Identity {
             .map_err(|_| TlsError::bad(&id_path, "not text"))?
             .trim()
             .to_string();
-        crate::checkpoint::check_operation_id(&operation_id)
+        crate::operation::check_operation_id(&operation_id)
             .map_err(|e| TlsError::bad(&id_path, e))?;
         let key_path = dir.join(role.key_file());
         let key = PrivateKeyDer::from_pem_slice(&read(role.key_file())?)

@@ -8,6 +8,7 @@
 
 use std::fs;
 use std::io::{self, Write};
+#[cfg(unix)]
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -59,7 +60,7 @@ impl KeyMaterial {
         not_before: SystemTime,
         not_after: SystemTime,
     ) -> Result<KeyMaterial, TlsError> {
-        crate::checkpoint::check_operation_id(operation_id).map_err(TlsError::Generate)?;
+        crate::operation::check_operation_id(operation_id).map_err(TlsError::Generate)?;
         let fail = |e: rcgen::Error| TlsError::Generate(e.to_string());
         let validity = |mut p: CertificateParams, cn: String| {
             p.not_before = not_before.into();
@@ -127,11 +128,11 @@ impl KeyMaterial {
     /// owner only; existing files are never overwritten.
     pub fn write(&self, dir: &Path) -> Result<(), TlsError> {
         let at = |e: io::Error| TlsError::material(dir, e);
-        match fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-        {
+        let mut builder = fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        builder.mode(0o700);
+        match builder.create(dir) {
             Ok(()) => {}
             Err(e) => return Err(at(e)),
         }
@@ -146,10 +147,11 @@ impl KeyMaterial {
         }
         for (name, contents) in &self.files {
             let path = dir.join(name);
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
+            let mut options = fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            options.mode(0o600);
+            let mut f = options
                 .open(&path)
                 .map_err(|e| TlsError::material(&path, e))?;
             f.write_all(contents.as_bytes())
