@@ -8,6 +8,14 @@ use clap::Parser;
 use volmig::cli::{self, Cli};
 
 fn main() {
+    // kubectl_complete-volmig: answered before parsing, as its words are
+    // an incomplete command line.
+    let mut argv = std::env::args_os();
+    if argv.nth(1).is_some_and(|a| a == cli::complete::HIDDEN) {
+        let words: Vec<String> = argv.map(|a| a.to_string_lossy().into_owned()).collect();
+        mover::stdio::out(&cli::complete::complete(&words));
+        std::process::exit(cli::exit::OK);
+    }
     let cli = Cli::parse();
     // Other crates (kube's client among them) speak only from -v on: the
     // errors that matter reach the user through volmig's own messages.

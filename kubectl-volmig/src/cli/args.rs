@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap_complete::engine::ArgValueCandidates;
 
 use crate::cluster::ClusterArgs;
 use crate::spec;
@@ -85,12 +86,35 @@ pub enum Command {
     Cleanup(CleanupArgs),
     /// A live view of the operations: progress, attempts, placement, logs.
     Monitor(MonitorArgs),
+    /// Print the plugin's version, git revision and default mover image.
+    Version,
+    /// Print a shell completion script for `kubectl-volmig` (see `--help`).
+    #[command(long_about = COMPLETION_HELP)]
+    Completion(CompletionArgs),
+}
+
+const COMPLETION_HELP: &str = "Print a shell completion script for `kubectl-volmig`.
+
+For `kubectl volmig <TAB>` (kubectl 1.26 and newer), put the release archive's
+kubectl_complete-volmig on PATH instead: kubectl runs it, and it asks
+`kubectl-volmig __complete`, which also completes operation names from the cluster.
+
+  bash:        source <(kubectl-volmig completion bash)
+  zsh:         kubectl-volmig completion zsh > \"${fpath[1]}/_kubectl-volmig\"
+  fish:        kubectl-volmig completion fish | source
+  powershell:  kubectl-volmig completion powershell | Out-String | Invoke-Expression";
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
 pub struct MonitorArgs {
     /// Open this operation's details.
-    #[arg(value_name = "OP")]
+    #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
     pub operation: Option<String>,
     /// Operations in every namespace.
     #[arg(short = 'A', long)]
@@ -170,7 +194,7 @@ pub struct MigrateArgs {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// One operation, in detail.
-    #[arg(value_name = "OP")]
+    #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
     pub operation: Option<String>,
     /// Operations in every namespace.
     #[arg(short = 'A', long)]
@@ -180,7 +204,7 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct LogsArgs {
     /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
-    #[arg(value_name = "OP")]
+    #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
     pub operation: String,
     /// The attempt (default: the latest).
     #[arg(long, value_name = "N")]
@@ -202,7 +226,7 @@ pub enum Role {
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
-    #[arg(value_name = "OP")]
+    #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
     pub operation: String,
     /// Return once the next attempt has started.
     #[arg(long)]
@@ -218,14 +242,14 @@ pub struct ResumeArgs {
 #[derive(Debug, Args)]
 pub struct OpArgs {
     /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
-    #[arg(value_name = "OP")]
+    #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
     pub operation: String,
 }
 
 #[derive(Debug, Args)]
 pub struct CleanupArgs {
     /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
-    #[arg(value_name = "OP")]
+    #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
     pub operation: String,
     /// Clean up even an operation another client is driving.
     #[arg(long)]

@@ -5,7 +5,9 @@
 //! - [`migrate`], [`control`] (resume, abort, cleanup), [`show`] (status,
 //!   logs): the commands;
 //! - [`report`]: progress bars on a TTY, plain lines otherwise;
-//! - [`notes`]: what is said on taking an operation up or letting it go.
+//! - [`notes`]: what is said on taking an operation up or letting it go;
+//! - [`complete`]: shell completion, for `kubectl-volmig` and through
+//!   kubectl's plugin completion.
 
 /// `eprintln!` that does not panic on a closed pipe: see [`mover::stdio`].
 macro_rules! say {
@@ -15,6 +17,7 @@ macro_rules! say {
 }
 
 pub mod args;
+pub mod complete;
 pub mod control;
 mod gather;
 mod migrate;
@@ -108,6 +111,17 @@ impl CliError {
 
 /// Runs a parsed command line; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, CliError> {
+    // What needs no cluster.
+    match &cli.command {
+        Command::Version => return version(cli.output),
+        Command::Completion(args) => {
+            let mut script = Vec::new();
+            complete::script(args.shell, &mut script);
+            out(&String::from_utf8_lossy(&script));
+            return Ok(exit::OK);
+        }
+        _ => {}
+    }
     let cluster = cluster::connect(&cli.cluster_args()).await?;
     let output = cli.output;
     let cli_paths = (cli.kubeconfig.clone(), cli.context.clone());
@@ -119,7 +133,62 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Abort(args) => control::abort(&cluster, args, output).await,
         Command::Cleanup(args) => control::cleanup(&cluster, args).await,
         Command::Monitor(args) => monitor(&cluster, &cli_paths, args).await,
+        Command::Version | Command::Completion(_) => Ok(exit::OK),
     }
+}
+
+/// What `kubectl volmig version` reports.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionInfo {
+    pub version: &'static str,
+    /// The commit built, as the release build recorded it.
+    pub revision: &'static str,
+    /// The image `migrate` runs unless `--mover-image` says otherwise.
+    pub mover_image: &'static str,
+    /// `os/arch` of this binary.
+    pub platform: String,
+}
+
+impl VersionInfo {
+    pub fn this() -> VersionInfo {
+        VersionInfo {
+            version: env!("CARGO_PKG_VERSION"),
+            revision: option_env!("VOLMIG_GIT_REVISION").unwrap_or("unknown"),
+            mover_image: crate::spec::DEFAULT_MOVER_IMAGE,
+            // As kubectl and krew name platforms (Go's GOOS/GOARCH).
+            platform: format!(
+                "{}/{}",
+                match std::env::consts::OS {
+                    "macos" => "darwin",
+                    os => os,
+                },
+                match std::env::consts::ARCH {
+                    "x86_64" => "amd64",
+                    "aarch64" => "arm64",
+                    arch => arch,
+                }
+            ),
+        }
+    }
+}
+
+fn version(output: Output) -> Result<i32, CliError> {
+    let info = VersionInfo::this();
+    let text = match output {
+        Output::Table => format!(
+            "kubectl-volmig {} ({}, revision {})\ndefault mover image: {}\n",
+            info.version, info.platform, info.revision, info.mover_image
+        ),
+        Output::Json => serde_json::to_string_pretty(&info)
+            .map(|j| j + "\n")
+            .map_err(|e| CliError::Print(e.to_string()))?,
+        Output::Yaml => {
+            serde_saphyr::to_string(&info).map_err(|e| CliError::Print(e.to_string()))?
+        }
+    };
+    out(&text);
+    Ok(exit::OK)
 }
 
 /// Writes `text` to stdout. `false` when it cannot be written: the caller

@@ -101,6 +101,58 @@ pub fn volmig_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kubectl-volmig"))
 }
 
+/// The release `cargo xtask test` built before the tests (`VOLMIG_DIST`),
+/// else `target/xtask-dist` (`cargo xtask dist --out target/xtask-dist`).
+pub fn release_dir() -> PathBuf {
+    let dir = std::env::var_os("VOLMIG_DIST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+            target.join("xtask-dist")
+        });
+    assert!(
+        dir.join("volmig.yaml").is_file(),
+        "no release build in {}: run the tests with `cargo xtask test` (it builds one), \
+         or `cargo xtask dist --out {}` first",
+        dir.display(),
+        dir.display()
+    );
+    dir
+}
+
+fn release_file(prefix: &str, suffix: &str) -> PathBuf {
+    let dir = release_dir();
+    let version = env!("CARGO_PKG_VERSION");
+    let path = dir.join(format!("{prefix}_v{version}_linux_amd64{suffix}"));
+    assert!(
+        path.is_file(),
+        "{} is not in the release build",
+        path.display()
+    );
+    path
+}
+
+/// The release's mover image, an OCI archive.
+pub fn release_mover_image() -> PathBuf {
+    release_file("mover", ".oci.tar")
+}
+
+/// The release's plugin (static), unpacked from its archive into `dir`.
+pub fn release_plugin(dir: &Path) -> PathBuf {
+    let archive = release_file("kubectl-volmig", ".tar.gz");
+    let status = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(dir)
+        .status()
+        .expect("tar runs");
+    assert!(status.success(), "tar -xzf {}", archive.display());
+    dir.join("kubectl-volmig")
+}
+
 /// `kubectl-volmig --kubeconfig K -n NS ARGS`, within 5 minutes.
 pub async fn volmig(env: &Env, args: &[&str]) -> Run {
     let child = tokio::process::Command::new(volmig_binary())

@@ -165,6 +165,15 @@ fn tune(stream: &TcpStream, timeout: Option<Duration>) {
 }
 
 async fn connect(to: &str, retry: Duration) -> std::io::Result<TcpStream> {
+    // The release binary links glibc statically and runs in an image of
+    // nothing else: no NSS, so no name lookup. kubectl volmig passes the
+    // receiver's Service IP.
+    if cfg!(target_feature = "crt-static") && to.parse::<std::net::SocketAddr>().is_err() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "this static mover does not resolve host names: give the receiver as IP:PORT",
+        ));
+    }
     let deadline = tokio::time::Instant::now() + retry;
     loop {
         match TcpStream::connect(to).await {

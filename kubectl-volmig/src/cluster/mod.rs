@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+pub mod resolve;
+
 /// kubectl's connection flags.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterArgs {
@@ -40,12 +42,15 @@ pub enum ClusterError {
     Infer(#[from] kube::config::InferConfigError),
     #[error("cannot create the Kubernetes client: {0}")]
     Client(#[from] kube::Error),
+    #[error("cannot resolve the API server's name {host:?}: {message}")]
+    Resolve { host: String, message: String },
 }
 
 impl ClusterError {
-    /// A configuration problem does not fix itself.
+    /// A configuration problem does not fix itself; a name that does not
+    /// resolve may once DNS answers.
     pub fn is_retryable(&self) -> bool {
-        false
+        matches!(self, ClusterError::Resolve { .. })
     }
 }
 
@@ -70,6 +75,8 @@ pub async fn connect(args: &ClusterArgs) -> Result<Cluster, ClusterError> {
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
+    #[cfg(all(target_os = "linux", target_feature = "crt-static"))]
+    let config = resolve::in_rust(config).await?;
     let client = Client::try_from(config)?;
     Ok(Cluster {
         client,
