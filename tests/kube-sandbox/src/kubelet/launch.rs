@@ -81,7 +81,10 @@ pub fn build(
             .collect()
     };
     let (command, args) = (strings(&spec["command"]), strings(&spec["args"]));
-    if matches!(files, Files::Host) && command.is_empty() {
+    // An unmapped image is taken as one without Entrypoint or Cmd (as
+    // busybox has no Entrypoint): `args` alone run too (`kubectl run X
+    // --image=busybox -- sh -c ...`).
+    if matches!(files, Files::Host) && command.is_empty() && args.is_empty() {
         return Err((
             "CreateContainerError",
             format!("kube-sandbox runs containers as host commands: container {name:?} (image {image:?}) has no command"),
