@@ -8,9 +8,10 @@
 //! Go's protobuf encoder writes every non-pointer field, zero or not; Go's
 //! JSON encoder then leaves the `omitempty` ones out. The same fields are
 //! left out here: empty strings (but pointer strings, see [`omitempty`]),
-//! zero times, and the zero numbers and `false` of the non-pointer
-//! `omitempty` fields; other zeros and empty messages (`emptyDir: {}`) are
-//! kept, as pointers set to them must be.
+//! and the zero numbers and `false` of the non-pointer `omitempty` fields;
+//! other zeros and empty messages (`emptyDir: {}`) are kept, as pointers
+//! set to them must be, and a zero time is `null`, as Go writes it
+//! (`creationTimestamp: null`).
 
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use prost_reflect::{DynamicMessage, MapKey, ReflectMessage, Value as Field};
@@ -78,16 +79,10 @@ pub(super) fn object(message: &DynamicMessage) -> Value {
     Value::Object(map)
 }
 
-/// A field's JSON, None for a zero time (null in Go, left out here).
+/// A field's JSON (a zero time is null, as Go writes it).
 fn field_value(value: &Field) -> Option<Value> {
     let json = match value {
-        Field::Message(m) => {
-            let v = object(m);
-            if v.is_null() {
-                return None;
-            }
-            v
-        }
+        Field::Message(m) => object(m),
         Field::List(items) => Value::Array(items.iter().filter_map(element).collect()),
         Field::Map(entries) => {
             let mut map = Map::new();

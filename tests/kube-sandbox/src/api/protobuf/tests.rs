@@ -20,11 +20,11 @@ fn fixture(name: &str) -> Value {
 fn kubectl_create_namespace_and_serviceaccount() {
     assert_eq!(
         fixture("namespace"),
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo"}, "spec": {}, "status": {}})
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo", "creationTimestamp": null}, "spec": {}, "status": {}})
     );
     assert_eq!(
         fixture("serviceaccount"),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}})
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot", "creationTimestamp": null}})
     );
 }
 
@@ -36,7 +36,10 @@ fn kubectl_create_secret_and_configmap() {
         secret["data"],
         json!({"user": "YWRtaW4=", "pass": "czNjcj10"})
     );
-    assert_eq!(secret["metadata"], json!({"name": "creds"}));
+    assert_eq!(
+        secret["metadata"],
+        json!({"name": "creds", "creationTimestamp": null})
+    );
     // `kubectl create configmap settings --from-literal=mode=fast --from-literal=level=3`
     let configmap = fixture("configmap");
     assert_eq!(configmap["data"], json!({"mode": "fast", "level": "3"}));
@@ -57,7 +60,12 @@ fn kubectl_create_deployment_and_service() {
     assert_eq!(container["image"], "busybox");
     assert_eq!(container["ports"], json!([{"containerPort": 80}]));
     assert_eq!(container["resources"], json!({}));
-    assert!(deployment["metadata"].get("creationTimestamp").is_none());
+    let template = &deployment["spec"]["template"]["metadata"];
+    assert_eq!(
+        template.get("creationTimestamp"),
+        Some(&Value::Null),
+        "a zero time, as Go writes it"
+    );
     // `kubectl create service clusterip web --tcp=80:8080`
     let service = fixture("service");
     let port = &service["spec"]["ports"][0];
