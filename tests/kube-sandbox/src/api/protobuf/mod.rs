@@ -52,7 +52,12 @@ fn pool() -> &'static DescriptorPool {
 }
 
 /// The message of `kind` in `api_version` (`v1`, `apps/v1`), if compiled in.
+/// `DeleteOptions`, which client-go sends in any group's version, is
+/// apimachinery's.
 fn message_of(api_version: &str, kind: &str) -> Option<MessageDescriptor> {
+    if kind == "DeleteOptions" {
+        return pool().get_message_by_name("k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions");
+    }
     let (group, version) = api_version.split_once('/').unwrap_or(("core", api_version));
     let package = group.split('.').next().unwrap_or(group);
     pool().get_message_by_name(&format!("k8s.io.api.{package}.{version}.{kind}"))

@@ -208,3 +208,34 @@ fn other_kinds_and_bad_bodies_are_refused() {
         assert!(kinds.contains(&kind.to_string()), "{kind} in {kinds:?}");
     }
 }
+
+#[test]
+fn delete_options_in_any_version_are_apimachinery_s() {
+    let mut options = message("k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions");
+    set(&mut options, "gracePeriodSeconds", Field::I64(0));
+    set(
+        &mut options,
+        "propagationPolicy",
+        Field::String("Orphan".into()),
+    );
+    let mut type_meta = message("k8s.io.apimachinery.pkg.runtime.TypeMeta");
+    set(
+        &mut type_meta,
+        "apiVersion",
+        Field::String("apps/v1".into()),
+    );
+    set(
+        &mut type_meta,
+        "kind",
+        Field::String("DeleteOptions".into()),
+    );
+    let mut unknown = message(UNKNOWN);
+    set(&mut unknown, "typeMeta", Field::Message(type_meta));
+    let raw = prost_reflect::prost::Message::encode_to_vec(&options);
+    set(&mut unknown, "raw", Field::Bytes(raw.into()));
+    let mut body = MAGIC.to_vec();
+    body.extend(prost_reflect::prost::Message::encode_to_vec(&unknown));
+    let json = decode(&body).expect("decodes");
+    assert_eq!(json["gracePeriodSeconds"], 0, "a pointer set to zero stays");
+    assert_eq!(json["propagationPolicy"], "Orphan");
+}
