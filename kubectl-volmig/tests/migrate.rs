@@ -4,8 +4,8 @@
 mod common;
 
 use common::{
-    claim, env, everything_volmig_made, leftovers, manifest, records, seed, volume_dir, Env,
-    MOVER_IMAGE,
+    claim, env, env_from_release, everything_volmig_made, leftovers, manifest, records, seed,
+    volume_dir, Env, MOVER_IMAGE,
 };
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
@@ -36,9 +36,10 @@ async fn kubectl_volmig(env: &Env, args: &[&str]) -> common::Run {
     common::finish(child).await
 }
 
+/// The happy path, with the mover pods running the release's image.
 #[tokio::test(flavor = "multi_thread")]
 async fn migrate_to_another_storage_class() {
-    let env = env().await;
+    let env = env_from_release().await;
     let client = env.client().await;
     let ns = env.namespace.clone();
     claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
@@ -110,6 +111,19 @@ async fn migrate_to_another_storage_class() {
         .await
         .expect("events")
         .items;
+    // The movers ran from the image: the kubelet pulled it for each pod.
+    if env.sandbox.is_some() {
+        let pulled: Vec<&str> = events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("Pulled"))
+            .filter_map(|e| e.involved_object.name.as_deref())
+            .collect();
+        assert!(
+            pulled.iter().any(|p| p.ends_with("-sender-1"))
+                && pulled.iter().any(|p| p.ends_with("-receiver-1")),
+            "{pulled:?}"
+        );
+    }
     for claim in ["data", "data-local"] {
         let reasons: Vec<&str> = events
             .iter()

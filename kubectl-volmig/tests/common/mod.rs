@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
-use kube_sandbox::kubelet::ImageMapping;
+use kube_sandbox::kubelet::{ImageMapping, OciArchive};
 use kube_sandbox::sandbox::Taint;
 use kube_sandbox::{Sandbox, SandboxConfig};
 use serde_json::{json, Value};
@@ -34,15 +34,42 @@ pub async fn env() -> Env {
     env_with(Vec::new()).await
 }
 
+/// A sandbox whose nodes run the mover from the release's image (the OCI
+/// archive `cargo xtask dist` built): what users pull, not the test build.
+pub async fn env_from_release() -> Env {
+    if let Some(external) = external_env() {
+        return external;
+    }
+    let sandbox = Sandbox::start(SandboxConfig {
+        oci_archives: vec![OciArchive::new(
+            "ghcr.io/volmig/mover",
+            release_mover_image(),
+        )],
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("sandbox starts");
+    Env {
+        kubeconfig: sandbox.kubeconfig_path().to_path_buf(),
+        sandbox: Some(sandbox),
+        namespace: "default".into(),
+    }
+}
+
+fn external_env() -> Option<Env> {
+    let path = std::env::var("VOLMIG_E2E_KUBECONFIG").ok()?;
+    Some(Env {
+        sandbox: None,
+        kubeconfig: path.into(),
+        namespace: std::env::var("VOLMIG_E2E_NAMESPACE").unwrap_or_else(|_| "default".into()),
+    })
+}
+
 /// A sandbox with `taints` (they are ignored on an external cluster, whose
 /// nodes are what they are).
 pub async fn env_with(taints: Vec<Taint>) -> Env {
-    if let Ok(path) = std::env::var("VOLMIG_E2E_KUBECONFIG") {
-        return Env {
-            sandbox: None,
-            kubeconfig: path.into(),
-            namespace: std::env::var("VOLMIG_E2E_NAMESPACE").unwrap_or_else(|_| "default".into()),
-        };
+    if let Some(external) = external_env() {
+        return external;
     }
     let mover = kube_sandbox::testkit::workspace_binary("mover", "mover");
     let sandbox = Sandbox::start(SandboxConfig {

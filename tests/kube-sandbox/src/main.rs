@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use kube_sandbox::kubelet::ImageMapping;
+use kube_sandbox::kubelet::{ImageMapping, OciArchive};
 use kube_sandbox::sandbox::Taint;
 use kube_sandbox::{Sandbox, SandboxConfig};
 use tokio::signal::unix::{signal, SignalKind};
@@ -35,18 +35,36 @@ struct Args {
     /// API server port on 127.0.0.1 (0 picks a free one)
     #[arg(long, default_value_t = 0)]
     port: u16,
-    /// Run containers of IMAGE with a local binary: IMAGE=PATH (repeatable),
+    /// Run containers of IMAGE with a local binary, IMAGE=PATH, or in the
+    /// image of an OCI image archive, IMAGE=oci-archive:PATH (repeatable),
     /// e.g. ghcr.io/volmig/mover=target/debug/mover
     #[arg(long = "image")]
     images: Vec<String>,
 }
 
-fn image_mapping(s: &str) -> anyhow::Result<ImageMapping> {
-    let (image, binary) = s.split_once('=').context("--image takes IMAGE=PATH")?;
-    let binary = std::fs::canonicalize(binary).with_context(|| format!("--image {s}: {binary}"))?;
-    Ok(ImageMapping {
-        image: image.to_string(),
-        binary,
+/// An `--image` flag: `IMAGE=PATH` (a host binary) or
+/// `IMAGE=oci-archive:PATH` (an OCI image archive).
+enum ImageFlag {
+    Binary(ImageMapping),
+    Archive(OciArchive),
+}
+
+fn image_mapping(s: &str) -> anyhow::Result<ImageFlag> {
+    let (image, target) = s
+        .split_once('=')
+        .context("--image takes IMAGE=PATH or IMAGE=oci-archive:PATH")?;
+    let (archive, path) = match target.strip_prefix("oci-archive:") {
+        Some(path) => (true, path),
+        None => (false, target),
+    };
+    let path = std::fs::canonicalize(path).with_context(|| format!("--image {s}: {path}"))?;
+    Ok(if archive {
+        ImageFlag::Archive(OciArchive::new(image, path))
+    } else {
+        ImageFlag::Binary(ImageMapping {
+            image: image.to_string(),
+            binary: path,
+        })
     })
 }
 
@@ -58,11 +76,13 @@ async fn main() -> anyhow::Result<()> {
         .log_internal_errors(false)
         .init();
     let args = Args::parse();
-    let images = args
-        .images
-        .iter()
-        .map(|s| image_mapping(s))
-        .collect::<anyhow::Result<_>>()?;
+    let (mut images, mut oci_archives) = (Vec::new(), Vec::new());
+    for flag in &args.images {
+        match image_mapping(flag)? {
+            ImageFlag::Binary(mapping) => images.push(mapping),
+            ImageFlag::Archive(archive) => oci_archives.push(archive),
+        }
+    }
     let sandbox = Sandbox::start(SandboxConfig {
         nodes: args.nodes,
         taints: args.taints,
@@ -70,6 +90,7 @@ async fn main() -> anyhow::Result<()> {
         port: args.port,
         kubeconfig: Some(args.kubeconfig),
         images,
+        oci_archives,
         ..SandboxConfig::default()
     })
     .await

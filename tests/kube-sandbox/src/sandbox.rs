@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 
 use crate::api::{self, Api};
 use crate::controllers::{self, volumes, Ctx};
-use crate::kubelet::{self, ImageMapping, Kubelet, LogIndex, Shared};
+use crate::kubelet::{self, ImageMapping, Images, Kubelet, LogIndex, OciArchive, Shared};
 use crate::registry;
 use crate::store::Store;
 use crate::task::Owned;
@@ -64,6 +64,10 @@ pub struct SandboxConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Images run with local binaries (the mover image → the built mover).
     pub images: Vec<ImageMapping>,
+    /// Images run from OCI image archives, in the image's own root file
+    /// system: `OciArchive::new("ghcr.io/volmig/mover", "dist/....tar")`.
+    /// A repository is mapped once, here or in `images`.
+    pub oci_archives: Vec<OciArchive>,
     /// Changes kept for watches; older versions get 410 Gone.
     pub watch_history: usize,
 }
@@ -77,6 +81,7 @@ impl Default for SandboxConfig {
             port: 0,
             kubeconfig: None,
             images: Vec::new(),
+            oci_archives: Vec::new(),
             watch_history: 10_000,
         }
     }
@@ -110,6 +115,17 @@ impl Sandbox {
                 (Some(t), dir)
             }
         };
+        let images = Images::new(
+            config.images.clone(),
+            config.oci_archives.clone(),
+            data_dir.join("images"),
+        );
+        if let Some(twice) = images.duplicates().first() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("image {twice:?} is mapped more than once"),
+            ));
+        }
         std::fs::create_dir_all(data_dir.join("volumes"))?;
         std::fs::create_dir_all(data_dir.join("pods"))?;
         let (block, reservation) = claim_block()?;
@@ -127,7 +143,6 @@ impl Sandbox {
         let ctx = Arc::new(Ctx::new(store.clone(), data_dir.clone()));
         tasks.extend(controllers::spawn_all(ctx));
         tasks.push(crate::services::spawn(store.clone()));
-        let images = config.images.clone();
         let shared = Shared::new(store.clone(), logs, data_dir.clone(), images, block);
         let kubelets = (0..config.nodes)
             .map(|i| Kubelet::spawn(shared.clone(), node_name(i), kubelet::node_ip(block, i)))

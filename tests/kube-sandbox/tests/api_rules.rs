@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, create, kubectl, object, sandbox};
+use common::{client, create, kubectl, kubectl_ok, object, sandbox};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::{
@@ -638,39 +638,68 @@ async fn a_stale_scale_is_a_conflict() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn protobuf_bodies_are_refused_with_advice() {
+async fn protobuf_and_json_bodies_make_the_same_object() {
     let sb = sandbox().await;
-    // kubectl's generators post protobuf; the sandbox cannot read it.
-    let out = kubectl(
-        &sb,
-        &["create", "configmap", "generated", "--from-literal=a=b"],
-        None,
-    )
-    .await;
-    assert!(!out.ok, "{}", out.stdout);
-    assert!(
-        out.stderr.contains("kube-sandbox only speaks JSON")
-            && out.stderr.contains("--dry-run=client -o yaml")
-            && out.stderr.contains("kubectl create --validate=false -f -"),
-        "{}",
-        out.stderr
-    );
-    // The advice works: the generator's output, created from a file.
+    // kubectl's generator posts protobuf; its `--dry-run=client -o yaml`
+    // output, created from a file, is JSON: the same Deployment either way.
+    let generator = [
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox",
+        "--replicas=0",
+        "--port=80",
+        "--",
+        "sleep",
+        "1",
+    ];
+    let out = kubectl(&sb, &generator, None).await;
+    assert!(out.ok, "{}", out.stderr);
     let manifest = kubectl(
         &sb,
         &[
-            "create",
-            "configmap",
-            "generated",
-            "--from-literal=a=b",
-            "--dry-run=client",
-            "-o",
-            "yaml",
-        ],
+            &generator[..5],
+            &["--dry-run=client", "-o", "yaml"],
+            &generator[5..],
+        ]
+        .concat(),
         None,
     )
     .await;
     assert!(manifest.ok, "{}", manifest.stderr);
-    let out = create(&sb, &manifest.stdout).await;
+    let out = create(
+        &sb,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: viajson\n",
+    )
+    .await;
     assert!(out.ok, "{}", out.stderr);
+    let out = kubectl(
+        &sb,
+        &["create", "-n", "viajson", "--validate=false", "-f", "-"],
+        Some(&manifest.stdout),
+    )
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    let spec = |ns: &'static str| {
+        let sb = &sb;
+        async move {
+            let json = kubectl_ok(
+                sb,
+                &[
+                    "get",
+                    "deployment",
+                    "web",
+                    "-n",
+                    ns,
+                    "-o",
+                    "jsonpath={.spec}",
+                ],
+            )
+            .await;
+            serde_json::from_str::<serde_json::Value>(&json).expect("spec")
+        }
+    };
+    let (via_protobuf, via_json) = (spec("default").await, spec("viajson").await);
+    assert_eq!(via_protobuf, via_json);
+    assert_eq!(via_protobuf["replicas"], 0, "a pointer set to zero stays");
 }

@@ -1,5 +1,6 @@
 //! Real `kubectl` against the sandbox: apply, get, describe, patch, logs -f,
-//! get -w and delete, each checked by what kubectl prints.
+//! get -w and delete, each checked by what kubectl prints; `kubectl create`
+//! generators and `kubectl run`, whose protobuf bodies the sandbox decodes.
 
 mod common;
 
@@ -291,6 +292,247 @@ async fn get_watch_sees_new_pods_until_its_timeout() {
             .any(|l| l.starts_with("watched") && l.contains("Running")),
         "{seen:#?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_generators_send_protobuf_the_sandbox_takes() {
+    let sb = sandbox().await;
+    let out = kubectl(&sb, &["create", "namespace", "demo"], None).await;
+    assert!(out.ok, "{}", out.stderr);
+    assert_printed(&out, "namespace/demo created");
+    wait_for(
+        &sb,
+        &["get", "namespace", "demo"],
+        "{.status.phase}",
+        "Active",
+    )
+    .await;
+
+    let ns = ["-n", "demo"];
+    let create = |args: &'static [&'static str]| {
+        let sb = &sb;
+        async move {
+            let mut full = vec!["create"];
+            full.extend(ns);
+            full.extend(args);
+            let out = kubectl(sb, &full, None).await;
+            assert!(out.ok, "kubectl {full:?}: {}", out.stderr);
+        }
+    };
+    create(&[
+        "secret",
+        "generic",
+        "creds",
+        "--from-literal=user=admin",
+        "--from-literal=pass=s3cr=t",
+    ])
+    .await;
+    let user = kubectl_ok(
+        &sb,
+        &[
+            "get",
+            "secret",
+            "creds",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.data.user} {.type}",
+        ],
+    )
+    .await;
+    assert_eq!(user, "YWRtaW4= Opaque");
+    create(&["configmap", "settings", "--from-literal=mode=fast"]).await;
+    let mode = kubectl_ok(
+        &sb,
+        &[
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.data.mode}",
+        ],
+    )
+    .await;
+    assert_eq!(mode, "fast");
+    create(&["serviceaccount", "robot"]).await;
+    kubectl_ok(&sb, &["get", "serviceaccount", "robot", "-n", "demo"]).await;
+
+    // A Deployment whose container has a command runs it from the host.
+    create(&[
+        "deployment",
+        "sleeper",
+        "--image=busybox",
+        "--replicas=2",
+        "--",
+        "sleep",
+        "3600",
+    ])
+    .await;
+    wait_for(
+        &sb,
+        &["get", "deployment", "sleeper", "-n", "demo"],
+        "{.status.readyReplicas}",
+        "2",
+    )
+    .await;
+    create(&["service", "clusterip", "sleeper", "--tcp=80:8080"]).await;
+    let service = kubectl_ok(
+        &sb,
+        &["get", "service", "sleeper", "-n", "demo", "-o", "jsonpath={.spec.clusterIP} {.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.selector.app}"],
+    )
+    .await;
+    let fields: Vec<&str> = service.split(' ').collect();
+    assert!(fields[0].starts_with("127."), "{service}");
+    assert_eq!(fields[1..], ["80", "8080", "sleeper"], "{service}");
+    wait_for(
+        &sb,
+        &["get", "endpoints", "sleeper", "-n", "demo"],
+        "{.subsets[0].ports[0].port}",
+        "8080",
+    )
+    .await;
+
+    // Without a command, busybox has nothing to run: an unmapped image runs
+    // host commands only, and says so.
+    create(&["deployment", "web", "--image=busybox"]).await;
+    wait_for(
+        &sb,
+        &["get", "pods", "-n", "demo", "-l", "app=web"],
+        "{.items[0].status.containerStatuses[0].state.waiting.reason}",
+        "CreateContainerError",
+    )
+    .await;
+    let message = kubectl_ok(
+        &sb,
+        &[
+            "get",
+            "pods",
+            "-n",
+            "demo",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].status.containerStatuses[0].state.waiting.message}",
+        ],
+    )
+    .await;
+    assert!(
+        message.contains("kube-sandbox runs containers as host commands"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_run_starts_a_pod() {
+    let sb = sandbox().await;
+    let out = kubectl(
+        &sb,
+        &[
+            "run",
+            "once",
+            "--image=busybox",
+            "--restart=Never",
+            "--labels=app=once",
+            "--",
+            "sh",
+            "-c",
+            "echo hello from $HOSTNAME",
+        ],
+        None,
+    )
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    assert_printed(&out, "pod/once created");
+    wait_for(&sb, &["get", "pod", "once"], "{.status.phase}", "Succeeded").await;
+    assert_eq!(
+        kubectl_ok(&sb, &["logs", "once"]).await,
+        "hello from once\n"
+    );
+}
+
+/// A protobuf body as client-go sends it: the magic, then a
+/// `runtime.Unknown` of `typeMeta` (apiVersion, kind) and `raw`.
+fn protobuf_envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+    let field = |number: u8, bytes: &[u8]| {
+        let mut out = vec![number << 3 | 2, u8::try_from(bytes.len()).expect("short")];
+        out.extend(bytes);
+        out
+    };
+    let type_meta = [field(1, api_version.as_bytes()), field(2, kind.as_bytes())].concat();
+    let unknown = [field(1, &type_meta), field(2, raw)].concat();
+    [b"k8s\0".as_slice(), &unknown].concat()
+}
+
+/// Sends `body` as `application/vnd.kubernetes.protobuf`; status and body.
+async fn send_protobuf(sb: &Sandbox, method: &str, path: &str, body: Vec<u8>) -> (u16, String) {
+    let url = format!("{}{path}", sb.server_url());
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/vnd.kubernetes.protobuf")
+        .header("accept", "application/vnd.kubernetes.protobuf, */*")
+        .body(body)
+        .expect("request");
+    let client = common::client(sb).await;
+    match client.request_text(request).await {
+        Ok(text) => (200, text),
+        Err(kube::Error::Api(status)) => (status.code, status.message),
+        Err(e) => panic!("{method} {path}: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn protobuf_puts_replace_and_other_kinds_are_415() {
+    let sb = sandbox().await;
+    let out = create(
+        &sb,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: slow\n",
+    )
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    // What `kubectl create configmap settings --from-literal=mode=fast
+    // --from-literal=level=3` sent, PUT over the object.
+    let body = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/api/protobuf/fixtures/configmap.pb"
+    ))
+    .expect("fixture");
+    let (code, text) = send_protobuf(
+        &sb,
+        "PUT",
+        "/api/v1/namespaces/default/configmaps/settings",
+        body,
+    )
+    .await;
+    assert_eq!(code, 200, "{text}");
+    let data = kubectl_ok(
+        &sb,
+        &[
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "jsonpath={.data.mode} {.data.level}",
+        ],
+    )
+    .await;
+    assert_eq!(data, "fast 3");
+
+    let class = protobuf_envelope("storage.k8s.io/v1", "StorageClass", b"");
+    let (code, message) =
+        send_protobuf(&sb, "POST", "/apis/storage.k8s.io/v1/storageclasses", class).await;
+    assert_eq!(code, 415, "{message}");
+    assert!(
+        message.contains("application/vnd.kubernetes.protobuf for ")
+            && message.contains("apps/Deployment")
+            && message.contains("StorageClass in storage.k8s.io/v1"),
+        "{message}"
+    );
+    let (code, message) =
+        send_protobuf(&sb, "POST", "/api/v1/namespaces", b"not protobuf".to_vec()).await;
+    assert_eq!(code, 400, "{message}");
 }
 
 async fn wait_until(mut check: impl FnMut() -> bool) {

@@ -31,12 +31,12 @@ macro_rules! tell {
 
 mod app;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube_sandbox::kubelet::ImageMapping;
+use kube_sandbox::kubelet::{ImageMapping, OciArchive};
 use kube_sandbox::testkit::workspace_binary;
 use kube_sandbox::{Sandbox, SandboxConfig};
 use serde_json::Value;
@@ -44,10 +44,14 @@ use serde_json::Value;
 const USAGE: &str = "\
 volmig-demo: run `kubectl volmig migrate` against a local cluster, no cluster needed
 
-Usage: volmig-demo [--keep]
+Usage: volmig-demo [--keep] [--mover-image-archive PATH]
 
   --keep   keep the local cluster up after the demo, until Ctrl-C, to explore it
            with kubectl and kubectl-volmig
+  --mover-image-archive PATH
+           run the mover pods from this image (an OCI archive, such as
+           dist/mover_v0.1.0_linux_amd64.oci.tar from `cargo xtask dist`) instead
+           of the workspace's mover binary
 
 Needs root: the local cluster runs each pod in its own mount namespace.";
 
@@ -71,9 +75,15 @@ async fn main() -> ExitCode {
 
 async fn run() -> anyhow::Result<ExitCode> {
     let mut keep = false;
-    for arg in std::env::args().skip(1) {
+    let mut archive: Option<PathBuf> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--keep" => keep = true,
+            "--mover-image-archive" => {
+                let path = args.next().context("--mover-image-archive takes a PATH")?;
+                archive = Some(PathBuf::from(path));
+            }
             "-h" | "--help" => {
                 say!("{USAGE}");
                 return Ok(ExitCode::SUCCESS);
@@ -90,26 +100,42 @@ async fn run() -> anyhow::Result<ExitCode> {
          pods as processes), an app writing to a ReadWriteOnce claim, and the real `kubectl volmig`\n\
          moving that claim to node-local storage while the app keeps running."
     );
+    let mover_from = match &archive {
+        Some(path) if !path.is_file() => {
+            bail!("--mover-image-archive {}: no such file", path.display())
+        }
+        Some(path) => format!("the image {}", path.display()),
+        None => "the workspace's mover binary".to_string(),
+    };
     step("Building mover and kubectl-volmig when stale (the first time takes a few minutes)");
-    let (mover, plugin) = tokio::task::spawn_blocking(|| {
-        let mover = workspace_binary("mover", "mover");
+    let build_mover = archive.is_none();
+    let (mover, plugin) = tokio::task::spawn_blocking(move || {
+        let mover = build_mover.then(|| workspace_binary("mover", "mover"));
         (mover, workspace_binary("kubectl-volmig", "kubectl-volmig"))
     })
     .await
     .context("building the workspace's binaries (cargo's output is above)")?;
 
     step(&format!(
-        "Starting a local cluster: 3 nodes, {APP_NODE} tainted dedicated=db:NoSchedule"
+        "Starting a local cluster: 3 nodes, {APP_NODE} tainted dedicated=db:NoSchedule; \
+         {MOVER_IMAGE} runs {mover_from}"
     ));
     let taint = format!("{APP_NODE}:dedicated=db:NoSchedule")
         .parse()
         .map_err(anyhow::Error::msg)?;
     let sandbox = Sandbox::start(SandboxConfig {
         taints: vec![taint],
-        images: vec![ImageMapping {
-            image: MOVER_IMAGE.into(),
-            binary: mover,
-        }],
+        images: mover
+            .map(|binary| ImageMapping {
+                image: MOVER_IMAGE.into(),
+                binary,
+            })
+            .into_iter()
+            .collect(),
+        oci_archives: archive
+            .map(|path| OciArchive::new(MOVER_IMAGE, path))
+            .into_iter()
+            .collect(),
         ..SandboxConfig::default()
     })
     .await

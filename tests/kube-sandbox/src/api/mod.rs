@@ -6,6 +6,7 @@ pub use discovery::{MAJOR, MINOR};
 mod filter;
 mod logs;
 mod objects;
+pub mod protobuf;
 mod request;
 pub mod table;
 mod watch;

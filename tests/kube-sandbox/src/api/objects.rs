@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use time::OffsetDateTime;
 
 use super::filter::Filter;
+use super::protobuf::{self, ProtobufError};
 use super::request::{Path, Query};
 use super::table::{self, IncludeObject};
 use super::{json, Api};
@@ -35,14 +36,20 @@ impl Request<'_> {
         self.path.namespace_or_default()
     }
 
+    /// The body as JSON; a protobuf body (kubectl's generators send them)
+    /// is decoded into the same JSON. A protobuf body of a kind without a
+    /// schema is refused with 415: client-go does not retry it in JSON, so
+    /// the message says what to do instead.
     fn body_json(&self) -> Result<Value, ApiError> {
-        // Protobuf bodies are refused with 415, as a server that does not
-        // speak protobuf does; client-go does not retry them in JSON, so
-        // the message says what to do instead.
         if self.content_type.contains("protobuf") {
-            return Err(ApiError::UnsupportedMediaType(
-                "application/json (kube-sandbox only speaks JSON, and `kubectl create <kind>` generators such as `kubectl create secret`, `kubectl create configmap` or `kubectl create deployment` send protobuf: pipe their `--dry-run=client -o yaml` output to `kubectl create --validate=false -f -` or `kubectl apply --validate=false -f -` instead)".into(),
-            ));
+            return protobuf::decode(&self.body).map_err(|e| match e {
+                ProtobufError::Malformed(why) => ApiError::BadRequest(why),
+                ProtobufError::UnsupportedKind { .. } => ApiError::UnsupportedMediaType(format!(
+                    "application/json, and {} for {} (kube-sandbox has no protobuf schema for {e}: pipe `kubectl create ... --dry-run=client -o yaml` to `kubectl create --validate=false -f -` instead)",
+                    protobuf::MEDIA_TYPE,
+                    protobuf::supported_kinds().join(", ")
+                )),
+            });
         }
         serde_json::from_slice(&self.body)
             .map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))

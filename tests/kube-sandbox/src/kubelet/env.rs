@@ -1,6 +1,8 @@
-//! A container's environment, as the kubelet builds it: `envFrom` sources,
-//! then `env` entries in order (values expanded with `$(VAR)` from the ones
-//! before), with `fieldRef`, `secretKeyRef` and `configMapKeyRef`.
+//! A container's environment, as the kubelet and the runtime build it: the
+//! runtime's default `PATH`, the image's `Env` (the `base`), `HOSTNAME`,
+//! then the kubelet's: `envFrom` sources, then `env` entries in order
+//! (values expanded with `$(VAR)` from the ones before), with `fieldRef`,
+//! `secretKeyRef` and `configMapKeyRef`. A later definition wins.
 
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use serde_json::Value;
@@ -14,15 +16,14 @@ pub fn build(
     store: &Store,
     pod: &Value,
     container: &Value,
-    extra_path: Option<&str>,
+    base: &[(String, String)],
 ) -> Result<Vec<(String, String)>, String> {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
     let mut env: Vec<(String, String)> = Vec::new();
-    let path = match extra_path {
-        Some(dir) => format!("{dir}:{DEFAULT_PATH}"),
-        None => DEFAULT_PATH.to_string(),
-    };
-    set(&mut env, "PATH", path);
+    set(&mut env, "PATH", DEFAULT_PATH.to_string());
+    for (name, value) in base {
+        set(&mut env, name, value.clone());
+    }
     set(
         &mut env,
         "HOSTNAME",
@@ -191,14 +192,14 @@ mod tests {
             {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "token"}}},
             {"name": "GONE", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k", "optional": true}}},
         ]});
-        let env = build(&store, &pod, &container, None).expect("env");
+        let env = build(&store, &pod, &container, &[]).expect("env");
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("LISTEN"), Some("127.244.0.9:7000"));
         assert_eq!(get("TOKEN"), Some("secret"));
         assert_eq!(get("GONE"), None);
         let missing = json!({"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k"}}}]});
         assert_eq!(
-            build(&store, &pod, &missing, None),
+            build(&store, &pod, &missing, &[]),
             Err("secret \"nope\" not found".to_string())
         );
     }

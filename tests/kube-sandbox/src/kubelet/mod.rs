@@ -6,6 +6,7 @@
 //! grace period and removes the pod.
 
 mod env;
+pub mod image;
 mod launch;
 pub mod logs;
 mod pod;
@@ -25,33 +26,14 @@ use tokio::sync::watch;
 use crate::store::Store;
 use crate::task::Owned;
 
-/// An image the kubelet "runs" with a locally built binary: containers of
-/// `image` (any tag) get `binary` at `/volmig/bin/<file name>`, first in
-/// PATH, and it is the entrypoint when the container has no `command`.
-#[derive(Debug, Clone)]
-pub struct ImageMapping {
-    pub image: String,
-    pub binary: PathBuf,
-}
-
-impl ImageMapping {
-    /// Whether `image` (`repo/name:tag` or `@sha256:...`) is this mapping's.
-    pub fn matches(&self, image: &str) -> bool {
-        let repo = image.split('@').next().unwrap_or(image);
-        let repo = match repo.rsplit_once(':') {
-            Some((r, tag)) if !tag.contains('/') => r,
-            _ => repo,
-        };
-        repo == self.image
-    }
-}
+pub use image::{ImageMapping, Images, OciArchive};
 
 /// What every kubelet shares with the sandbox.
 pub struct Shared {
     pub store: Arc<Store>,
     pub logs: Arc<LogIndex>,
     pub data_dir: PathBuf,
-    pub images: Vec<ImageMapping>,
+    pub images: Images,
     ips: Mutex<IpPool>,
 }
 
@@ -61,7 +43,7 @@ impl Shared {
         store: Arc<Store>,
         logs: Arc<LogIndex>,
         data_dir: PathBuf,
-        images: Vec<ImageMapping>,
+        images: Images,
         block: u8,
     ) -> Arc<Shared> {
         Arc::new(Shared {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use super::image::{ImageError, Source as ImageSource};
 use super::probe::{self, Check, Probe};
 use super::status::{self, waiting, Container, State, Terminated};
 use super::volumes::{self, HostVolume, NotReady};
@@ -349,18 +350,27 @@ impl Worker {
         kill.borrow_and_update();
         let name = spec["name"].as_str().unwrap_or_default().to_string();
         let mut backoff = BACKOFF_FIRST;
-        let mut run = 0u32;
+        let (mut run, mut pull_failures) = (0u32, 0u32);
         loop {
             if stop.borrow().is_some() {
                 return self.finish(index);
             }
             let Some(pod) = self.current() else { return };
+            let Some((files, pulled)) = self.pull(&pod, &spec, index, &mut pull_failures).await
+            else {
+                if !self.back_off(index, &mut stop, backoff).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(BACKOFF_CAP);
+                continue;
+            };
             let log_path = self.dir.join("logs").join(&name).join(format!("{run}.log"));
             let started = launch::build(
                 &self.shared,
                 &self.dir,
                 &pod,
                 &spec,
+                &files,
                 &volumes,
                 log_path.clone(),
             )
@@ -396,7 +406,7 @@ impl Worker {
                 },
             );
             let started_at = crate::time::now();
-            if run == 0 {
+            if run == 0 && !pulled {
                 let image = spec["image"].as_str().unwrap_or_default();
                 self.event(
                     &pod,
@@ -489,6 +499,73 @@ impl Worker {
                 {
                     return;
                 }
+            }
+        }
+    }
+
+    /// The container's files, its image pulled from its archive first when
+    /// it is not on the node yet (and whether it was pulled now), with the
+    /// kubelet's events. None when the pull failed: the container waits in
+    /// `ErrImagePull`, then `ImagePullBackOff` as the failures go on.
+    async fn pull(
+        &self,
+        pod: &Value,
+        spec: &Value,
+        index: usize,
+        failures: &mut u32,
+    ) -> Option<(launch::Files, bool)> {
+        let image = spec["image"].as_str().unwrap_or_default().to_string();
+        let archive = match self.shared.images.source(&image) {
+            ImageSource::Host => return Some((launch::Files::Host, false)),
+            ImageSource::Binary(m) => {
+                return Some((launch::Files::Binary(m.binary.clone()), false))
+            }
+            ImageSource::Archive(archive) => archive.clone(),
+        };
+        let (pulled, fresh) = match self.shared.images.present(&archive, &image) {
+            Some(found) => (Ok(found), false),
+            None => {
+                let message = format!("Pulling image \"{image}\"");
+                self.event(pod, EventType::Normal, "Pulling", &message);
+                let (shared, reference) = (self.shared.clone(), image.clone());
+                let began = std::time::Instant::now();
+                let pulled =
+                    tokio::task::spawn_blocking(move || shared.images.pull(&archive, &reference))
+                        .await
+                        .unwrap_or_else(|e| Err(ImageError::Invalid(format!("pulling: {e}"))));
+                if let Ok(found) = &pulled {
+                    let took = began.elapsed();
+                    let message = format!(
+                        "Successfully pulled image \"{image}\" in {took:?} ({took:?} including waiting). Image size: {} bytes.",
+                        found.size
+                    );
+                    self.event(pod, EventType::Normal, "Pulled", &message);
+                }
+                (pulled, true)
+            }
+        };
+        match pulled {
+            Ok(found) => {
+                *failures = 0;
+                let id = format!("{}@{}", super::image::repository(&image), found.digest);
+                self.update_container(index, |c| c.image_id = Some(id));
+                Some((launch::Files::Image(found), fresh))
+            }
+            Err(e) => {
+                *failures += 1;
+                let failed = format!("Failed to pull image \"{image}\": {e}");
+                self.event(pod, EventType::Warning, "Failed", &failed);
+                let (reason, message) = if *failures == 1 {
+                    ("ErrImagePull", failed)
+                } else {
+                    let back_off = format!("Back-off pulling image \"{image}\"");
+                    self.event(pod, EventType::Normal, "BackOff", &back_off);
+                    ("ImagePullBackOff", format!("{back_off}: ErrImagePull: {e}"))
+                };
+                let error = format!("Error: {reason}");
+                self.event(pod, EventType::Warning, "Failed", &error);
+                self.update_container(index, |c| c.state = waiting(reason, Some(message)));
+                None
             }
         }
     }

@@ -198,6 +198,7 @@ mod tests {
             env: Vec::new(),
             working_dir: None,
             mounts: Vec::new(),
+            image_root: None,
             scratch_dir: std::env::temp_dir(),
             log_path: "/dev/null".into(),
         };

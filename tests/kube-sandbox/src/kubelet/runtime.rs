@@ -92,6 +92,10 @@ pub struct Launch {
     pub working_dir: Option<PathBuf>,
     /// Volume mounts, in order (later ones may be nested in earlier ones).
     pub mounts: Vec<Mount>,
+    /// The image's unpacked root file system, shown read-only as the
+    /// container's `/` (with the host's `/proc` and `/sys`, a `/dev` of its
+    /// own and the container's `/tmp`); `None` shows the host's `/`.
+    pub image_root: Option<PathBuf>,
     /// A directory owned by this container, created and removed by the
     /// caller. The runtime makes `root/` and `stage/` there (mount points,
     /// empty as the host sees them) and `tmp/`, the container's `/tmp`,

@@ -56,6 +56,8 @@ impl Terminated {
 pub struct Container {
     pub name: String,
     pub image: String,
+    /// The image's ID once pulled from an archive: `repo@sha256:...`.
+    pub image_id: Option<String>,
     pub state: State,
     pub last: Option<Terminated>,
     pub restarts: u32,
@@ -73,6 +75,7 @@ impl Container {
         Container {
             name: name.to_string(),
             image: image.to_string(),
+            image_id: None,
             state: waiting("ContainerCreating", None),
             last: None,
             restarts: 0,
@@ -104,7 +107,7 @@ impl Container {
         let mut status = json!({
             "name": self.name,
             "image": self.image,
-            "imageID": format!("sandbox://{}", self.image),
+            "imageID": self.image_id.clone().unwrap_or_else(|| format!("sandbox://{}", self.image)),
             "state": state,
             "lastState": self.last.as_ref().map_or(json!({}), |t| json!({"terminated": t.to_json()})),
             "ready": self.is_ready(),

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod k8s;
+pub mod oci;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -194,7 +194,7 @@ impl Container {
             .argv
             .first()
             .ok_or_else(|| create("the container has no command"))?;
-        let mut plan = Plan::new(&launch.scratch_dir)?;
+        let mut plan = Plan::new(&launch.scratch_dir, launch.image_root.as_deref())?;
         for mount in &launch.mounts {
             plan.mount_volume(mount)?;
         }

@@ -68,8 +68,10 @@ pub(super) struct Plan {
 
 impl Plan {
     /// The root in `scratch`: a tmpfs with the host's `/` bound entry by
-    /// entry, read-only except `/proc` and `/dev`, and `/tmp` our own.
-    pub(super) fn new(scratch: &Path) -> Result<Self, RuntimeError> {
+    /// entry, read-only except `/proc` and `/dev`, and `/tmp` our own; or,
+    /// with `image`, that unpacked image's `/` instead of the host's (see
+    /// [`Plan::add_image`]).
+    pub(super) fn new(scratch: &Path, image: Option<&Path>) -> Result<Self, RuntimeError> {
         let [root, stage, tmp] = ["root", "stage", "tmp"].map(|name| scratch.join(name));
         prepare_scratch(&root, &stage, &tmp).map_err(|e| {
             create(format!(
@@ -88,10 +90,87 @@ impl Plan {
             entries: HashMap::new(),
             ops,
         };
-        for name in list_dir(Path::new("/"))? {
-            plan.add_host_entry(&name, &tmp)?;
+        match image {
+            None => {
+                for name in list_dir(Path::new("/"))? {
+                    plan.add_host_entry(&name, &tmp)?;
+                }
+            }
+            Some(image) => plan.add_image(image, &tmp)?,
         }
         Ok(plan)
+    }
+
+    /// Shows the unpacked image at `image` as `/`, as runc does with a
+    /// container's root file system: its entries bound read-only (the
+    /// sandbox has no writable layer), `/tmp` the container's own, the
+    /// host's `/proc` (its `/proc/sys` read-only) and `/sys` (read-only),
+    /// and a tmpfs `/dev` holding runc's default devices, bound from the
+    /// host, its `/dev/fd` and `/dev/std*` symlinks and an empty `/dev/shm`.
+    fn add_image(&mut self, image: &Path, tmp: &Path) -> Result<(), RuntimeError> {
+        const OURS: [&str; 4] = ["dev", "proc", "sys", "tmp"];
+        for name in list_dir(image)? {
+            if name.to_str().is_some_and(|n| OURS.contains(&n)) {
+                continue;
+            }
+            let (host, at) = (image.join(&name), Path::new("/").join(&name));
+            match host_entry(&host, false).map_err(|e| create(format!("{host:?}: {e}")))? {
+                None => {}
+                Some(Entry::Symlink(target)) => self.symlink(at, target, None)?,
+                Some(entry) => {
+                    self.mount(&host, &at, entry == Entry::Dir, Source::Image(host.clone()))?;
+                    self.read_only(&at, true)?;
+                }
+            }
+        }
+        self.mount(tmp, Path::new("/tmp"), true, Source::Ours)?;
+        for name in ["proc", "sys"] {
+            let host = Path::new("/").join(name);
+            self.mount(&host, &host, true, Source::Image(host.clone()))?;
+        }
+        let sys = Path::new("/proc/sys");
+        let target = self.physical(sys)?;
+        self.ops.push(Op::Bind {
+            source: target.clone(),
+            target,
+        });
+        self.read_only(sys, true)?;
+        self.read_only(Path::new("/sys"), true)?;
+        self.add_dev()
+    }
+
+    /// A tmpfs at `/dev` with runc's default devices bound from the host.
+    fn add_dev(&mut self) -> Result<(), RuntimeError> {
+        let dev = Path::new("/dev");
+        self.ensure(dev, true)?;
+        self.ops.push(Op::Tmpfs {
+            target: self.physical(dev)?,
+        });
+        self.layers.push(Layer {
+            at: dev.to_owned(),
+            source: Source::Ours,
+        });
+        for name in ["null", "zero", "full", "random", "urandom", "tty"] {
+            let host = dev.join(name);
+            if host.exists() {
+                self.ensure(&host, false)?;
+                let target = self.physical(&host)?;
+                self.ops.push(Op::Bind {
+                    source: c(&host)?,
+                    target,
+                });
+            }
+        }
+        for (name, target) in [
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ] {
+            self.symlink(dev.join(name), PathBuf::from(target), None)?;
+        }
+        self.ensure(&dev.join("shm"), true)?;
+        Ok(())
     }
 
     /// The root's mount point on the host.
@@ -528,7 +607,7 @@ mod tests {
 
     fn plan() -> (tempfile::TempDir, Plan) {
         let scratch = tempfile::tempdir().expect("temp dir");
-        let plan = Plan::new(scratch.path()).expect("plan");
+        let plan = Plan::new(scratch.path(), None).expect("plan");
         (scratch, plan)
     }
 
