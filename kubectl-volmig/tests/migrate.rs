@@ -5,7 +5,7 @@ mod common;
 
 use common::{
     claim, env, env_from_release, everything_volmig_made, leftovers, manifest, records, seed,
-    volume_dir, Env, MOVER_IMAGE,
+    volmig_binary, volume_dir, Env, MOVER_IMAGE,
 };
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
@@ -102,6 +102,24 @@ async fn migrate_to_another_storage_class() {
         status.stdout.contains(&op.metadata.name) && status.stdout.contains("Succeeded"),
         "{}",
         status.stdout
+    );
+
+    // `kubectl volmig status <TAB>` offers the operation (kubectl runs
+    // kubectl_complete-volmig, which asks `__complete`).
+    let completed = tokio::process::Command::new(volmig_binary())
+        .arg("__complete")
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(["-n", &ns, "status", ""])
+        .output()
+        .await
+        .expect("kubectl-volmig runs");
+    let offered = String::from_utf8_lossy(&completed.stdout);
+    assert!(
+        offered
+            .lines()
+            .any(|l| l == format!("{}\tSucceeded", op.metadata.name)),
+        "{offered}"
     );
 
     // `kubectl describe pvc` tells the story on both claims.

@@ -126,13 +126,17 @@ pub(crate) fn operations() -> Vec<CompletionCandidate> {
     else {
         return Vec::new();
     };
-    let listed = runtime.block_on(tokio::time::timeout(LIST_TIMEOUT, async {
-        let cluster = cluster::connect(args).await.ok()?;
-        RecordStore::new(cluster.client, &cluster.namespace)
-            .list()
-            .await
-            .ok()
-    }));
+    // The timer belongs to the runtime: made inside it.
+    let listed = runtime.block_on(async {
+        let list = async {
+            let cluster = cluster::connect(args).await.ok()?;
+            RecordStore::new(cluster.client, &cluster.namespace)
+                .list()
+                .await
+                .ok()
+        };
+        tokio::time::timeout(LIST_TIMEOUT, list).await
+    });
     listed
         .ok()
         .flatten()
