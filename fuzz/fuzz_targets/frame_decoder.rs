@@ -232,6 +232,7 @@ mod seeds {
                 path: p("a/b.txt"),
                 basis: Some(SigShape::for_len(1500)),
                 resume_from: 0,
+                prefix: None,
             }),
             Frame::Sigs {
                 id: 1,

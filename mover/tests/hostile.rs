@@ -229,6 +229,7 @@ async fn a_request_with_a_zero_block_length_is_refused_by_the_sender() {
         path: p("f"),
         basis: Some(shape),
         resume_from: 0,
+        prefix: None,
     }))
     .await
     .unwrap();

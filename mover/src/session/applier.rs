@@ -260,8 +260,16 @@ impl Applier {
             mtime: meta.mtime,
             len,
             hasher,
+            ino: 0,
         };
         journal.begin(id, slot);
+    }
+
+    /// Records the inode of the temporary file just opened for `id`.
+    fn opened(&self, id: u64, file: &File) {
+        if let (Some(journal), Ok(md)) = (&self.journal, file.metadata()) {
+            journal.opened(id, md.ino());
+        }
     }
 
     fn open(
@@ -280,6 +288,7 @@ impl Applier {
                 .write(true)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&*r.temp)?;
+            self.opened(id, &file);
             let basis = match pending.basis {
                 Some(shape) => Some((file.try_clone()?, shape)),
                 None => None,
@@ -303,6 +312,7 @@ impl Applier {
                     let t = keyed_temp_path(dest, j.operation_id());
                     self.reserve(id, pending, meta, &t, (0, TreeHasher::new()));
                     let f = create_at(&t)?;
+                    self.opened(id, &f);
                     (t, f)
                 }
                 None => create_temp(dest)?,

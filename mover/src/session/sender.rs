@@ -1,6 +1,7 @@
 //! The sending side of a session: walks the source and answers requests with deltas.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,7 @@ use crate::protocol::{
 };
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
+use crate::treehash::Head;
 use crate::walk::{WalkItem, Walker};
 
 /// How the sender runs.
@@ -67,12 +69,26 @@ pub enum Action {
     Nothing,
 }
 
+/// A request's prefix state, if any, is complete BLAKE3 subtrees that end
+/// before the prefix the receiver holds.
+fn prefix_fits(req: &Request) -> bool {
+    req.prefix.as_ref().is_none_or(|p| {
+        Head::from_pieces(&p.head).is_ok_and(|h| h.len() < req.resume_from) && p.mtime.is_valid()
+    })
+}
+
 impl State {
     /// Consumes a frame from the receiver; an illegal frame is a protocol violation.
     pub fn step(self, frame: Frame) -> Result<(State, Action), ProtocolError> {
         match (self, frame) {
             (s, Frame::Credit(n)) => Ok((s, Action::Credit(n))),
             (s, Frame::Progress(p)) => Ok((s, Action::Progress(p))),
+            (State::Serving(None), Frame::Request(req)) if !prefix_fits(&req) => {
+                Err(violation(format!(
+                    "request for {} with a prefix state that does not fit",
+                    req.path
+                )))
+            }
             (State::Serving(None), Frame::Request(req)) => match req.basis {
                 // Only the shape this build would choose: no zero or outsized blocks.
                 Some(shape) if shape != SigShape::for_len(shape.file_len) => {
@@ -172,9 +188,11 @@ where
     };
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
     let queue = Queue::new(req_tx, Prefetcher::start(&source));
+    let source_read = Arc::new(AtomicU64::new(0));
     let server = {
         let (out, opts, filter) = (out_tx.clone(), options.clone(), filter.clone());
-        sup.spawn(move || serve(&source, filter, opts, req_rx, Outbox::new(out)))
+        let read = source_read.clone();
+        sup.spawn(move || serve(&source, filter, opts, req_rx, Outbox::new(out), &read))
     };
 
     let mut reader = Reader {
@@ -224,6 +242,7 @@ where
         .await
         .map_err(|e| SessionError::Internal(e.to_string()))??;
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
+    summary.source_bytes_read = source_read.load(Ordering::Relaxed);
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     Ok(summary)
 }
