@@ -8,7 +8,7 @@ use crate::meta::{Kind, Meta, Mtime};
 use crate::path::RelPath;
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::{Progress, Summary};
-use crate::treehash::HeadPiece;
+use crate::treehash::{Head, HeadPiece};
 
 /// Everything that travels on a connection.
 ///
@@ -184,6 +184,28 @@ pub struct Request {
     /// With `resume_from`: what the receiver knows of the prefix, so that the
     /// sender need not read it again.
     pub prefix: Option<PrefixState>,
+}
+
+impl Request {
+    /// The hash state of the prefix, if the request carries one: checked to
+    /// be complete BLAKE3 subtrees ending before `resume_from` (so that
+    /// joining it to a hasher of the rest never fails), with a valid mtime.
+    pub fn prefix_head(&self) -> Result<Option<Head>, super::ProtocolError> {
+        let Some(p) = &self.prefix else {
+            return Ok(None);
+        };
+        let head = Head::from_pieces(&p.head)
+            .map_err(|e| super::violation(format!("request for {}: {e}", self.path)))?;
+        if head.is_empty() || head.len() >= self.resume_from || !p.mtime.is_valid() {
+            return Err(super::violation(format!(
+                "request for {} with a prefix state of {} bytes for a prefix of {}",
+                self.path,
+                head.len(),
+                self.resume_from
+            )));
+        }
+        Ok(Some(head))
+    }
 }
 
 /// A resumed file's prefix as the receiver holds it. When the source file

@@ -27,7 +27,6 @@ use crate::protocol::{
 };
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
-use crate::treehash::Head;
 use crate::walk::{WalkItem, Walker};
 
 /// How the sender runs.
@@ -69,46 +68,36 @@ pub enum Action {
     Nothing,
 }
 
-/// A request's prefix state, if any, is complete BLAKE3 subtrees that end
-/// before the prefix the receiver holds.
-fn prefix_fits(req: &Request) -> bool {
-    req.prefix.as_ref().is_none_or(|p| {
-        Head::from_pieces(&p.head).is_ok_and(|h| h.len() < req.resume_from) && p.mtime.is_valid()
-    })
-}
-
 impl State {
     /// Consumes a frame from the receiver; an illegal frame is a protocol violation.
     pub fn step(self, frame: Frame) -> Result<(State, Action), ProtocolError> {
         match (self, frame) {
             (s, Frame::Credit(n)) => Ok((s, Action::Credit(n))),
             (s, Frame::Progress(p)) => Ok((s, Action::Progress(p))),
-            (State::Serving(None), Frame::Request(req)) if !prefix_fits(&req) => {
-                Err(violation(format!(
-                    "request for {} with a prefix state that does not fit",
-                    req.path
-                )))
+            (State::Serving(None), Frame::Request(req)) => {
+                // A prefix state that is not one, or does not fit the prefix.
+                req.prefix_head()?;
+                match req.basis {
+                    // Only the shape this build would choose: no zero or outsized blocks.
+                    Some(shape) if shape != SigShape::for_len(shape.file_len) => {
+                        Err(violation(format!(
+                            "request with a basis cut in blocks of {} bytes",
+                            shape.block_len
+                        )))
+                    }
+                    Some(shape) if shape.block_count() > MAX_BLOCKS_PER_FILE => Err(violation(
+                        format!("request with {} signature blocks", shape.block_count()),
+                    )),
+                    Some(shape) if shape.block_count() > 0 => {
+                        let cap = (shape.block_count() as usize).min(SIGS_PER_FRAME);
+                        Ok((
+                            State::Serving(Some((req, Vec::with_capacity(cap)))),
+                            Action::Nothing,
+                        ))
+                    }
+                    _ => Ok((State::Serving(None), Action::Serve(req, Vec::new()))),
+                }
             }
-            (State::Serving(None), Frame::Request(req)) => match req.basis {
-                // Only the shape this build would choose: no zero or outsized blocks.
-                Some(shape) if shape != SigShape::for_len(shape.file_len) => {
-                    Err(violation(format!(
-                        "request with a basis cut in blocks of {} bytes",
-                        shape.block_len
-                    )))
-                }
-                Some(shape) if shape.block_count() > MAX_BLOCKS_PER_FILE => Err(violation(
-                    format!("request with {} signature blocks", shape.block_count()),
-                )),
-                Some(shape) if shape.block_count() > 0 => {
-                    let cap = (shape.block_count() as usize).min(SIGS_PER_FRAME);
-                    Ok((
-                        State::Serving(Some((req, Vec::with_capacity(cap)))),
-                        Action::Nothing,
-                    ))
-                }
-                _ => Ok((State::Serving(None), Action::Serve(req, Vec::new()))),
-            },
             (State::Serving(Some((req, mut sigs))), Frame::Sigs { id, sigs: more })
                 if id == req.id =>
             {

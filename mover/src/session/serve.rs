@@ -331,11 +331,8 @@ fn trusted_head(opts: &SessionOptions, req: &Request, now: &Meta) -> Option<Head
     if p.size != now.size || p.mtime != now.mtime {
         return None;
     }
-    // The reader checked it fits (`sender::prefix_fits`); checked again here
-    // as the delta thread relies on it.
-    Head::from_pieces(&p.head)
-        .ok()
-        .filter(|h| !h.is_empty() && h.len() < req.resume_from)
+    // The reader refused a state that does not fit (`sender::State::step`).
+    req.prefix_head().ok().flatten()
 }
 
 /// Sends the file from `resume` on and hashes all of it: the first
