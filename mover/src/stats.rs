@@ -49,9 +49,12 @@ pub struct Summary {
     pub checkpoint_problem: Option<String>,
     /// Receiver: bytes of those prefixes read back to check them (less than
     /// `bytes_resumed` where the checkpoint's stored hash state was used).
+    /// (Defaults keep summaries of older movers readable as JSON.)
+    #[serde(default)]
     pub prefix_bytes_read: u64,
     /// Sender: bytes of source files read to answer requests (data sent or
     /// matched, and prefixes of resumed files hashed); 0 on the receiver.
+    #[serde(default)]
     pub source_bytes_read: u64,
     /// The end-to-end verification, if it was asked for.
     pub verify: Option<VerifyResult>,
