@@ -534,3 +534,46 @@ fn checksum_reads_every_prefix_in_full() {
         "sender read only {read} bytes: {s}"
     );
 }
+
+#[test]
+fn a_prefix_written_again_is_recorded_before_its_first_write() {
+    let c = case_of(24 * MIB);
+    let verified = 20 * MIB;
+    // Recorded a minute ago: attempt 2 reads the prefix in full, then writes
+    // the rest slowly and is SIGKILLed right after its first write.
+    c.plant_with_state(&c.data[..verified], verified, 60);
+    let temp = c.dst.join(TEMP);
+    let before = fs::metadata(&temp).unwrap().modified().unwrap();
+    let mut args: Vec<std::ffi::OsString> = [
+        "sync",
+        "--operation-id",
+        OP,
+        "--attempt",
+        "2",
+        "--bwlimit",
+        "1M",
+        "-q",
+    ]
+    .map(Into::into)
+    .into();
+    args.extend([slash(&c.src), slash(&c.dst)]);
+    let mut p = Proc::spawn(&args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while fs::metadata(&temp).is_ok_and(|m| m.modified().unwrap() == before) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "attempt 2 never wrote"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    p.kill();
+    p.wait(std::time::Duration::from_secs(10));
+    // Attempt 3: the partial file changed more than WRITE_GRACE after the
+    // record attempt 1 left, but not after the one attempt 2 wrote first.
+    let out = c.sync(3, &[]);
+    c.assert_done(&out, "after a second kill");
+    let s = out.summary();
+    assert!(s["bytes_resumed"].as_u64() >= Some(verified as u64), "{s}");
+    let back = s["prefix_bytes_read"].as_u64().unwrap();
+    assert!(back <= MIB as u64, "receiver read back {back} bytes: {s}");
+}
