@@ -11,7 +11,9 @@
 //!                      stopping at the checksum it cannot forge.
 //! ```
 //!
-//! On `Ok`: `describe()` is called and rendered as JSON text, and the
+//! On `Ok`: each partial's stored hash state (`Partial::head`, when it fits)
+//! joins a hasher of the rest of its prefix and finalizes without a panic;
+//! `describe()` is called and rendered as JSON text, and the
 //! checkpoint must round-trip: `decode(encode(cp)) == cp`, and encoding that
 //! again gives the same bytes. (`validate` is private: `decode` runs it, and
 //! the round trip runs it again on the re-encoded checkpoint.)
@@ -20,6 +22,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use mover::checkpoint::{Checkpoint, FORMAT};
+use mover::treehash::TreeHasher;
 
 #[path = "common.rs"]
 mod common;
@@ -61,6 +64,15 @@ fn wrap(body: &[u8]) -> Vec<u8> {
 }
 
 fn check(cp: Checkpoint) {
+    for p in &cp.partials {
+        if let Some(head) = p.head() {
+            assert!(head.len() < p.verified_len, "a hash state past its prefix");
+            let mut h = TreeHasher::starting_at(head.len());
+            h.update(b"the rest of the prefix");
+            h.join(head).expect("a checked hash state joins");
+            let _ = h.finalize();
+        }
+    }
     let described = cp.describe();
     let _ = described.to_string();
     assert_eq!(described["operation_id"], cp.operation_id.as_str());
@@ -111,6 +123,12 @@ mod seeds {
                 mtime: Mtime { sec: 5, nsec: 7 },
                 verified_len: 1 << 20,
                 prefix_hash: [9; 32],
+                head: vec![(512 << 10, [1; 32]), (256 << 10, [2; 32])],
+                temp_ino: 1234,
+                recorded_at: Mtime {
+                    sec: 1_763_700_000,
+                    nsec: 5,
+                },
             });
         }
         let mut done = full.clone();

@@ -18,6 +18,8 @@
 //!
 //! - the wire counter equals the bytes consumed so far;
 //! - `name`, `file_id`, `check_limits` and (for `Hello`) `check` do not panic;
+//! - a `Request`'s prefix state that passes `prefix_head` (the sender's check)
+//!   joins a hasher of the rest and finalizes without a panic;
 //! - the frame re-encodes (the codec never refuses to send what it accepted),
 //!   the encoding decodes to a frame with the same `Debug` text (`Frame` has no
 //!   `PartialEq`), and encoding that one again gives the same bytes.
@@ -27,6 +29,7 @@
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use mover::protocol::{check_limits, Frame, FrameCodec, WireCounter, MAX_FRAME_LEN};
+use mover::treehash::TreeHasher;
 use tokio_util::codec::{Decoder, Encoder};
 
 #[path = "common.rs"]
@@ -133,6 +136,19 @@ fn check_frame(frame: Frame, payload_len: usize) {
     if let Frame::Hello(h) = &frame {
         let _ = h.check();
     }
+    if let Frame::Request(req) = &frame {
+        if let Ok(Some(head)) = req.prefix_head() {
+            // What the sender does with it: a hasher of the rest, joined.
+            assert!(
+                head.len() < req.resume_from,
+                "a prefix state past the prefix"
+            );
+            let mut h = TreeHasher::starting_at(head.len());
+            h.update(b"the rest");
+            h.join(head).expect("a checked prefix state joins");
+            let _ = h.finalize();
+        }
+    }
     let text = (payload_len <= DEBUG_COMPARE_MAX).then(|| format!("{frame:?}"));
     let mut codec = FrameCodec::new(WireCounter::default());
     let mut first = BytesMut::new();
@@ -164,7 +180,8 @@ mod seeds {
     use mover::meta::{Kind, Meta, Mtime};
     use mover::path::RelPath;
     use mover::protocol::{
-        AbortReason, Entry, FileOutcome, Hello, ListStats, Request, SessionOptions, WireOp,
+        AbortReason, Entry, FileOutcome, Hello, ListStats, PrefixState, Request, SessionOptions,
+        WireOp,
     };
     use mover::signature::{BlockSig, SigShape};
     use mover::stats::{Progress, Summary};
@@ -232,6 +249,18 @@ mod seeds {
                 path: p("a/b.txt"),
                 basis: Some(SigShape::for_len(1500)),
                 resume_from: 0,
+                prefix: None,
+            }),
+            Frame::Request(Request {
+                id: 2,
+                path: p("a/big"),
+                basis: Some(SigShape::for_len(3 << 20)),
+                resume_from: 5 << 20,
+                prefix: Some(PrefixState {
+                    size: 8 << 20,
+                    mtime: Mtime { sec: 9, nsec: 3 },
+                    head: vec![(4 << 20, [5; 32]), (512 << 10, [6; 32])],
+                }),
             }),
             Frame::Sigs {
                 id: 1,
@@ -276,7 +305,7 @@ mod seeds {
                 elapsed_ms: 1000,
                 rate: 1 << 20,
                 eta_s: Some(1000),
-                bytes_resumed: 0,
+                bytes_prior: 0,
             }),
             Frame::Done(Summary {
                 files_total: 10,

@@ -11,6 +11,10 @@
 //! ```text
 //! "VOLMIGCP" | format: u16 | body length: u32 | body (postcard) | BLAKE3(body): 32 bytes
 //! ```
+//!
+//! Format 2 added, per partial file, the hash state of its verified prefix
+//! ([`Partial::head`]) and what the temporary file was like when recorded;
+//! format 1 is still read (its partial files are then checked in full).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -22,10 +26,11 @@ use serde_json::{json, Value};
 
 use crate::meta::Mtime;
 use crate::path::RelPath;
+use crate::treehash::{Head, HeadPiece};
 use crate::walk::{is_temp_name, STATE_DIR};
 
-/// The encoding this build writes and reads.
-pub const FORMAT: u16 = 1;
+/// The encoding this build writes (it reads this one and format 1).
+pub const FORMAT: u16 = 2;
 const MAGIC: [u8; 8] = *b"VOLMIGCP";
 const HEADER_LEN: usize = MAGIC.len() + 2 + 4;
 /// Largest checkpoint accepted (a real one is a few KiB to a few MiB).
@@ -83,6 +88,24 @@ pub struct Partial {
     pub mtime: Mtime,
     pub verified_len: u64,
     pub prefix_hash: [u8; 32],
+    /// The hash state of the prefix's first bytes: complete BLAKE3 subtrees
+    /// ([`Head`]), ending within a MiB of `verified_len` (empty: none; then
+    /// the whole prefix is read to check it).
+    pub head: Vec<HeadPiece>,
+    /// The temporary file's inode when recorded (0: unknown).
+    pub temp_ino: u64,
+    /// When this record was taken (wall clock). The writer of the file may
+    /// have written to it for a little while after (up to the next
+    /// checkpoint), but not long after.
+    pub recorded_at: Mtime,
+}
+
+impl Partial {
+    /// The stored head, if it is one that fits this partial file.
+    pub fn head(&self) -> Option<Head> {
+        let head = Head::from_pieces(&self.head).ok()?;
+        (!head.is_empty() && head.len() < self.verified_len).then_some(head)
+    }
 }
 
 /// Why a checkpoint cannot be used. None of these is worth a retry: the
@@ -174,7 +197,11 @@ impl Checkpoint {
         if blake3::hash(body).as_bytes() != sum {
             return Err(CheckpointError::Checksum);
         }
-        let cp: Checkpoint = postcard::from_bytes(body)?;
+        let cp: Checkpoint = if format == 1 {
+            postcard::from_bytes::<v1::Checkpoint>(body)?.into()
+        } else {
+            postcard::from_bytes(body)?
+        };
         cp.validate()?;
         Ok(cp)
     }
@@ -202,8 +229,18 @@ impl Checkpoint {
             if !is_temp_name(name) {
                 return invalid(format!("{} is not a temporary name", p.temp));
             }
-            if p.verified_len > p.size || !p.mtime.is_valid() {
+            if p.verified_len > p.size || !p.mtime.is_valid() || !p.recorded_at.is_valid() {
                 return invalid(format!("partial file {} has bad bounds", p.path));
+            }
+            let head = Head::from_pieces(&p.head)
+                .map_err(|e| CheckpointError::Invalid(format!("partial file {}: {e}", p.path)))?;
+            if !head.is_empty() && head.len() >= p.verified_len {
+                return invalid(format!(
+                    "partial file {}: a hash state of {} bytes for a prefix of {}",
+                    p.path,
+                    head.len(),
+                    p.verified_len
+                ));
             }
         }
         Ok(())
@@ -220,6 +257,7 @@ impl Checkpoint {
                     "temp": p.temp.to_string(),
                     "size": p.size,
                     "verified_len": p.verified_len,
+                    "stored_hash_state": p.head().map_or(0, |h| h.len()),
                 })
             })
             .collect();
@@ -245,6 +283,72 @@ impl Checkpoint {
             "elapsed_ms_total": self.elapsed_ms_total,
             "updated_unix_ms": self.updated_unix_ms,
         })
+    }
+}
+
+/// Format 1, read and converted: no hash states, nothing known of the temporary files.
+mod v1 {
+    use serde::Deserialize;
+
+    use crate::meta::Mtime;
+    use crate::path::RelPath;
+
+    #[derive(Deserialize)]
+    pub struct Checkpoint {
+        operation_id: String,
+        attempt: u32,
+        complete: bool,
+        files_done: u64,
+        bytes_done: u64,
+        files_total: Option<u64>,
+        bytes_total: Option<u64>,
+        source: Option<super::Fingerprint>,
+        partials: Vec<Partial>,
+        elapsed_ms_total: u64,
+        updated_unix_ms: u64,
+    }
+
+    #[derive(Deserialize)]
+    struct Partial {
+        path: RelPath,
+        temp: RelPath,
+        size: u64,
+        mtime: Mtime,
+        verified_len: u64,
+        prefix_hash: [u8; 32],
+    }
+
+    impl From<Checkpoint> for super::Checkpoint {
+        fn from(c: Checkpoint) -> super::Checkpoint {
+            let partials = c
+                .partials
+                .into_iter()
+                .map(|p| super::Partial {
+                    path: p.path,
+                    temp: p.temp,
+                    size: p.size,
+                    mtime: p.mtime,
+                    verified_len: p.verified_len,
+                    prefix_hash: p.prefix_hash,
+                    head: Vec::new(),
+                    temp_ino: 0,
+                    recorded_at: Mtime::default(),
+                })
+                .collect();
+            super::Checkpoint {
+                operation_id: c.operation_id,
+                attempt: c.attempt,
+                complete: c.complete,
+                files_done: c.files_done,
+                bytes_done: c.bytes_done,
+                files_total: c.files_total,
+                bytes_total: c.bytes_total,
+                source: c.source,
+                partials,
+                elapsed_ms_total: c.elapsed_ms_total,
+                updated_unix_ms: c.updated_unix_ms,
+            }
+        }
     }
 }
 
@@ -369,6 +473,9 @@ mod tests {
             mtime: Mtime { sec: 5, nsec: 7 },
             verified_len: 1 << 20,
             prefix_hash: [9; 32],
+            head: vec![(512 << 10, [1; 32]), (256 << 10, [2; 32])],
+            temp_ino: 77,
+            recorded_at: Mtime { sec: 9, nsec: 1 },
         });
         cp
     }
@@ -398,8 +505,8 @@ mod tests {
         flipped[HEADER_LEN + 2] ^= 1;
         assert!(matches!(err(&flipped), CheckpointError::Checksum));
         let mut newer = good.clone();
-        newer[8] = 2;
-        assert!(matches!(err(&newer), CheckpointError::Newer { found: 2 }));
+        newer[8] = FORMAT as u8 + 1;
+        assert!(matches!(err(&newer), CheckpointError::Newer { found } if found == FORMAT + 1));
         let mut longer = good;
         longer.push(0);
         assert!(matches!(err(&longer), CheckpointError::Invalid(_)));
@@ -431,6 +538,82 @@ mod tests {
         let mut cp = sample();
         cp.operation_id = "../x".into();
         assert!(Checkpoint::decode(&cp.encode()).is_err());
+    }
+
+    #[test]
+    fn a_hash_state_must_fit_its_prefix() {
+        let cp = sample();
+        assert_eq!(cp.partials[0].head().unwrap().len(), 768 << 10);
+        for head in [
+            // Not complete subtrees.
+            vec![(1000, [0; 32])],
+            vec![(1024, [0; 32]), (2048, [0; 32])],
+            // As long as the prefix, or longer.
+            vec![(1 << 20, [0; 32])],
+            vec![(1 << 20, [0; 32]), (1 << 20, [0; 32])],
+        ] {
+            let mut bad = cp.clone();
+            bad.partials[0].head = head.clone();
+            assert!(
+                matches!(
+                    Checkpoint::decode(&bad.encode()),
+                    Err(CheckpointError::Invalid(_))
+                ),
+                "{head:?}"
+            );
+        }
+        let mut bad = cp.clone();
+        bad.partials[0].recorded_at.nsec = 1_000_000_000;
+        assert!(Checkpoint::decode(&bad.encode()).is_err());
+    }
+
+    #[test]
+    fn format_1_is_still_read() {
+        #[derive(Serialize)]
+        struct V1Partial<'a> {
+            path: &'a RelPath,
+            temp: &'a RelPath,
+            size: u64,
+            mtime: Mtime,
+            verified_len: u64,
+            prefix_hash: [u8; 32],
+        }
+        let cp = sample();
+        let p = &cp.partials[0];
+        // The format 1 body: the same fields, partials without the new ones.
+        let mut body = postcard::to_allocvec(&(
+            &cp.operation_id,
+            cp.attempt,
+            cp.complete,
+            cp.files_done,
+            cp.bytes_done,
+            cp.files_total,
+            cp.bytes_total,
+            cp.source,
+        ))
+        .unwrap();
+        let partial = V1Partial {
+            path: &p.path,
+            temp: &p.temp,
+            size: p.size,
+            mtime: p.mtime,
+            verified_len: p.verified_len,
+            prefix_hash: p.prefix_hash,
+        };
+        body.extend(postcard::to_allocvec(&vec![partial]).unwrap());
+        body.extend(postcard::to_allocvec(&(cp.elapsed_ms_total, cp.updated_unix_ms)).unwrap());
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&1u16.to_le_bytes());
+        file.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        file.extend_from_slice(&body);
+        file.extend_from_slice(blake3::hash(&body).as_bytes());
+        let old = Checkpoint::decode(&file).unwrap();
+        let mut want = cp.clone();
+        want.partials[0].head.clear();
+        want.partials[0].temp_ino = 0;
+        want.partials[0].recorded_at = Mtime::default();
+        assert_eq!(old, want);
+        assert!(old.partials[0].head().is_none());
     }
 
     #[test]

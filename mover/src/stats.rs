@@ -47,6 +47,15 @@ pub struct Summary {
     pub bytes_resumed: u64,
     /// Why a checkpoint found at the destination was discarded.
     pub checkpoint_problem: Option<String>,
+    /// Receiver: bytes of those prefixes read back to check them (less than
+    /// `bytes_resumed` where the checkpoint's stored hash state was used).
+    /// (Defaults keep summaries of older movers readable as JSON.)
+    #[serde(default)]
+    pub prefix_bytes_read: u64,
+    /// Sender: bytes of source files read to answer requests (data sent or
+    /// matched, and prefixes of resumed files hashed); 0 on the receiver.
+    #[serde(default)]
+    pub source_bytes_read: u64,
     /// The end-to-end verification, if it was asked for.
     pub verify: Option<VerifyResult>,
 }
@@ -98,6 +107,7 @@ impl Summary {
         self.files_failed += a.files_failed;
         self.files_resumed += a.files_resumed;
         self.bytes_resumed += a.bytes_resumed;
+        self.prefix_bytes_read += a.prefix_bytes_read;
     }
 
     /// One line for people, on stderr.

@@ -6,10 +6,13 @@
 //! a complete subtree of a power-of-two number of chunks. Any complete,
 //! aligned subtree can be hashed on its own (its "chaining value", with
 //! `blake3::hazmat`) and the root computed from such subtrees by descending
-//! the tree. A [`TreeHasher`] keeps the subtrees it has finished
-//! and the one it is in; a [`Head`] is the beginning of an input hashed as
-//! subtrees, in parallel ([`hash_head`]). Tests compare every result with
-//! `blake3::hash` of the same bytes.
+//! the tree. A [`TreeHasher`] keeps the subtrees it has finished (of at most
+//! [`SEGMENT`] bytes, merged as siblings complete) and the one it is in; a
+//! [`Head`] is the beginning of an input hashed as subtrees, in parallel
+//! ([`hash_head`]), or the finished subtrees of a hasher ([`TreeHasher::head`]),
+//! which a checkpoint stores so that a later attempt goes on without reading
+//! that beginning again. Tests compare every result with `blake3::hash` of
+//! the same bytes.
 
 use std::fs::File;
 use std::io;
@@ -25,14 +28,34 @@ const PIECE_MAX: u64 = 8 << 20;
 const PARALLEL_MIN: u64 = 16 << 20;
 /// Bytes read at a time.
 const READ: usize = 1 << 20;
+/// Largest subtree a hasher keeps open: its [head](TreeHasher::head) ends at
+/// most this far before the bytes hashed so far.
+pub const SEGMENT: u64 = 1 << 20;
+/// Most pieces a [`Head`] may have. A hasher's head is a binary decomposition
+/// of its length in chunks (at most 54 pieces below 2^64 bytes).
+pub const MAX_HEAD_PIECES: usize = 64;
 
+/// Misuse of a hasher, or a head from outside that is not one. Never worth
+/// a retry: the same input gives the same error.
 #[derive(Debug, thiserror::Error)]
 pub enum TreeError {
     #[error("a head of {head} bytes cannot join a hasher that starts at {start}")]
     Misaligned { head: u64, start: u64 },
     #[error("nothing was hashed after the head")]
     Empty,
+    #[error("not a head of complete subtrees: {0}")]
+    BadHead(String),
 }
+
+impl TreeError {
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+/// One piece of a head as stored or sent: its length and chaining value (it
+/// starts where the previous one ends, the first at 0).
+pub type HeadPiece = (u64, [u8; 32]);
 
 /// A complete subtree: `len` bytes from `start`, and its chaining value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,12 +74,55 @@ pub struct Head {
 }
 
 impl Head {
+    /// The head of nothing.
+    pub fn empty() -> Head {
+        Head {
+            len: 0,
+            pieces: Vec::new(),
+        }
+    }
+
     pub fn len(&self) -> u64 {
         self.len
     }
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The head as stored or sent.
+    pub fn pieces(&self) -> Vec<HeadPiece> {
+        self.pieces.iter().map(|p| (p.len, p.cv)).collect()
+    }
+
+    /// A head from untrusted pieces: at most [`MAX_HEAD_PIECES`], each a
+    /// power-of-two number of chunks starting at a multiple of its length,
+    /// one after the other from 0. Such pieces are nodes of the BLAKE3 tree
+    /// of any longer input, so joining them never fails for their shape
+    /// (their chaining values may of course be wrong: then the hash is).
+    pub fn from_pieces(pieces: &[HeadPiece]) -> Result<Head, TreeError> {
+        if pieces.len() > MAX_HEAD_PIECES {
+            return Err(TreeError::BadHead(format!("{} pieces", pieces.len())));
+        }
+        let mut out = Vec::with_capacity(pieces.len());
+        let mut start = 0u64;
+        for &(len, cv) in pieces {
+            let chunks = len / CHUNK;
+            if !len.is_multiple_of(CHUNK) || !chunks.is_power_of_two() || !start.is_multiple_of(len)
+            {
+                return Err(TreeError::BadHead(format!(
+                    "a piece of {len} bytes at {start}"
+                )));
+            }
+            out.push(Piece { start, len, cv });
+            start = start
+                .checked_add(len)
+                .ok_or_else(|| TreeError::BadHead("longer than 2^64 bytes".into()))?;
+        }
+        Ok(Head {
+            len: start,
+            pieces: out,
+        })
     }
 }
 
@@ -74,6 +140,9 @@ pub struct TreeHasher {
     cur: blake3::Hasher,
     start: u64,
     cur_len: u64,
+    /// Whether subtrees close every [`SEGMENT`] from 0 on; not for a hasher
+    /// made from a plain `blake3::Hasher`, which may be past that already.
+    bounded: bool,
 }
 
 impl Default for TreeHasher {
@@ -91,13 +160,19 @@ impl From<blake3::Hasher> for TreeHasher {
             cur_len: cur.count(),
             cur,
             start: 0,
+            bounded: false,
         }
     }
 }
 
 impl TreeHasher {
+    /// A hasher of an input from its first byte, whose [head](Self::head)
+    /// follows it within [`SEGMENT`] bytes.
     pub fn new() -> TreeHasher {
-        blake3::Hasher::new().into()
+        TreeHasher {
+            bounded: true,
+            ..blake3::Hasher::new().into()
+        }
     }
 
     /// A hasher for the bytes from `offset` (rounded down to a chunk
@@ -113,6 +188,39 @@ impl TreeHasher {
             cur,
             start,
             cur_len: 0,
+            bounded: true,
+        }
+    }
+
+    /// The hasher of `[0, len)` of `file` whose first `head.len()` bytes are
+    /// `head` (hashed earlier, e.g. stored in a checkpoint): only the bytes
+    /// after the head are read. `head` must be shorter than `len`, or empty.
+    pub fn continued(file: &File, head: Head, len: u64) -> io::Result<TreeHasher> {
+        if head.len > 0 && head.len >= len {
+            return Err(io::Error::other(TreeError::Misaligned {
+                head: head.len,
+                start: len,
+            }));
+        }
+        let mut h = TreeHasher::starting_at(head.len);
+        hash_range(file, head.len, len, &mut h)?;
+        if !head.is_empty() {
+            h.join(head).map_err(io::Error::other)?;
+        }
+        Ok(h)
+    }
+
+    /// The complete subtrees hashed so far from the input's first byte (empty
+    /// until a head is joined, and for a hasher made from a plain one): the
+    /// state a later hasher can go on from ([`TreeHasher::continued`]), less
+    /// at most [`SEGMENT`] bytes, and never all of a non-empty input.
+    pub fn head(&self) -> Head {
+        if self.base > 0 {
+            return Head::empty();
+        }
+        Head {
+            len: self.start,
+            pieces: self.done.clone(),
         }
     }
 
@@ -132,7 +240,11 @@ impl TreeHasher {
 
     /// Most bytes the current subtree may hold, `None` for no bound.
     fn cap(&self) -> Option<u64> {
-        hazmat::max_subtree_len(self.start)
+        match hazmat::max_subtree_len(self.start) {
+            None if !self.bounded => None,
+            None => Some(SEGMENT),
+            Some(align) => Some(align.min(SEGMENT)),
+        }
     }
 
     pub fn update(&mut self, mut data: &[u8]) -> &mut TreeHasher {
@@ -360,179 +472,22 @@ fn hash_pieces(file: &File, cuts: &[(u64, u64)], stop: Stop) -> io::Result<Vec<P
 
 /// The hasher of `[0, len)` of `file`, read with up to `threads` threads.
 pub fn hash_file_prefix(file: &File, len: u64, threads: usize) -> io::Result<TreeHasher> {
-    let head_len = head_len(len);
-    let head = hash_head(file, head_len, threads, &|| false)?;
-    let mut rest = vec![0u8; (len - head_len) as usize];
-    file.read_exact_at(&mut rest, head_len)?;
-    let mut h = TreeHasher::starting_at(head_len);
-    h.update(&rest);
-    if head_len == 0 {
-        return Ok(h);
+    let head = hash_head(file, head_len(len), threads, &|| false)?;
+    TreeHasher::continued(file, head, len)
+}
+
+/// Reads `[from, to)` of `file` into `h`, a megabyte at a time.
+pub fn hash_range(file: &File, from: u64, to: u64, h: &mut TreeHasher) -> io::Result<()> {
+    let mut buf = vec![0u8; (to.saturating_sub(from)).min(READ as u64) as usize];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(READ as u64) as usize;
+        file.read_exact_at(&mut buf[..n], at)?;
+        h.update(&buf[..n]);
+        at += n as u64;
     }
-    h.join(head).map_err(io::Error::other)?;
-    Ok(h)
+    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn data(len: usize, seed: u8) -> Vec<u8> {
-        let mut x = seed as u32 | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect()
-    }
-
-    fn file_of(d: &[u8]) -> File {
-        let mut f = tempfile::tempfile().unwrap();
-        std::io::Write::write_all(&mut f, d).unwrap();
-        f
-    }
-
-    /// Splits `d` at `at`: the head hashed from a file, the rest fed in `step`-byte updates.
-    fn joined(d: &[u8], at: usize, step: usize, threads: usize) -> TreeHasher {
-        let f = file_of(d);
-        let head = head_len(at as u64);
-        let mut h = TreeHasher::starting_at(head);
-        for part in d[head as usize..].chunks(step.max(1)) {
-            h.update(part);
-        }
-        if head > 0 {
-            h.join(hash_head(&f, head, threads, &|| false).unwrap())
-                .unwrap();
-        }
-        h
-    }
-
-    #[test]
-    fn plain_use_equals_blake3() {
-        for len in [0, 1, 1023, 1024, 1025, 2048, 5000, 1 << 20] {
-            let d = data(len, 3);
-            let mut h = TreeHasher::new();
-            h.update(&d);
-            assert_eq!(h.finalize(), blake3::hash(&d), "{len}");
-        }
-    }
-
-    #[test]
-    fn heads_of_every_small_shape_join() {
-        for len in 1..40usize {
-            let d = data(len * 512 + 7, len as u8);
-            for at in 0..=d.len() / 300 {
-                let at = at * 300;
-                assert_eq!(
-                    joined(&d, at, 333, 2).finalize(),
-                    blake3::hash(&d),
-                    "len {} at {at}",
-                    d.len()
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn heads_at_power_of_two_boundaries_join() {
-        for total in [
-            1025usize, 2048, 2049, 3072, 4096, 4097, 8192, 8193, 65536, 65537,
-        ] {
-            let d = data(total, 7);
-            for at in [1, 1024, 1025, 2048, 2049, 4096, total - 1, total] {
-                if at <= total {
-                    assert_eq!(
-                        joined(&d, at, 4096, 1).finalize(),
-                        blake3::hash(&d),
-                        "{total} at {at}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_large_head_is_hashed_in_parallel() {
-        let d = data((PARALLEL_MIN as usize) * 2 + 77_777, 9);
-        for threads in [1, 2, 3, 8] {
-            let at = d.len() - 50_000;
-            assert_eq!(
-                joined(&d, at, 1 << 16, threads).finalize(),
-                blake3::hash(&d)
-            );
-        }
-        let f = file_of(&d);
-        let h = hash_file_prefix(&f, d.len() as u64 - 5, 2).unwrap();
-        assert_eq!(h.finalize(), blake3::hash(&d[..d.len() - 5]));
-        let mut h = h;
-        h.update(&d[d.len() - 5..]);
-        assert_eq!(h.finalize(), blake3::hash(&d));
-    }
-
-    #[test]
-    fn heads_merge_into_few_pieces() {
-        let d = data(3 << 20, 1);
-        let head = hash_head(&file_of(&d), (3 << 20) - 4096, 2, &|| false).unwrap();
-        assert!(head.pieces.len() <= 64, "{}", head.pieces.len());
-    }
-
-    #[test]
-    fn misuse_is_refused() {
-        let d = data(10_000, 5);
-        let f = file_of(&d);
-        let mut h = TreeHasher::starting_at(4096);
-        assert!(matches!(
-            h.join(hash_head(&f, 4096, 1, &|| false).unwrap()),
-            Err(TreeError::Empty)
-        ));
-        h.update(&d[4096..]);
-        assert!(matches!(
-            h.join(hash_head(&f, 2048, 1, &|| false).unwrap()),
-            Err(TreeError::Misaligned { .. })
-        ));
-        assert_ne!(h.finalize(), blake3::hash(&d), "no head, no hash");
-        h.join(hash_head(&f, 4096, 1, &|| false).unwrap()).unwrap();
-        assert_eq!(h.finalize(), blake3::hash(&d));
-        assert!(
-            hash_head(&f, 16384, 1, &|| false).is_err(),
-            "a file shorter than the head"
-        );
-        let stopped = hash_head(&file_of(&data(PARALLEL_MIN as usize, 1)), 16384, 1, &|| {
-            true
-        });
-        assert_eq!(stopped.unwrap_err().kind(), io::ErrorKind::Interrupted);
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(200))]
-
-        #[test]
-        fn any_split_any_updates_equal_blake3(
-            len in 0usize..200_000,
-            at in 0.0f64..=1.0,
-            step in 1usize..70_000,
-            seed in any::<u8>(),
-            threads in 1usize..4,
-        ) {
-            let d = data(len, seed);
-            let at = (len as f64 * at) as usize;
-            let mut h = joined(&d, at, step, threads);
-            prop_assert_eq!(h.finalize(), blake3::hash(&d));
-            // A clone goes on independently.
-            let c = h.clone();
-            h.update(b"more");
-            prop_assert_eq!(c.finalize(), blake3::hash(&d));
-            let mut more = d.clone();
-            more.extend_from_slice(b"more");
-            prop_assert_eq!(h.finalize(), blake3::hash(&more));
-            // Every length along the way is a valid prefix hash.
-            let f = file_of(&d);
-            let p = hash_file_prefix(&f, at as u64, threads).unwrap();
-            prop_assert_eq!(p.finalize(), blake3::hash(&d[..at]));
-        }
-    }
-}
+mod tests;

@@ -12,6 +12,7 @@ use common::*;
 use mover::checkpoint::{Checkpoint, Partial, Store};
 use mover::meta::Mtime;
 use mover::path::RelPath;
+use mover::treehash::TreeHasher;
 
 const SIZE: usize = 3 * MIB;
 const OP: &str = "cp-test";
@@ -69,9 +70,38 @@ impl Case {
             mtime: src_mtime(&self.src.join("big")),
             verified_len: verified as u64,
             prefix_hash: *blake3::hash(&self.data[..verified]).as_bytes(),
+            head: Vec::new(),
+            temp_ino: 0,
+            recorded_at: Mtime::default(),
         });
         edit(&mut cp);
         Store::open(&self.dst).unwrap().save(&cp).unwrap();
+    }
+
+    /// [`Case::plant`] as a receiver of this build records it: with the
+    /// prefix's hash state, the temporary file's inode and the time of the
+    /// record (now, less `ago` seconds).
+    fn plant_with_state(&self, temp: &[u8], verified: usize, ago: i64) {
+        let mut h = TreeHasher::new();
+        for part in self.data[..verified].chunks(256 * KIB) {
+            h.update(part);
+        }
+        let head = h.head().pieces();
+        assert!(!head.is_empty(), "a prefix of {verified} bytes has a head");
+        let path = self.dst.join(TEMP);
+        self.plant(temp, verified, |cp| {
+            let ino = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&path).unwrap());
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            let p = &mut cp.partials[0];
+            p.head = head;
+            p.temp_ino = ino;
+            p.recorded_at = Mtime {
+                sec: now.as_secs() as i64 - ago,
+                nsec: now.subsec_nanos(),
+            };
+        });
     }
 
     /// Damages the stored checkpoint's bytes.
@@ -152,7 +182,7 @@ fn not_reused(c: &Case, message: &str) {
     c.assert_done(&out, message);
     let s = out.summary();
     assert_eq!(s["files_resumed"], 0, "{s}");
-    assert_eq!(s["bytes_literal"], (SIZE + 10) as u64, "{s}");
+    assert_eq!(s["bytes_literal"], (c.data.len() + 10) as u64, "{s}");
     assert!(
         out.stderr.contains("not reused") && out.stderr.contains(message),
         "expected a report containing {message:?}: {}",
@@ -422,4 +452,128 @@ fn an_abandoned_operation_leaves_no_temporary_files_in_the_next_one() {
         (Some(0), Some(0)),
         "a finished copy is only checked, not sent again: {s}"
     );
+}
+
+/// 12 MiB, of which 10.5 MiB verified and 1 MiB more written after the
+/// record (what a receiver killed between two checkpoints leaves).
+fn stored_state_case() -> (Case, usize) {
+    let c = case_of(12 * MIB);
+    let verified = 10 * MIB + MIB / 2;
+    (c, verified)
+}
+
+#[test]
+fn a_stored_hash_state_spares_reading_the_prefix_on_both_sides() {
+    let (c, verified) = stored_state_case();
+    c.plant_with_state(&c.data[..verified + MIB], verified, 0);
+    let out = c.sync(2, &[]);
+    c.assert_done(&out, "resumed from a stored hash state");
+    let s = out.summary();
+    assert_eq!(s["bytes_resumed"], verified as u64, "{s}");
+    // The receiver read back at most the MiB after the stored state...
+    let back = s["prefix_bytes_read"].as_u64().unwrap();
+    assert!(back <= MIB as u64, "receiver read back {back} bytes: {s}");
+    // ...and the sender only the rest, from the end of that state on.
+    let read = s["source_bytes_read"].as_u64().unwrap();
+    let rest = (c.data.len() - verified + "small file".len()) as u64;
+    assert!(
+        read >= rest && read <= rest + MIB as u64,
+        "sender read {read} bytes for a rest of {rest}: {s}"
+    );
+}
+
+#[test]
+fn a_wrong_stored_hash_state_is_not_used() {
+    let (c, verified) = stored_state_case();
+    c.plant_with_state(&c.data[..verified], verified, 0);
+    // The checkpoint is intact, but its hash state is not the prefix's.
+    let mut cp = Store::open(&c.dst).unwrap().load().unwrap().unwrap();
+    cp.partials[0].head[0].1[0] ^= 1;
+    Store::open(&c.dst).unwrap().save(&cp).unwrap();
+    let out = c.sync(2, &[]);
+    c.assert_done(&out, "wrong hash state");
+    let s = out.summary();
+    // The file checks out read in full, and is resumed from it.
+    assert_eq!(s["bytes_resumed"], verified as u64, "{s}");
+    assert_eq!(s["prefix_bytes_read"], verified as u64, "{s}");
+}
+
+#[test]
+fn a_partial_file_changed_after_its_record_is_read_in_full() {
+    let (c, verified) = stored_state_case();
+    // Recorded a minute ago, changed now (here: written, with one byte of
+    // its prefix different): not the writer's own change.
+    let mut temp = c.data[..verified].to_vec();
+    temp[MIB] ^= 0x55;
+    c.plant_with_state(&temp, verified, 60);
+    not_reused(&c, "modified since it was recorded");
+    // Recorded now, but another file under the same name.
+    let (c, verified) = stored_state_case();
+    c.plant_with_state(&c.data[..verified], verified, 0);
+    let path = c.dst.join(TEMP);
+    let mut edited = c.data[..verified].to_vec();
+    edited[2 * MIB] ^= 0x55;
+    let other = c.dst.join(".volmig-big.other-0.tmp");
+    fs::write(&other, &edited).unwrap();
+    fs::rename(&other, &path).unwrap();
+    not_reused(&c, "modified since it was recorded");
+}
+
+#[test]
+fn checksum_reads_every_prefix_in_full() {
+    let (c, verified) = stored_state_case();
+    c.plant_with_state(&c.data[..verified], verified, 0);
+    let out = c.sync(2, &["--checksum"]);
+    c.assert_done(&out, "--checksum");
+    let s = out.summary();
+    assert_eq!(s["bytes_resumed"], verified as u64, "{s}");
+    assert_eq!(s["prefix_bytes_read"], verified as u64, "{s}");
+    let read = s["source_bytes_read"].as_u64().unwrap();
+    assert!(
+        read >= c.data.len() as u64,
+        "sender read only {read} bytes: {s}"
+    );
+}
+
+#[test]
+fn a_prefix_written_again_is_recorded_before_its_first_write() {
+    let c = case_of(24 * MIB);
+    let verified = 20 * MIB;
+    // Recorded a minute ago: attempt 2 reads the prefix in full, then writes
+    // the rest slowly and is SIGKILLed right after its first write.
+    c.plant_with_state(&c.data[..verified], verified, 60);
+    let temp = c.dst.join(TEMP);
+    let before = fs::metadata(&temp).unwrap().modified().unwrap();
+    let mut args: Vec<std::ffi::OsString> = [
+        "sync",
+        "--operation-id",
+        OP,
+        "--attempt",
+        "2",
+        "--bwlimit",
+        "1M",
+        "-q",
+    ]
+    .map(Into::into)
+    .into();
+    args.extend([slash(&c.src), slash(&c.dst)]);
+    let mut p = Proc::spawn(&args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while fs::metadata(&temp).is_ok_and(|m| m.modified().unwrap() == before) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "attempt 2 never wrote"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    p.kill();
+    p.wait(std::time::Duration::from_secs(10));
+    // Attempt 3: the partial file changed more than WRITE_GRACE after the
+    // record attempt 1 left, but not after the one attempt 2 wrote first.
+    let out = c.sync(3, &[]);
+    c.assert_done(&out, "after a second kill");
+    let s = out.summary();
+    assert!(s["bytes_resumed"].as_u64() >= Some(verified as u64), "{s}");
+    let back = s["prefix_bytes_read"].as_u64().unwrap();
+    assert!(back <= MIB as u64, "receiver read back {back} bytes: {s}");
 }

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use mover::delta::Op;
-use mover::meta::{Kind, Meta};
+use mover::meta::{Kind, Meta, Mtime};
 use mover::path::RelPath;
 use mover::protocol::{
-    Entry, FileOutcome, Frame, FrameCodec, Hello, ListStats, Request, SessionOptions, WireCounter,
-    WireOp,
+    Entry, FileOutcome, Frame, FrameCodec, Hello, ListStats, PrefixState, Request, SessionOptions,
+    WireCounter, WireOp,
 };
 use mover::session::receiver::{receive, ReceiverConfig};
 use mover::session::sender::{send, SenderConfig};
@@ -199,8 +199,8 @@ async fn zero_runs_cannot_overflow_the_announced_size() {
     assert!(!root.join("f").exists());
 }
 
-#[tokio::test]
-async fn a_request_with_a_zero_block_length_is_refused_by_the_sender() {
+/// Sends `req` to a sender serving a 4-byte file `f` and returns how it ended.
+async fn sender_given(req: Request) -> Result<mover::stats::Summary, SessionError> {
     let t = tempfile::tempdir().unwrap();
     std::fs::write(t.path().join("f"), b"data").unwrap();
     let (a, b) = tokio::io::duplex(1 << 20);
@@ -220,27 +220,62 @@ async fn a_request_with_a_zero_block_length_is_refused_by_the_sender() {
     tx.send(Frame::Accept(SessionOptions::default()))
         .await
         .unwrap();
-    let shape = SigShape {
-        block_len: 0,
-        file_len: 4,
-    };
-    tx.send(Frame::Request(Request {
-        id: 0,
-        path: p("f"),
-        basis: Some(shape),
-        resume_from: 0,
-    }))
-    .await
-    .unwrap();
+    tx.send(Frame::Request(req)).await.unwrap();
     let drain = tokio::spawn(async move { while let Some(Ok(_)) = rx.next().await {} });
     let r = tokio::time::timeout(Duration::from_secs(20), sender)
         .await
         .expect("sender hung")
         .unwrap();
     drain.abort();
+    r
+}
+
+#[tokio::test]
+async fn a_request_with_a_zero_block_length_is_refused_by_the_sender() {
+    let shape = SigShape {
+        block_len: 0,
+        file_len: 4,
+    };
+    let r = sender_given(Request {
+        id: 0,
+        path: p("f"),
+        basis: Some(shape),
+        resume_from: 0,
+        prefix: None,
+    })
+    .await;
     match r {
         Err(e) => assert_eq!(e.exit_code(), 12, "{e}"),
         Ok(s) => panic!("sender accepted a zero block length: {s:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_prefix_state_that_does_not_fit_is_refused_by_the_sender() {
+    let cv = [7u8; 32];
+    for (head, resume_from, why) in [
+        (vec![(1000, cv)], 4096, "not whole chunks"),
+        (vec![(1024, cv), (2048, cv)], 4096, "misaligned"),
+        (vec![(4096, cv)], 4096, "as long as the prefix"),
+        (vec![(1 << 63, cv), (1 << 63, cv)], u64::MAX, "past 2^64"),
+        (vec![(1024, cv); 65], u64::MAX, "too many pieces"),
+    ] {
+        let r = sender_given(Request {
+            id: 0,
+            path: p("f"),
+            basis: None,
+            resume_from,
+            prefix: Some(PrefixState {
+                size: 4,
+                mtime: Mtime::default(),
+                head,
+            }),
+        })
+        .await;
+        match r {
+            Err(e) => assert_eq!(e.exit_code(), 12, "{why}: {e}"),
+            Ok(s) => panic!("sender accepted a prefix state ({why}): {s:?}"),
+        }
     }
 }
 

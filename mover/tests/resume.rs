@@ -529,3 +529,117 @@ fn stale_attempt_is_refused() {
     );
     assert_trees_equal(&src, &dst, CompareOpts::default(), "after attempt 4");
 }
+
+/// Attempt 1 of `op` SIGKILLed at the receiver once 90% of `src` went through; returns the
+/// checkpoint's one partial file: (temp path, verified_len).
+fn kill_at_90(src: &std::path::Path, dst: &std::path::Path, op: &str, bytes: u64) -> (String, u64) {
+    let plan = Plan {
+        fault: Fault::KillReceiver,
+        after: bytes / 10 * 9,
+    };
+    let a = run_attempt(src, dst, op, 1, "8M", Some(plan), &[]);
+    eprintln!("{}", a.line());
+    assert!(
+        a.interrupted(),
+        "attempt 1 was not interrupted:\n{}",
+        dump(&a)
+    );
+    let parts = a.checkpoint["partials"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        parts.len(),
+        1,
+        "one partial file expected: {}",
+        a.checkpoint
+    );
+    let temp = parts[0]["temp"].as_str().unwrap().to_string();
+    let verified = field(&parts[0], "verified_len");
+    assert!(
+        verified > bytes / 2,
+        "the checkpoint lags far behind: {}",
+        a.checkpoint
+    );
+    (temp, verified)
+}
+
+/// Attempt 2 of `op` over TCP (`extra`: sender options), which must succeed; the sender's
+/// summary.
+fn attempt_2(src: &std::path::Path, dst: &std::path::Path, op: &str, extra: &[&str]) -> Value {
+    let args = op_args(op, 2);
+    let recv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut send = recv.clone();
+    send.extend(extra);
+    let (s, r) = tcp_transfer(src, dst, &send, &recv);
+    assert!(
+        s.code == Some(0) && r.code == Some(0),
+        "attempt 2\n=== sender: {}\n=== receiver: {}",
+        s.describe(),
+        r.describe()
+    );
+    assert!(inspect(dst)["checkpoint"].is_null(), "checkpoint left");
+    assert_eq!(fingerprint(src), fingerprint(dst), "trees differ by BLAKE3");
+    assert_trees_equal(src, dst, CompareOpts::default(), "after attempt 2");
+    s.summary()
+}
+
+#[test]
+fn after_a_receiver_kill_at_90_percent_only_the_tail_is_read() {
+    let (_tmp, src, dst, tree) = setup(0x5eed_0007, &[32], 0);
+    let (_, verified) = kill_at_90(&src, &dst, "T", tree.bytes);
+    let s = attempt_2(&src, &dst, "T", &[]);
+    eprintln!("attempt 2 after a kill at {verified}: {s}");
+    assert_eq!(field(&s, "bytes_resumed"), verified, "{s}");
+    // The receiver read back at most the MiB past the checkpoint's hash state,
+    // the sender the rest of the file from about there: neither the prefix.
+    let (back, read) = (
+        field(&s, "prefix_bytes_read"),
+        field(&s, "source_bytes_read"),
+    );
+    assert!(back <= MIB64, "receiver read back {back} bytes: {s}");
+    let rest = tree.bytes - verified;
+    assert!(
+        (rest..=rest + MIB64).contains(&read),
+        "sender read {read} bytes for a rest of {rest}: {s}"
+    );
+
+    // --checksum reads and checks it all, on both sides.
+    let (_tmp, src, dst, tree) = setup(0x5eed_0008, &[32], 0);
+    let (_, verified) = kill_at_90(&src, &dst, "C", tree.bytes);
+    let s = attempt_2(&src, &dst, "C", &["--checksum"]);
+    assert_eq!(field(&s, "bytes_resumed"), verified, "{s}");
+    assert_eq!(field(&s, "prefix_bytes_read"), verified, "{s}");
+    assert!(field(&s, "source_bytes_read") >= tree.bytes, "{s}");
+}
+
+#[test]
+fn a_changed_source_or_an_edited_partial_file_is_not_trusted_after_a_kill() {
+    // The source changes between the attempts (a byte of the prefix, and its mtime).
+    let (_tmp, src, dst, tree) = setup(0x5eed_0009, &[32], 0);
+    let (_, verified) = kill_at_90(&src, &dst, "S", tree.bytes);
+    let big = src.join("big/large-0.bin");
+    let mut data = fs::read(&big).unwrap();
+    data[(verified / 2) as usize] ^= 0xff;
+    fs::write(&big, &data).unwrap();
+    set_mtime(&big, 1_700_000_000, 5);
+    let s = attempt_2(&src, &dst, "S", &[]);
+    assert_eq!(field(&s, "bytes_resumed"), 0, "{s}");
+
+    // The partial file's prefix is edited in place after the kill, later than its writer
+    // could have written it: read in full, found different, not reused.
+    let (_tmp, src, dst, tree) = setup(0x5eed_000a, &[32], 0);
+    let (temp, verified) = kill_at_90(&src, &dst, "E", tree.bytes);
+    std::thread::sleep(Duration::from_millis(3500));
+    let path = dst.join(&temp);
+    let mut data = fs::read(&path).unwrap();
+    data[(verified / 3) as usize] ^= 0xff;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &data))
+        .unwrap();
+    let s = attempt_2(&src, &dst, "E", &[]);
+    assert_eq!(field(&s, "bytes_resumed"), 0, "{s}");
+    assert_eq!(field(&s, "bytes_literal"), tree.bytes, "{s}");
+}

@@ -88,9 +88,11 @@ def record(out_jsonl, kv):
     with open(out_jsonl, "a") as f:
         f.write(json.dumps(rec) + "\n")
     print("%s: killed at %s, checkpoint %s, temp %s; attempt 2 %ss (exit %s, literal %s, "
-          "matched %s); fresh copy of the rest (%s B) %ss (exit %s); ratio %s" % (
+          "matched %s, read by the sender %s, prefix read back by the receiver %s); fresh copy "
+          "of the rest (%s B) %ss (exit %s); ratio %s" % (
               rec["cache"], rec["bytes_done_at_kill"], rec["verified_len"], rec["temp_len"], t2,
               a.get("a2_rc"), (a2 or {}).get("bytes_literal"), (a2 or {}).get("bytes_matched"),
+              (a2 or {}).get("source_bytes_read"), (a2 or {}).get("prefix_bytes_read"),
               rec["rest_bytes"], tr, a.get("rest_rc"),
               "n/a" if rec["ratio"] is None else "%.2f" % rec["ratio"]))
 

@@ -4,10 +4,11 @@ use serde::{Deserialize, Serialize};
 
 use super::{MAGIC, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use crate::delta::Op;
-use crate::meta::{Kind, Meta};
+use crate::meta::{Kind, Meta, Mtime};
 use crate::path::RelPath;
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::{Progress, Summary};
+use crate::treehash::{Head, HeadPiece};
 
 /// Everything that travels on a connection.
 ///
@@ -180,6 +181,47 @@ pub struct Request {
     /// The basis is then the partial file's unverified tail, from this offset,
     /// rewritten in place.
     pub resume_from: u64,
+    /// With `resume_from`: what the receiver knows of the prefix, so that the
+    /// sender need not read it again.
+    pub prefix: Option<PrefixState>,
+}
+
+impl Request {
+    /// The hash state of the prefix, if the request carries one: checked to
+    /// be complete BLAKE3 subtrees ending before `resume_from` (so that
+    /// joining it to a hasher of the rest never fails), with a valid mtime.
+    pub fn prefix_head(&self) -> Result<Option<Head>, super::ProtocolError> {
+        let Some(p) = &self.prefix else {
+            return Ok(None);
+        };
+        let head = Head::from_pieces(&p.head)
+            .map_err(|e| super::violation(format!("request for {}: {e}", self.path)))?;
+        if head.is_empty() || head.len() >= self.resume_from || !p.mtime.is_valid() {
+            return Err(super::violation(format!(
+                "request for {} with a prefix state of {} bytes for a prefix of {}",
+                self.path,
+                head.len(),
+                self.resume_from
+            )));
+        }
+        Ok(Some(head))
+    }
+}
+
+/// A resumed file's prefix as the receiver holds it. When the source file
+/// still has the size and modification time it had when the prefix was sent
+/// (the quick check), the sender trusts its own prefix to be the same and
+/// reads only from the end of `head` on; the whole-file hash it sends is
+/// then `head` joined with the hash of the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefixState {
+    /// The source file's size and modification time as the prefix was sent.
+    pub size: u64,
+    pub mtime: Mtime,
+    /// The hash state of the prefix's first bytes: complete BLAKE3 subtrees
+    /// (`treehash::Head`), shorter than `resume_from`; at most
+    /// `treehash::MAX_HEAD_PIECES` pieces.
+    pub head: Vec<HeadPiece>,
 }
 
 /// An instruction as carried on the wire.

@@ -29,11 +29,13 @@ pub use frame::*;
 use crate::delta::LITERAL_CHUNK;
 
 /// Protocol version spoken by this build.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Oldest peer version this build can talk to (2 added operations,
 /// resumable requests and verification; 3, verification that tells a
-/// source changed during the copy from a destination that differs).
-pub const MIN_PROTOCOL_VERSION: u16 = 3;
+/// source changed during the copy from a destination that differs; 4, the
+/// hash state of a resumed prefix in its request, so the sender reads only
+/// the rest, and the bytes each side read for it in the summary).
+pub const MIN_PROTOCOL_VERSION: u16 = 4;
 /// First bytes of every session's first frame.
 pub const MAGIC: [u8; 6] = *b"VOLMIG";
 

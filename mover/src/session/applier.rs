@@ -26,6 +26,10 @@ use crate::treehash::TreeHasher;
 /// A written length and the hash of those bytes.
 type Prefix = (u64, TreeHasher);
 
+/// Prefixes from this long on are recorded before they are written again
+/// (one checkpoint write each): reading one again in full would cost more.
+const RECORD_BEFORE_WRITING: u64 = 16 << 20;
+
 /// The file being rebuilt.
 struct Current {
     id: u64,
@@ -260,8 +264,30 @@ impl Applier {
             mtime: meta.mtime,
             len,
             hasher,
+            ino: 0,
         };
         journal.begin(id, slot);
+    }
+
+    /// Writes a checkpoint now, so that the partial file about to be written
+    /// again is recorded by this attempt before its first write: the next
+    /// attempt then finds it changed within `resume::WRITE_GRACE` of a record
+    /// and goes on from the stored hash state, even if this one dies before
+    /// its writer's next checkpoint. Otherwise only a full read of the
+    /// prefix, so a failure to write it is only warned about.
+    fn record_now(&self, temp: &Placed) {
+        if let Some(journal) = &self.journal {
+            if let Err(e) = journal.save(&self.counters) {
+                warn(format_args!("{}: {e}", temp.display()));
+            }
+        }
+    }
+
+    /// Records the inode of the temporary file just opened for `id`.
+    fn opened(&self, id: u64, file: &File) {
+        if let (Some(journal), Ok(md)) = (&self.journal, file.metadata()) {
+            journal.opened(id, md.ino());
+        }
     }
 
     fn open(
@@ -280,6 +306,10 @@ impl Applier {
                 .write(true)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&*r.temp)?;
+            self.opened(id, &file);
+            if r.from >= RECORD_BEFORE_WRITING {
+                self.record_now(&r.temp);
+            }
             let basis = match pending.basis {
                 Some(shape) => Some((file.try_clone()?, shape)),
                 None => None,
@@ -303,6 +333,7 @@ impl Applier {
                     let t = keyed_temp_path(dest, j.operation_id());
                     self.reserve(id, pending, meta, &t, (0, TreeHasher::new()));
                     let f = create_at(&t)?;
+                    self.opened(id, &f);
                     (t, f)
                 }
                 None => create_temp(dest)?,

@@ -39,6 +39,8 @@ pub struct Slot {
     /// Bytes written, and the hash of them.
     pub len: u64,
     pub hasher: TreeHasher,
+    /// The temporary file's inode, once it is open (0 before).
+    pub ino: u64,
 }
 
 /// The partial files, under one lock with the byte counters they back.
@@ -252,6 +254,13 @@ impl Journal {
         ledger.slots.insert(id, slot);
     }
 
+    /// File `id`'s temporary file is open: its inode goes into the record.
+    pub fn opened(&self, id: u64, ino: u64) {
+        if let Some(s) = lock(&self.ledger).slots.get_mut(&id) {
+            s.ino = ino;
+        }
+    }
+
     /// File `id` now holds `len` bytes, hashed by `hasher`, and `settled`
     /// more (or, negative, fewer) bytes count as done: slot and counters
     /// move together. A file that starts over from its verified prefix
@@ -305,6 +314,13 @@ impl Journal {
         // Progress and the partials that back it, from one moment.
         let ledger = lock(&self.ledger);
         let p = counters.snapshot(elapsed);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let recorded_at = Mtime {
+            sec: now.as_secs() as i64,
+            nsec: now.subsec_nanos(),
+        };
         let mut partials: Vec<Partial> = ledger
             .slots
             .values()
@@ -315,6 +331,9 @@ impl Journal {
                 mtime: s.mtime,
                 verified_len: s.len,
                 prefix_hash: *s.hasher.finalize().as_bytes(),
+                head: s.hasher.head().pieces(),
+                temp_ino: s.ino,
+                recorded_at,
             })
             .collect();
         partials.extend(ledger.loaded.values().map(|(p, _)| p.clone()));
@@ -331,9 +350,7 @@ impl Journal {
             source,
             partials,
             elapsed_ms_total: self.elapsed_before + elapsed,
-            updated_unix_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            updated_unix_ms: now.as_millis() as u64,
         }
     }
 
@@ -417,6 +434,9 @@ mod tests {
             mtime: Mtime::default(),
             verified_len: 4,
             prefix_hash: [0; 32],
+            head: Vec::new(),
+            temp_ino: 0,
+            recorded_at: Mtime::default(),
         });
         Store::open(d.path()).unwrap().save(&cp).unwrap();
         let opened = Journal::open(d.path(), "op", 2, false).unwrap();
@@ -445,6 +465,7 @@ mod tests {
                 mtime: p.mtime,
                 len: 6,
                 hasher: TreeHasher::new(),
+                ino: 0,
             },
         );
         let snap = j.snapshot(&counters, false);

@@ -62,8 +62,12 @@ pub async fn sync(
         .await
         .map_err(|e| SessionError::Internal(e.to_string()))?;
     match (sent, received) {
-        // The receiver counted both directions of the pipe.
-        (Ok(_), Ok(s)) => Ok(s),
+        // The receiver counted both directions of the pipe; only the
+        // sender knows what it read.
+        (Ok(sent), Ok(mut s)) => {
+            s.source_bytes_read = sent.source_bytes_read;
+            Ok(s)
+        }
         (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
         // Each side reports the other's failure as an abort: show the cause.
         (Err(s), Err(r)) => Err(match (s, r) {

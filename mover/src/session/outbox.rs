@@ -65,6 +65,17 @@ pub fn weight(frame: &Frame) -> usize {
             } + std::mem::size_of::<WireOp>())
             .sum(),
         Frame::Sigs { sigs, .. } => sigs.len() * 24,
+        // A list entry carries its path and, for a symlink, a target of up to
+        // a frame's length (refused later, by the reader's state machine): a
+        // batch of them must not be weighed as if they were all small.
+        Frame::Entry(e) => {
+            let target = match &e.kind {
+                crate::meta::Kind::Symlink(t) => t.len(),
+                _ => 0,
+            };
+            64 + e.path.as_bytes().len() + target
+        }
+        Frame::DirDone(p) => 64 + p.as_bytes().len(),
         _ => 64,
     }
 }

@@ -1,9 +1,10 @@
 //! Continuing a partial file an earlier attempt of the operation left, and
 //! the basis signatures sent with a request.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{File, Metadata, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::Duration;
 
 use crate::beneath::{Placed, Placer};
 use crate::checkpoint::Partial;
@@ -19,21 +20,34 @@ pub struct Resume {
     pub from: u64,
     /// The hash of those bytes, to go on from.
     pub hasher: TreeHasher,
+    /// Bytes of the prefix read back to check it (all of it, unless the
+    /// checkpoint's stored hash state was trusted).
+    pub read_back: u64,
 }
+
+/// How long after a checkpoint recorded a partial file its writer may still
+/// have written to it: a killed receiver writes on until its next checkpoint
+/// (written after every MiB, or every second, plus an `fdatasync`). A change
+/// later than this is someone else's, and the prefix is read again in full.
+pub const WRITE_GRACE: Duration = Duration::from_secs(3);
 
 /// A basis signature to send with a request.
 pub type Signed = (SigShape, Vec<BlockSig>);
 
 /// Checks partial file `p` for the listed file `e`: the source must be
-/// unchanged and the recorded prefix must hash as recorded (read with
-/// `threads` threads). Then the prefix is reused, and (with `delta`) the
-/// unverified rest is signed as a basis. The error says why it cannot be
-/// used.
+/// unchanged and the recorded prefix must hash as recorded. With `trust`
+/// (no `--checksum`), a prefix whose hash state the checkpoint stored and
+/// whose temporary file is the one recorded and unchanged since (see
+/// [`untouched`]) is read only from the end of that state on; otherwise all
+/// of it is read (with `threads` threads). Then the prefix is reused, and
+/// (with `delta`) the unverified rest is signed as a basis. The error says
+/// why it cannot be used.
 pub fn check(
     placer: &Placer,
     e: &Entry,
     p: &Partial,
     delta: bool,
+    trust: bool,
     threads: usize,
 ) -> Result<(Resume, Option<Signed>), String> {
     if p.size != e.meta.size || p.mtime != e.meta.mtime {
@@ -56,11 +70,24 @@ pub fn check(
             p.verified_len
         ));
     }
-    let hasher =
-        treehash::hash_file_prefix(&file, p.verified_len, threads).map_err(|e| e.to_string())?;
-    if *hasher.finalize().as_bytes() != p.prefix_hash {
-        return Err("modified since it was recorded".into());
-    }
+    let stored = p.head().filter(|_| trust && untouched(p, &md));
+    let from_state = stored.and_then(|head| {
+        let from = head.len();
+        let h = TreeHasher::continued(&file, head, p.verified_len).ok()?;
+        // A state that does not lead to the recorded hash is not used.
+        (*h.finalize().as_bytes() == p.prefix_hash).then_some((h, p.verified_len - from))
+    });
+    let (hasher, read_back) = match from_state {
+        Some(checked) => checked,
+        None => {
+            let h = treehash::hash_file_prefix(&file, p.verified_len, threads)
+                .map_err(|e| e.to_string())?;
+            if *h.finalize().as_bytes() != p.prefix_hash {
+                return Err("modified since it was recorded".into());
+            }
+            (h, p.verified_len)
+        }
+    };
     let tail = md.len().min(p.size) - p.verified_len;
     let basis = (tail > 0 && delta)
         .then(|| sign_open(&file, p.verified_len, tail, threads))
@@ -69,8 +96,25 @@ pub fn check(
         temp,
         from: p.verified_len,
         hasher,
+        read_back,
     };
     Ok((resume, basis))
+}
+
+/// Whether the temporary file `md` describes is the one `p` recorded, not
+/// changed since but by its own writer: the same inode, and no change (data
+/// or metadata: its ctime) later than [`WRITE_GRACE`] after the record. A
+/// change within that grace is taken for the writer's (a receiver killed
+/// before its next checkpoint); only a full read would tell it from an
+/// edit, and `--verify` does one.
+fn untouched(p: &Partial, md: &Metadata) -> bool {
+    let grace = WRITE_GRACE.as_nanos() as i128;
+    let ns = |sec: i64, nsec: i64| sec as i128 * 1_000_000_000 + nsec as i128;
+    let recorded = ns(p.recorded_at.sec, p.recorded_at.nsec as i64);
+    p.temp_ino != 0
+        && md.ino() == p.temp_ino
+        && recorded > 0
+        && ns(md.ctime(), md.ctime_nsec()) <= recorded + grace
 }
 
 /// The signature of the destination file as it is now, if it can be read.

@@ -1,6 +1,7 @@
 //! The sending side of a session: walks the source and answers requests with deltas.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,26 +74,30 @@ impl State {
         match (self, frame) {
             (s, Frame::Credit(n)) => Ok((s, Action::Credit(n))),
             (s, Frame::Progress(p)) => Ok((s, Action::Progress(p))),
-            (State::Serving(None), Frame::Request(req)) => match req.basis {
-                // Only the shape this build would choose: no zero or outsized blocks.
-                Some(shape) if shape != SigShape::for_len(shape.file_len) => {
-                    Err(violation(format!(
-                        "request with a basis cut in blocks of {} bytes",
-                        shape.block_len
-                    )))
+            (State::Serving(None), Frame::Request(req)) => {
+                // A prefix state that is not one, or does not fit the prefix.
+                req.prefix_head()?;
+                match req.basis {
+                    // Only the shape this build would choose: no zero or outsized blocks.
+                    Some(shape) if shape != SigShape::for_len(shape.file_len) => {
+                        Err(violation(format!(
+                            "request with a basis cut in blocks of {} bytes",
+                            shape.block_len
+                        )))
+                    }
+                    Some(shape) if shape.block_count() > MAX_BLOCKS_PER_FILE => Err(violation(
+                        format!("request with {} signature blocks", shape.block_count()),
+                    )),
+                    Some(shape) if shape.block_count() > 0 => {
+                        let cap = (shape.block_count() as usize).min(SIGS_PER_FRAME);
+                        Ok((
+                            State::Serving(Some((req, Vec::with_capacity(cap)))),
+                            Action::Nothing,
+                        ))
+                    }
+                    _ => Ok((State::Serving(None), Action::Serve(req, Vec::new()))),
                 }
-                Some(shape) if shape.block_count() > MAX_BLOCKS_PER_FILE => Err(violation(
-                    format!("request with {} signature blocks", shape.block_count()),
-                )),
-                Some(shape) if shape.block_count() > 0 => {
-                    let cap = (shape.block_count() as usize).min(SIGS_PER_FRAME);
-                    Ok((
-                        State::Serving(Some((req, Vec::with_capacity(cap)))),
-                        Action::Nothing,
-                    ))
-                }
-                _ => Ok((State::Serving(None), Action::Serve(req, Vec::new()))),
-            },
+            }
             (State::Serving(Some((req, mut sigs))), Frame::Sigs { id, sigs: more })
                 if id == req.id =>
             {
@@ -172,9 +177,11 @@ where
     };
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
     let queue = Queue::new(req_tx, Prefetcher::start(&source));
+    let source_read = Arc::new(AtomicU64::new(0));
     let server = {
         let (out, opts, filter) = (out_tx.clone(), options.clone(), filter.clone());
-        sup.spawn(move || serve(&source, filter, opts, req_rx, Outbox::new(out)))
+        let read = source_read.clone();
+        sup.spawn(move || serve(&source, filter, opts, req_rx, Outbox::new(out), &read))
     };
 
     let mut reader = Reader {
@@ -224,6 +231,7 @@ where
         .await
         .map_err(|e| SessionError::Internal(e.to_string()))??;
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
+    summary.source_bytes_read = source_read.load(Ordering::Relaxed);
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     Ok(summary)
 }

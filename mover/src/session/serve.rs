@@ -4,8 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -120,22 +119,24 @@ impl Prefetcher {
     }
 }
 
-/// The delta thread: answers requests in order until the receiver has no more.
+/// The delta thread: answers requests in order until the receiver has no
+/// more, counting in `read` the bytes of source files it reads.
 pub fn serve(
     root: &TreeRoot,
     filter: Filter,
     opts: SessionOptions,
     rx: mpsc::Receiver<Queued>,
     out: Outbox,
+    read: &AtomicU64,
 ) -> Result<(), SessionError> {
     let Some(level) = opts.compress else {
-        return answer(root, &filter, &opts, rx, out);
+        return answer(root, &filter, &opts, rx, out, read);
     };
     let zstd = zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?;
     let (tx, packer_rx) = mpsc::channel(PACK_QUEUE);
     std::thread::scope(|scope| {
         let packer = scope.spawn(move || pack(zstd, packer_rx, out));
-        let answered = answer(root, &filter, &opts, rx, PackerIn(tx));
+        let answered = answer(root, &filter, &opts, rx, PackerIn(tx), read);
         let packed = packer
             .join()
             .map_err(|_| SessionError::Internal("packer panicked".into()))?;
@@ -155,6 +156,7 @@ fn answer(
     opts: &SessionOptions,
     mut rx: mpsc::Receiver<Queued>,
     mut out: impl FrameOut,
+    read: &AtomicU64,
 ) -> Result<(), SessionError> {
     while let Some(Queued { req, sigs, .. }) = recv_or_flush(&mut rx, &mut out)? {
         if !listable(filter, &req.path) {
@@ -164,7 +166,7 @@ fn answer(
             ))
             .into());
         }
-        let outcome = send_file(root, opts, &req, sigs, &mut out)?;
+        let outcome = send_file(root, opts, &req, sigs, &mut out, read)?;
         out.push(Frame::FileEnd {
             id: req.id,
             outcome,
@@ -255,6 +257,7 @@ fn send_file(
     req: &Request,
     sigs: Vec<BlockSig>,
     out: &mut dyn FrameOut,
+    read: &AtomicU64,
 ) -> Result<FileOutcome, SessionError> {
     let file = match root.open_file(&req.path) {
         Ok(f) => f,
@@ -286,6 +289,7 @@ fn send_file(
             meta: before,
         })?;
         dopts.len_hint = Some(before.size - resume);
+        let trusted = trusted_head(opts, req, &before);
         let mut batch = OpBatch {
             id: req.id,
             ops: Vec::new(),
@@ -294,11 +298,12 @@ fn send_file(
         };
         let sent = match send_rest(
             &file,
-            resume,
+            (resume, trusted),
             before.size,
             index.as_ref(),
             dopts,
             &mut batch,
+            read,
         ) {
             Ok(s) => s,
             Err(SendError::Session(e)) => return Err(e),
@@ -317,29 +322,47 @@ fn send_file(
     Ok(FileOutcome::Changed)
 }
 
+/// The receiver's hash state of the prefix it holds, when this sender may
+/// take it for its own file's: not with `--checksum`, and only while the
+/// file has the size and modification time it had when that prefix was sent
+/// (rsync's quick check, applied to the part the receiver already has).
+fn trusted_head(opts: &SessionOptions, req: &Request, now: &Meta) -> Option<Head> {
+    let p = req.prefix.as_ref().filter(|_| !opts.checksum)?;
+    if p.size != now.size || p.mtime != now.mtime {
+        return None;
+    }
+    // The reader refused a state that does not fit (`sender::State::step`).
+    req.prefix_head().ok().flatten()
+}
+
 /// Sends the file from `resume` on and hashes all of it: the first
-/// `resume` bytes (which the receiver has) are only hashed, by other
-/// threads while the rest is read and sent. Returns the bytes read after
-/// `resume` and the whole file's hash.
+/// `resume` bytes (which the receiver has) are only hashed — from the end of
+/// `trusted`, the receiver's hash state of them, if given; otherwise all of
+/// them, by other threads while the rest is read and sent. Returns the bytes
+/// read after `resume` and the whole file's hash; counts in `read` every
+/// byte read.
 fn send_rest(
     file: &File,
-    resume: u64,
+    (resume, trusted): (u64, Option<Head>),
     size: u64,
     index: Option<&Index>,
     dopts: DeltaOptions,
     batch: &mut OpBatch,
+    read: &AtomicU64,
 ) -> Result<(u64, [u8; 32]), SendError> {
-    let head_len = treehash::head_len(resume);
-    // The hasher of the rest starts with the last chunk before `resume`.
+    // The hasher of the rest starts where the head ends: the end of the
+    // trusted state, or the last chunk boundary before `resume`.
+    let head_len = trusted
+        .as_ref()
+        .map_or_else(|| treehash::head_len(resume), Head::len);
     let mut hasher = TreeHasher::starting_at(head_len);
-    let mut lead = vec![0; (resume - head_len) as usize];
-    file.read_exact_at(&mut lead, head_len)?;
-    hasher.update(&lead);
+    treehash::hash_range(file, head_len, resume, &mut hasher)?;
+    read.fetch_add(resume - head_len, Ordering::Relaxed);
     let mut src = file;
     src.seek(SeekFrom::Start(resume))?;
     let stop = AtomicBool::new(false);
     let (head, sent) = std::thread::scope(|scope| {
-        let head = (head_len > 0).then(|| {
+        let head = (head_len > 0 && trusted.is_none()).then(|| {
             scope.spawn(|| {
                 let threads =
                     std::thread::available_parallelism().map_or(1, |n| n.get().min(HASH_THREADS));
@@ -359,8 +382,16 @@ fn send_rest(
         (head.map(|h| h.join()), sent)
     });
     let sent = sent?;
+    read.fetch_add(sent.len, Ordering::Relaxed);
+    let head = match head {
+        Some(hashed) => {
+            let head: Head = hashed.map_err(|_| io::Error::other("hashing thread panicked"))??;
+            read.fetch_add(head.len(), Ordering::Relaxed);
+            Some(head)
+        }
+        None => trusted,
+    };
     if let Some(head) = head {
-        let head: Head = head.map_err(|_| io::Error::other("hashing thread panicked"))??;
         hasher.join(head).map_err(io::Error::other)?;
     }
     Ok((sent.len, *hasher.finalize().as_bytes()))

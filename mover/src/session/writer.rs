@@ -1,11 +1,12 @@
 //! The task that owns a connection's write half.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::SinkExt;
 use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::codec::FramedWrite;
 
 use super::HEARTBEAT;
@@ -32,6 +33,10 @@ pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
     )
 }
 
+/// How far behind its pace a `--bwlimit` writer may fall (while it has nothing
+/// to send) and then catch up at full speed.
+const MAX_CREDIT: Duration = Duration::from_millis(100);
+
 /// Writes queued frames until the queue closes, flushing whenever it runs dry
 /// (so small frames share system calls) and pacing to `bwlimit` bytes/s
 /// (`sent` is the counter of the codec inside `sink`). After `heartbeat` with
@@ -44,7 +49,8 @@ pub async fn run<W: AsyncWrite + Unpin>(
     sent: WireCounter,
     heartbeat: Option<Duration>,
 ) -> Result<(), ProtocolError> {
-    let start = Instant::now();
+    // Pacing: `sent - base_sent` bytes are due `base + (sent - base_sent) / rate`.
+    let (mut base, mut base_sent) = (Instant::now(), 0u64);
     loop {
         let next = match heartbeat {
             Some(every) => match tokio::time::timeout(every, rx.recv()).await {
@@ -62,9 +68,16 @@ pub async fn run<W: AsyncWrite + Unpin>(
         }
         if let Some(rate) = bwlimit {
             sink.flush().await?;
-            let due = Duration::from_secs_f64(sent.get() as f64 / rate as f64);
+            let now = sent.get();
+            let due = Duration::from_secs_f64((now - base_sent) as f64 / rate as f64);
+            // Time spent with nothing to send is not saved up for a burst at
+            // full speed afterwards: at most MAX_CREDIT of it counts.
+            if base.elapsed() > due + MAX_CREDIT {
+                (base, base_sent) = (Instant::now() - MAX_CREDIT, now);
+                continue;
+            }
             // A slow cap can mean long pauses: keep heartbeats going through them.
-            while let Some(wait) = due.checked_sub(start.elapsed()) {
+            while let Some(wait) = due.checked_sub(base.elapsed()) {
                 match heartbeat {
                     Some(every) if wait > every => {
                         tokio::time::sleep(every).await;
@@ -138,5 +151,35 @@ mod tests {
             .filter(|f| matches!(f, Ok(Frame::Heartbeat)))
             .count();
         assert!(beats >= 3, "{beats} heartbeats during the pause");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_time_is_not_saved_up_for_a_burst() {
+        use crate::delta::Op;
+        use crate::protocol::WireOp;
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let (tx, rx) = mpsc::channel(8);
+        let counter = WireCounter::default();
+        let sink = FramedWrite::new(a, FrameCodec::new(counter.clone()));
+        let writer = tokio::spawn(run(sink, rx, Some(1000), counter, None));
+        let reader = tokio::spawn(async move {
+            FramedRead::new(b, FrameCodec::new(WireCounter::default()))
+                .collect::<Vec<_>>()
+                .await
+        });
+        // Ten seconds (of the test's paused clock) with nothing to send...
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let start = Instant::now();
+        for _ in 0..4 {
+            let ops = vec![WireOp::Plain(Op::Literal(vec![7; 500]))];
+            tx.send(vec![Frame::Ops { id: 0, ops }]).await.unwrap();
+        }
+        drop(tx);
+        writer.await.unwrap().unwrap();
+        // ...then about 2000 bytes at 1000 B/s: paced, less only the first
+        // batch and MAX_CREDIT, not sent at once on the credit of those ten seconds.
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(1300), "{took:?}");
+        assert_eq!(reader.await.unwrap().len(), 4);
     }
 }

@@ -26,7 +26,7 @@ use crate::filter::Filter;
 use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
 use crate::path::RelPath;
 use crate::protocol::{
-    violation, Entry, Frame, ListStats, Request, SessionOptions, SIGS_PER_FRAME,
+    violation, Entry, Frame, ListStats, PrefixState, Request, SessionOptions, SIGS_PER_FRAME,
 };
 use crate::signature::SigShape;
 use crate::stats::{human_bytes, Counters, Summary};
@@ -191,6 +191,7 @@ impl Generator {
                 path: p.path,
                 basis: None,
                 resume_from: 0,
+                prefix: None,
             }))?;
         }
         Ok(())
@@ -443,6 +444,7 @@ impl Generator {
             let s = &mut self.result.summary;
             s.files_resumed += 1;
             s.bytes_resumed += resume.from;
+            s.prefix_bytes_read += resume.read_back;
             self.counters.found_bytes(resume.from as i64);
             return self.request(e.path, e.meta, tail, Some(resume));
         }
@@ -481,7 +483,16 @@ impl Generator {
     /// Continues the partial file an earlier attempt left for `e`, if it
     /// checks out; otherwise it is reported and removed, and `e` is sent as usual.
     fn reuse_partial(&self, e: &Entry, p: Partial) -> Option<(Resume, Option<Signed>)> {
-        let checked = resume::check(&self.placer, e, &p, !self.opts.whole_file, self.threads);
+        // --checksum: every byte is read and compared, the prefix too.
+        let trust = !self.opts.checksum;
+        let checked = resume::check(
+            &self.placer,
+            e,
+            &p,
+            !self.opts.whole_file,
+            trust,
+            self.threads,
+        );
         checked
             .inspect_err(|why| {
                 warn(format_args!(
@@ -530,6 +541,18 @@ impl Generator {
         self.next_id += 1;
         let shape = signed.as_ref().map(|(s, _)| *s);
         let resume_from = resume.as_ref().map_or(0, |r| r.from);
+        // The prefix's hash state, for the sender to go on from (not with
+        // --checksum, which has it read in full).
+        let head = resume
+            .as_ref()
+            .filter(|_| !self.opts.checksum)
+            .map(|r| r.hasher.head())
+            .filter(|h| !h.is_empty());
+        let prefix = head.map(|h| PrefixState {
+            size: meta.size,
+            mtime: meta.mtime,
+            head: h.pieces(),
+        });
         let mut pending = PendingFile {
             path: path.clone(),
             meta,
@@ -552,6 +575,7 @@ impl Generator {
             path,
             basis: shape,
             resume_from,
+            prefix,
         }))?;
         if let Some((_, sigs)) = signed {
             for chunk in sigs.chunks(SIGS_PER_FRAME) {
