@@ -4,6 +4,8 @@
 //! - [`build`]: [`plan`], the checks and the destination claim's shape;
 //! - [`placement`]: where the sender and the receiver run, and why;
 //! - [`quantity`]: Kubernetes quantities to bytes and back;
+//! - [`quiesce`]: who must stop for a cutover, and how (issue 16; not yet
+//!   used by a command);
 //! - [`refusal`]: why a migration cannot work, with what to do about it;
 //! - [`values`]: the command's own values, refused before anything is read
 //!   or created when the API server or the mover would reject them.
@@ -11,6 +13,7 @@
 mod build;
 pub mod placement;
 pub mod quantity;
+pub mod quiesce;
 mod refusal;
 #[cfg(test)]
 mod tests;
