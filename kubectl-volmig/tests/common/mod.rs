@@ -40,7 +40,7 @@ pub async fn env_from_release() -> Env {
     if let Some(external) = external_env() {
         return external;
     }
-    let sandbox = Sandbox::start(SandboxConfig {
+    sandbox_env(SandboxConfig {
         oci_archives: vec![OciArchive::new(
             "ghcr.io/volmig/mover",
             release_mover_image(),
@@ -48,7 +48,10 @@ pub async fn env_from_release() -> Env {
         ..SandboxConfig::default()
     })
     .await
-    .expect("sandbox starts");
+}
+
+async fn sandbox_env(config: SandboxConfig) -> Env {
+    let sandbox = Sandbox::start(config).await.expect("sandbox starts");
     Env {
         kubeconfig: sandbox.kubeconfig_path().to_path_buf(),
         sandbox: Some(sandbox),
@@ -72,7 +75,7 @@ pub async fn env_with(taints: Vec<Taint>) -> Env {
         return external;
     }
     let mover = kube_sandbox::testkit::workspace_binary("mover", "mover");
-    let sandbox = Sandbox::start(SandboxConfig {
+    sandbox_env(SandboxConfig {
         taints,
         images: vec![ImageMapping {
             image: "ghcr.io/volmig/mover".into(),
@@ -81,12 +84,6 @@ pub async fn env_with(taints: Vec<Taint>) -> Env {
         ..SandboxConfig::default()
     })
     .await
-    .expect("sandbox starts");
-    Env {
-        kubeconfig: sandbox.kubeconfig_path().to_path_buf(),
-        sandbox: Some(sandbox),
-        namespace: "default".into(),
-    }
 }
 
 impl Env {
@@ -128,47 +125,14 @@ pub fn volmig_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kubectl-volmig"))
 }
 
-/// The release `cargo xtask test` built before the tests (`VOLMIG_DIST`),
-/// else `target/xtask-dist` (`cargo xtask dist --out target/xtask-dist`).
-pub fn release_dir() -> PathBuf {
-    let dir = std::env::var_os("VOLMIG_DIST")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-            target.join("xtask-dist")
-        });
-    assert!(
-        dir.join("volmig.yaml").is_file(),
-        "no release build in {}: run the tests with `cargo xtask test` (it builds one), \
-         or `cargo xtask dist --out {}` first",
-        dir.display(),
-        dir.display()
-    );
-    dir
-}
-
-fn release_file(prefix: &str, suffix: &str) -> PathBuf {
-    let dir = release_dir();
-    let version = env!("CARGO_PKG_VERSION");
-    let path = dir.join(format!("{prefix}_v{version}_linux_amd64{suffix}"));
-    assert!(
-        path.is_file(),
-        "{} is not in the release build",
-        path.display()
-    );
-    path
-}
-
 /// The release's mover image, an OCI archive.
 pub fn release_mover_image() -> PathBuf {
-    release_file("mover", ".oci.tar")
+    kube_sandbox::testkit::release_file("mover", ".oci.tar")
 }
 
 /// The release's plugin (static), unpacked from its archive into `dir`.
 pub fn release_plugin(dir: &Path) -> PathBuf {
-    let archive = release_file("kubectl-volmig", ".tar.gz");
+    let archive = kube_sandbox::testkit::release_file("kubectl-volmig", ".tar.gz");
     let status = std::process::Command::new("tar")
         .arg("-xzf")
         .arg(&archive)

@@ -60,3 +60,40 @@ fn newest(dir: &Path) -> Option<std::time::SystemTime> {
     }
     newest
 }
+
+/// The release `cargo xtask test` built before the tests (`VOLMIG_DIST`),
+/// else `target/xtask-dist` (`cargo xtask dist --out target/xtask-dist`).
+///
+/// Panics when there is none: it is for tests.
+pub fn release_dir() -> PathBuf {
+    let dir = std::env::var_os("VOLMIG_DIST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+            target.join("xtask-dist")
+        });
+    assert!(
+        dir.join("volmig.yaml").is_file(),
+        "no release build in {}: run the tests with `cargo xtask test` (it builds one), \
+         or `cargo xtask dist --out {}` first",
+        dir.display(),
+        dir.display()
+    );
+    dir
+}
+
+/// `PREFIX_vVERSION_linux_amd64SUFFIX` of the release (the workspace's
+/// crates share one version): `release_file("mover", ".oci.tar")` is the
+/// mover image.
+pub fn release_file(prefix: &str, suffix: &str) -> PathBuf {
+    let version = env!("CARGO_PKG_VERSION");
+    let path = release_dir().join(format!("{prefix}_v{version}_linux_amd64{suffix}"));
+    assert!(
+        path.is_file(),
+        "{} is not in the release build",
+        path.display()
+    );
+    path
+}

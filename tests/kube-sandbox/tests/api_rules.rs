@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, create, kubectl, kubectl_ok, object, sandbox};
+use common::{client, kubectl, object, sandbox};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::{
@@ -635,71 +635,4 @@ async fn a_stale_scale_is_a_conflict() {
         .await
         .expect("unpinned patch");
     assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(0));
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn protobuf_and_json_bodies_make_the_same_object() {
-    let sb = sandbox().await;
-    // kubectl's generator posts protobuf; its `--dry-run=client -o yaml`
-    // output, created from a file, is JSON: the same Deployment either way.
-    let generator = [
-        "create",
-        "deployment",
-        "web",
-        "--image=busybox",
-        "--replicas=0",
-        "--port=80",
-        "--",
-        "sleep",
-        "1",
-    ];
-    let out = kubectl(&sb, &generator, None).await;
-    assert!(out.ok, "{}", out.stderr);
-    let manifest = kubectl(
-        &sb,
-        &[
-            &generator[..5],
-            &["--dry-run=client", "-o", "yaml"],
-            &generator[5..],
-        ]
-        .concat(),
-        None,
-    )
-    .await;
-    assert!(manifest.ok, "{}", manifest.stderr);
-    let out = create(
-        &sb,
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: viajson\n",
-    )
-    .await;
-    assert!(out.ok, "{}", out.stderr);
-    let out = kubectl(
-        &sb,
-        &["create", "-n", "viajson", "--validate=false", "-f", "-"],
-        Some(&manifest.stdout),
-    )
-    .await;
-    assert!(out.ok, "{}", out.stderr);
-    let spec = |ns: &'static str| {
-        let sb = &sb;
-        async move {
-            let json = kubectl_ok(
-                sb,
-                &[
-                    "get",
-                    "deployment",
-                    "web",
-                    "-n",
-                    ns,
-                    "-o",
-                    "jsonpath={.spec}",
-                ],
-            )
-            .await;
-            serde_json::from_str::<serde_json::Value>(&json).expect("spec")
-        }
-    };
-    let (via_protobuf, via_json) = (spec("default").await, spec("viajson").await);
-    assert_eq!(via_protobuf, via_json);
-    assert_eq!(via_protobuf["replicas"], 0, "a pointer set to zero stays");
 }
