@@ -82,6 +82,12 @@ pub fn keys_name(op: &str) -> String {
     format!("volmig-{op}-keys")
 }
 
+/// The claim a cutover's rollback binds to the old volume, to copy the
+/// app's writes on the new volume back into it.
+pub fn sync_back_claim(op: &str) -> String {
+    format!("volmig-{op}-back")
+}
+
 /// The receiver's ClusterIP Service.
 pub fn service_name(op: &str) -> String {
     format!("volmig-{op}")

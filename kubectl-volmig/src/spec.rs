@@ -19,6 +19,10 @@ pub struct MigrationSpec {
     pub transfer: TransferOptions,
     pub retry: RetryPolicy,
     pub mover: MoverOptions,
+    /// Move the app onto the new volume under the source claim's name
+    /// (`--cutover`); absent: copy only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cutover: Option<CutoverSpec>,
 }
 
 impl MigrationSpec {
@@ -41,6 +45,38 @@ impl MigrationSpec {
             transfer: TransferOptions::default(),
             retry: RetryPolicy::default(),
             mover: MoverOptions::default(),
+            cutover: None,
+        }
+    }
+}
+
+/// The longest final sync the pre-copy rounds aim for (`--max-downtime`).
+pub const DEFAULT_MAX_DOWNTIME_SECONDS: u64 = 30;
+/// The most pre-copy rounds before the app is stopped anyway
+/// (`--precopy-rounds`).
+pub const DEFAULT_PRECOPY_ROUNDS: u32 = 5;
+
+/// How the app moves onto the new volume (`--cutover`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CutoverSpec {
+    /// Pre-copy rounds go on until the last one predicts a final sync
+    /// this short (seconds).
+    pub max_downtime_seconds: u64,
+    /// ... or until this many rounds have run (at least 1).
+    pub precopy_rounds: u32,
+    /// Delete the old volume once the app runs on the new one (`--commit`);
+    /// otherwise it waits for `kubectl volmig commit`.
+    #[serde(default)]
+    pub commit: bool,
+}
+
+impl Default for CutoverSpec {
+    fn default() -> Self {
+        CutoverSpec {
+            max_downtime_seconds: DEFAULT_MAX_DOWNTIME_SECONDS,
+            precopy_rounds: DEFAULT_PRECOPY_ROUNDS,
+            commit: false,
         }
     }
 }

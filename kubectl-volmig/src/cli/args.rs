@@ -84,6 +84,10 @@ pub enum Command {
     Abort(OpArgs),
     /// Remove everything an operation created except the destination claim.
     Cleanup(CleanupArgs),
+    /// Finish a cutover: delete the old volume (and its data, if its reclaim policy was Delete).
+    Commit(OpArgs),
+    /// Undo a cutover: the claim goes back to its old volume (writes made since are synced back).
+    Rollback(RollbackArgs),
     /// A live view of the operations: progress, attempts, placement, logs.
     Monitor(MonitorArgs),
     /// Print the plugin's version, git revision and default mover image.
@@ -189,6 +193,29 @@ pub struct MigrateArgs {
     /// Return once the first attempt has started; `resume` picks it up later.
     #[arg(long)]
     pub detach: bool,
+    /// Move the app onto the new volume under the claim's own name: pre-copy
+    /// while it runs, stop it, final sync, swap, start it again.
+    #[arg(long, help_heading = "Cutover")]
+    pub cutover: bool,
+    /// The downtime the pre-copy rounds aim for: they stop once the last one
+    /// took this long or less (30s, 2m, 1m30s).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, requires = "cutover", help_heading = "Cutover")]
+    pub max_downtime: std::time::Duration,
+    /// The most pre-copy rounds before the app is stopped anyway.
+    #[arg(long, value_name = "N", default_value_t = spec::DEFAULT_PRECOPY_ROUNDS, value_parser = clap::value_parser!(u32).range(1..=100), requires = "cutover", help_heading = "Cutover")]
+    pub precopy_rounds: u32,
+    /// Delete the old volume as soon as the app runs on the new one (without
+    /// it, `kubectl volmig commit` does that, and `rollback` is still possible).
+    #[arg(long, requires = "cutover", help_heading = "Cutover")]
+    pub commit: bool,
+}
+
+/// A duration as `30s`, `2m`, `1m30s` or `PT30S`.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let d: jiff::SignedDuration = text
+        .parse()
+        .map_err(|e| format!("not a duration such as 30s, 2m or 1m30s: {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| "a duration cannot be negative".to_string())
 }
 
 #[derive(Debug, Args)]
@@ -244,6 +271,25 @@ pub struct OpArgs {
     /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
     #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
     pub operation: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
+    #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
+    pub operation: String,
+    /// After the cutover succeeded, do not copy the app's writes on the new volume back.
+    #[arg(long)]
+    pub discard_new_writes: bool,
+    /// Delete the new volume afterwards (it is kept for inspection by default).
+    #[arg(long)]
+    pub delete_new: bool,
+    /// Take over even if another client's heartbeat is recent.
+    #[arg(long)]
+    pub force: bool,
+    /// How long a mover pod may take to start, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub start_timeout: u64,
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,8 @@
 //! Driving an operation (`migrate`, `resume`), and stopping or removing it
 //! (`abort`, `cleanup`).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -17,9 +19,10 @@ use crate::driver::follow::attempt_logs;
 use crate::driver::judge::PodView;
 use crate::driver::logs::LogDigest;
 use crate::driver::{
-    objects, progress_of, release_lease, Driver, DriverError, DriverOptions, Outcome,
+    objects, progress_of, release_lease, Cutover, Driver, DriverError, DriverOptions, Outcome,
 };
 use crate::plan::Plan;
+use crate::record::cutover::Step;
 use crate::record::figures::{self, Budget};
 use crate::record::store::{RecordStore, StoreError};
 use crate::record::{Attempt, Phase, Progress, VolumeMigration};
@@ -39,9 +42,14 @@ pub async fn drive(
     let op = plan.operation.clone();
     let ns = plan.destination.namespace.clone();
     let holder = options.holder.clone();
-    let driver = Driver::new(cluster.client.clone(), plan, record, options, tx);
+    let client = cluster.client.clone();
+    let run: Pin<Box<dyn Future<Output = Result<Outcome, DriverError>> + Send>> =
+        match plan.spec.cutover {
+            Some(_) => Box::pin(Cutover::new(client, plan, record, options, tx).run()),
+            None => Box::pin(Driver::new(client, plan, record, options, tx).run()),
+        };
     let result = tokio::select! {
-        r = driver.run() => Some(r),
+        r = run => Some(r),
         () = crate::signals::interrupted() => None,
     };
     let _ = reporter.await;
@@ -53,6 +61,9 @@ pub async fn drive(
             }
             let left = left_behind(cluster, &store, &op).await;
             say!("{}", notes::interrupted(&op, &ns, left));
+            if let Some(step) = app_stopped(&store, &op).await {
+                say!("{}", notes::cutover_interrupted(&op, &ns, step));
+            }
             Ok(exit::INTERRUPTED)
         }
         Some(Err(e)) => {
@@ -60,6 +71,9 @@ pub async fn drive(
             // this lease to go stale.
             if let Err(e) = release_lease(&store, &op, &holder).await {
                 tracing::debug!("cannot release the operation: {e}");
+            }
+            if let Some(step) = app_stopped(&store, &op).await {
+                say!("{}", notes::cutover_interrupted(&op, &ns, step));
             }
             Err(e.into())
         }
@@ -73,7 +87,7 @@ pub async fn drive(
             show::print_one(&vm, output)?;
             Ok(exit::OK)
         }
-        Some(Ok(Outcome::Finished(vm))) => {
+        Some(Ok(Outcome::Finished(vm) | Outcome::PassEnded { record: vm, .. })) => {
             if vm.status.phase == Phase::Aborted {
                 say!("{}", notes::aborted(&vm));
             }
@@ -81,6 +95,18 @@ pub async fn drive(
             Ok(exit_for(&vm))
         }
     }
+}
+
+/// The cutover step a stopped driver left the app in, if the app may be
+/// down there.
+async fn app_stopped(store: &RecordStore, op: &str) -> Option<Step> {
+    let vm = store.get(op).await.ok()?;
+    let step = vm.status.cutover?.step;
+    matches!(
+        step,
+        Step::Quiesce | Step::FinalSync | Step::Swap | Step::Restore | Step::RollingBack
+    )
+    .then_some(step)
 }
 
 /// What runs without a driver once this one stops: the running attempt's
@@ -114,6 +140,14 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
         let vm = store.get(&args.operation).await?;
         if vm.status.phase == Phase::Succeeded {
             say!("operation {} has already succeeded", args.operation);
+            show::print_one(&vm, output)?;
+            return Ok(exit::OK);
+        }
+        if vm.status.phase == Phase::RolledBack {
+            say!(
+                "operation {} was rolled back; the app runs on its old volume",
+                args.operation
+            );
             show::print_one(&vm, output)?;
             return Ok(exit::OK);
         }

@@ -3,15 +3,20 @@
 use serde_json::{json, Value};
 
 use super::args::{MigrateArgs, Output};
-use super::{exit, gather, CliError};
+use super::{exit, CliError};
 use crate::cluster::Cluster;
+use crate::driver::cutover::workload;
+use crate::driver::gather;
 use crate::driver::DriverOptions;
 use crate::names;
+use crate::plan::quiesce::{self, Quiesce, ScalableKind};
+use crate::plan::Refusal;
 use crate::plan::{self, ClaimAction, NodePlacement, Plan};
 use crate::record::{configmap, store::RecordStore};
 use crate::resources;
 use crate::spec::{
-    ClaimRef, DestinationSpec, MigrationSpec, MoverOptions, RetryPolicy, TransferOptions,
+    ClaimRef, CutoverSpec, DestinationSpec, MigrationSpec, MoverOptions, RetryPolicy,
+    TransferOptions,
 };
 
 pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result<i32, CliError> {
@@ -21,15 +26,20 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     plan::check_values(&spec)?;
     let start_timeout = plan::start_timeout(args.start_timeout)?;
     let operation = names::generate_operation_id(&spec.source.name);
+    check_cutover_flags(&spec, args.detach)?;
     let inputs = gather::inputs(&cluster.client, &spec).await?;
     refuse_busy_destination(cluster, &spec).await?;
     let plan = plan::plan(&spec, &operation, &inputs)?;
+    let quiesce = match &spec.cutover {
+        Some(_) => Some(quiesce_plan(cluster, &spec).await?),
+        None => None,
+    };
     if args.dry_run {
-        print_dry_run(&plan, output)?;
+        print_dry_run(&plan, quiesce.as_ref(), output)?;
         return Ok(exit::OK);
     }
     if output == Output::Table {
-        super::err(&plan_text(&plan));
+        super::err(&plan_text(&plan, quiesce.as_ref()));
     }
     let store = RecordStore::new(cluster.client.clone(), &plan.destination.namespace);
     let record = store.create(&configmap::new_record(&plan)).await?;
@@ -39,6 +49,39 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         holder: crate::names::holder(),
     };
     super::control::drive(cluster, plan, record, options, output).await
+}
+
+/// A cutover stays in the claim's namespace and needs a driver throughout.
+fn check_cutover_flags(spec: &MigrationSpec, detach: bool) -> Result<(), CliError> {
+    if spec.cutover.is_none() {
+        return Ok(());
+    }
+    if spec.destination.namespace != spec.source.namespace {
+        return Err(Refusal::CutoverAcrossNamespaces {
+            namespace: spec.source.namespace.clone(),
+            to: spec.destination.namespace.clone(),
+        }
+        .into());
+    }
+    if detach {
+        return Err(Refusal::CutoverDetached.into());
+    }
+    Ok(())
+}
+
+/// Who must stop for the cutover and how, or every consumer that scaling
+/// cannot stop (refused before anything is created).
+async fn quiesce_plan(cluster: &Cluster, spec: &MigrationSpec) -> Result<Quiesce, CliError> {
+    let claim = &spec.source;
+    let workloads = workload::gather(&cluster.client, &claim.namespace).await?;
+    quiesce::plan(&claim.name, &workloads).map_err(|unstoppable| {
+        Refusal::Unquiescable {
+            namespace: claim.namespace.clone(),
+            claim: claim.name.clone(),
+            consumers: unstoppable.iter().map(|u| u.to_string()).collect(),
+        }
+        .into()
+    })
 }
 
 /// Refuses a destination another operation has not finished with: two
@@ -111,11 +154,16 @@ pub fn spec_of(args: &MigrateArgs, namespace: &str) -> MigrationSpec {
             memory_request: args.mover_memory.clone(),
             memory_limit: args.mover_memory_limit.clone(),
         },
+        cutover: args.cutover.then_some(CutoverSpec {
+            max_downtime_seconds: args.max_downtime.as_secs(),
+            precopy_rounds: args.precopy_rounds,
+            commit: args.commit,
+        }),
     }
 }
 
 /// The plan in words, as printed before anything is created.
-pub fn plan_text(plan: &Plan) -> String {
+pub fn plan_text(plan: &Plan, quiesce: Option<&Quiesce>) -> String {
     let s = &plan.source;
     let d = &plan.destination;
     let mut out = format!("operation {}\n", plan.operation);
@@ -140,6 +188,56 @@ pub fn plan_text(plan: &Plan) -> String {
     );
     out += &placement_line("sender", &plan.placement.sender);
     out += &placement_line("receiver", &plan.placement.receiver);
+    if let (Some(c), Some(q)) = (&plan.spec.cutover, quiesce) {
+        out += &cutover_text(plan, c, q);
+    }
+    out
+}
+
+/// The cutover's part of the plan: the rounds, who stops and how, what
+/// changes, what is kept.
+fn cutover_text(plan: &Plan, c: &CutoverSpec, q: &Quiesce) -> String {
+    let claim = &plan.spec.source;
+    let mut out = format!(
+        "  cutover  pre-copy rounds while the app runs, until one takes {}s or less (at most {})\n",
+        c.max_downtime_seconds, c.precopy_rounds
+    );
+    if q.targets.is_empty() {
+        out += "  stop     no pod mounts the claim: nothing to stop\n";
+    }
+    for t in &q.targets {
+        out += &format!(
+            "  stop     {:?} {} (scale {} -> 0, back to {} after the swap; pods {}){}\n",
+            t.kind,
+            t.name,
+            t.replicas,
+            t.replicas,
+            t.pods.join(", "),
+            t.autoscaler
+                .as_ref()
+                .map(|h| format!("; HPA {h} does not scale a target at 0"))
+                .unwrap_or_default()
+        );
+        if t.kind == ScalableKind::StatefulSet {
+            out += &format!(
+                "  note     StatefulSet {}: scaling stops all its replicas; its volumeClaimTemplates still name the old class, so new replicas get that\n",
+                t.name
+            );
+        }
+    }
+    out += &format!(
+        "  swap     {claim} re-created under its name on the new volume ({}); labels and annotations kept\n",
+        plan.destination.storage_class.as_deref().unwrap_or("default class")
+    );
+    out += &format!(
+        "  keep     the old volume {} (Retain) until {}\n",
+        plan.source.volume,
+        if c.commit {
+            "the app runs again (--commit)".to_string()
+        } else {
+            format!("kubectl volmig commit {}", plan.operation)
+        }
+    );
     out
 }
 
@@ -151,7 +249,7 @@ fn placement_line(role: &str, p: &NodePlacement) -> String {
     )
 }
 
-fn print_dry_run(plan: &Plan, output: Output) -> Result<(), CliError> {
+fn print_dry_run(plan: &Plan, quiesce: Option<&Quiesce>, output: Output) -> Result<(), CliError> {
     let mut items = resources::dry_run_objects(plan, "<receiver Service IP>:7000")
         .map_err(|e| CliError::Print(e.to_string()))?;
     let record = configmap::to_config_map(&configmap::new_record(plan))
@@ -176,7 +274,7 @@ fn print_dry_run(plan: &Plan, output: Output) -> Result<(), CliError> {
             super::out(&text);
         }
         Output::Table => {
-            super::out(&plan_text(plan));
+            super::out(&plan_text(plan, quiesce));
             super::out("would create (nothing was created; -o yaml shows the objects):\n");
             for item in list["items"].as_array().into_iter().flatten() {
                 super::out(&format!("  {}\n", describe_object(item)));

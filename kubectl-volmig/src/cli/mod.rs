@@ -1,9 +1,8 @@
 //! The commands of `kubectl volmig`, behind the thin binary.
 //!
 //! - [`args`]: clap definitions (kubectl's global flags, the subcommands);
-//! - [`gather`]: reading what the planner needs from the cluster;
-//! - [`migrate`], [`control`] (resume, abort, cleanup), [`show`] (status,
-//!   logs): the commands;
+//! - [`migrate`], [`control`] (resume, abort, cleanup), [`cutover`]
+//!   (commit, rollback), [`show`] (status, logs): the commands;
 //! - [`report`]: progress bars on a TTY, plain lines otherwise;
 //! - [`notes`]: what is said on taking an operation up or letting it go;
 //! - [`complete`]: shell completion, for `kubectl-volmig` and through
@@ -19,7 +18,7 @@ macro_rules! say {
 pub mod args;
 pub mod complete;
 pub mod control;
-mod gather;
+mod cutover;
 mod migrate;
 mod notes;
 mod report;
@@ -45,6 +44,9 @@ pub mod exit {
     pub const FAILED: i32 = 3;
     /// The migration was aborted.
     pub const ABORTED: i32 = 4;
+    /// A cutover was rolled back (by itself, after a failed final sync):
+    /// the app runs on its old volume.
+    pub const ROLLED_BACK: i32 = 5;
     /// Ctrl-C: the operation goes on in the cluster.
     pub const INTERRUPTED: i32 = 130;
 }
@@ -132,6 +134,8 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Resume(args) => control::resume(&cluster, args, output).await,
         Command::Abort(args) => control::abort(&cluster, args, output).await,
         Command::Cleanup(args) => control::cleanup(&cluster, args).await,
+        Command::Commit(args) => cutover::commit(&cluster, args, output).await,
+        Command::Rollback(args) => cutover::rollback(&cluster, args, output).await,
         Command::Monitor(args) => monitor(&cluster, &cli_paths, args).await,
         Command::Version | Command::Completion(_) => Ok(exit::OK),
     }
@@ -246,5 +250,6 @@ pub fn exit_for(vm: &VolumeMigration) -> i32 {
         Phase::Succeeded | Phase::Running | Phase::Pending => exit::OK,
         Phase::Failed => exit::FAILED,
         Phase::Aborted => exit::ABORTED,
+        Phase::RolledBack => exit::ROLLED_BACK,
     }
 }

@@ -2,6 +2,7 @@
 //! up or let it go: a resumed operation as it is now, Ctrl-C, an abort
 //! from elsewhere (pure).
 
+use crate::record::cutover::Step;
 use crate::record::figures::Budget;
 use crate::record::{Phase, VolumeMigration};
 
@@ -34,6 +35,15 @@ pub fn interrupted(op: &str, ns: &str, left: LeftBehind) -> String {
         LeftBehind::Idle | LeftBehind::Unknown => "Continue it with",
     };
     format!("interrupted: {what}.\n{how}: kubectl volmig resume {op} -n {ns}")
+}
+
+/// A cutover left with the app possibly stopped: the two ways on.
+pub fn cutover_interrupted(op: &str, ns: &str, step: Step) -> String {
+    format!(
+        "the cutover stopped at {}: the app may be down. Finish the move with \
+         kubectl volmig resume {op} -n {ns}, or undo it with kubectl volmig rollback {op} -n {ns}",
+        step.as_str()
+    )
 }
 
 /// An operation aborted while this client drove or followed it: by whom,

@@ -70,6 +70,7 @@ pub async fn show(mode: Mode, budget: Budget, mut updates: UnboundedReceiver<Upd
                     .map(|r| format!(": {r}"))
                     .unwrap_or_default()
             )),
+            Update::Cutover(text) => Some(text.clone()),
             Update::Backoff { next, delay } => Some(format!(
                 "attempt {next} starts in {}s (the checkpoint keeps what was copied)",
                 delay.as_secs()

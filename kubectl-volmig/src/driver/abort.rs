@@ -5,6 +5,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::Client;
 
+use super::cutover::machine;
+use super::cutover::request::{request_rollback, RollbackFlags};
 use super::follow::look_at_attempt;
 use super::{objects, DriverError};
 use crate::events::{Recorder, Severity};
@@ -26,6 +28,13 @@ pub async fn abort(
 ) -> Result<VolumeMigration, DriverError> {
     let store = RecordStore::new(client.clone(), namespace);
     let vm = store.get(op).await?;
+    // Once the app has been touched, stopping half-way is no state to
+    // leave it in: abort means rollback.
+    let cutover = vm.status.cutover.as_ref();
+    if cutover.is_some_and(machine::abort_means_rollback) && !vm.status.phase.is_final() {
+        let flags = RollbackFlags::default();
+        return request_rollback(client, namespace, op, who, flags).await;
+    }
     if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
         return Err(DriverError::Refused(nothing_to_abort(op, vm.status.phase)));
     }

@@ -12,7 +12,9 @@ use super::attempt::progress_of;
 use super::judge::PodView;
 use super::logs::LogDigest;
 use super::objects;
-use super::run::{AttemptEnd, Driver, Outcome, State, Update, MAX_BACKOFF, POD_GONE_WAIT};
+use super::run::{
+    pass_first, AttemptEnd, Driver, Outcome, State, Update, MAX_BACKOFF, POD_GONE_WAIT,
+};
 use super::DriverError;
 use crate::events::Severity;
 use crate::names::{self, Component};
@@ -155,6 +157,34 @@ impl Driver {
         }
     }
 
+    /// A cutover pass ended: the phase stays for the cutover to decide,
+    /// and its pods are gone before it goes on (a sender still mounting the
+    /// source would hold its claim).
+    async fn end_pass(
+        &mut self,
+        phase: Phase,
+        message: Option<String>,
+    ) -> Result<State, DriverError> {
+        let op = self.plan.operation.clone();
+        let namespaces = [
+            self.plan.destination.namespace.as_str(),
+            self.plan.spec.source.namespace.as_str(),
+        ];
+        if !objects::wait_pods_gone(&self.client, &op, &namespaces, POD_GONE_WAIT).await? {
+            return Err(DriverError::Refused(format!(
+                "the mover pods of operation {op} are still there after {}s",
+                POD_GONE_WAIT.as_secs()
+            )));
+        }
+        self.heartbeat().await?;
+        let failure = (phase != Phase::Succeeded).then(|| message.unwrap_or_default());
+        self.outcome = Some(Outcome::PassEnded {
+            record: Box::new(self.record.clone()),
+            failure,
+        });
+        Ok(State::Done)
+    }
+
     /// The pods' last states and their whole logs (a follower may have
     /// missed the end).
     pub(super) async fn final_view(
@@ -187,6 +217,9 @@ impl Driver {
             self.plan.spec.source.namespace.as_str(),
         ];
         objects::cleanup(&self.client, &op, &namespaces).await?;
+        if pass_first(&self.record).is_some() {
+            return self.end_pass(phase, message).await;
+        }
         let msg = message.clone();
         self.write(|vm| {
             vm.status.phase = phase;

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use super::run::Driver;
 use super::DriverError;
 use crate::events::Severity;
+use crate::record::cutover::PassKind;
 use crate::record::store::{RecordStore, StoreError};
 use crate::record::{Driver as Lease, Phase, VolumeMigration};
 
@@ -50,54 +51,27 @@ impl Driver {
     /// with [`DriverError::Aborted`] once someone has aborted the operation.
     pub(super) async fn write(
         &mut self,
-        mut change: impl FnMut(&mut VolumeMigration),
+        change: impl FnMut(&mut VolumeMigration),
     ) -> Result<(), DriverError> {
-        let now = Timestamp::now();
-        let lease = Lease {
-            holder: self.options.holder.clone(),
-            heartbeat: now,
+        let lease = LeaseHolder {
+            store: &self.store,
+            operation: &self.plan.operation,
+            holder: &self.options.holder,
+            claiming: !self.holds_lease,
+            // A copy toward a cutover stops once a rollback is asked for;
+            // a rollback's own sync back goes on.
+            stop_on_rollback: self
+                .record
+                .status
+                .cutover
+                .as_ref()
+                .and_then(|c| c.pass)
+                .is_some_and(|p| p.kind != PassKind::SyncBack),
         };
-        // The first write claims the lease (resume has checked that no one
-        // holds it, or was told to --force); later ones keep it, and stop
-        // once another client has taken it over.
-        let claiming = !self.holds_lease;
-        let mut taken_by = None;
-        let result = self
-            .store
-            .update(&self.plan.operation, |vm| {
-                if vm.status.phase == Phase::Aborted {
-                    return Err(StoreError::Changed("the operation was aborted".into()));
-                }
-                if let Some(other) = vm
-                    .status
-                    .driver
-                    .as_ref()
-                    .filter(|d| !claiming && d.holder != lease.holder && d.is_live(now))
-                {
-                    taken_by = Some(other.holder.clone());
-                    return Err(StoreError::Changed(format!(
-                        "taken over by {}",
-                        other.holder
-                    )));
-                }
-                change(vm);
-                vm.status.driver = Some(lease.clone());
-                Ok(())
-            })
-            .await;
-        match result {
-            Ok(vm) => {
-                self.record = vm;
-                self.written = Instant::now();
-                self.holds_lease = true;
-                Ok(())
-            }
-            Err(StoreError::Changed(_)) => match taken_by {
-                Some(holder) => Err(DriverError::TakenOver(holder)),
-                None => Err(DriverError::Aborted),
-            },
-            Err(e) => Err(e.into()),
-        }
+        self.record = lease.write(change).await?;
+        self.written = Instant::now();
+        self.holds_lease = true;
+        Ok(())
     }
 
     /// Gives up the lease: another client may drive now.
@@ -135,6 +109,74 @@ impl Driver {
                 message,
             )
             .await;
+    }
+}
+
+/// A driver's hold on an operation: every write carries its heartbeat.
+pub(crate) struct LeaseHolder<'a> {
+    pub store: &'a RecordStore,
+    pub operation: &'a str,
+    pub holder: &'a str,
+    /// The first write claims the lease (resume has checked that no one
+    /// holds it, or was told to --force); later ones keep it, and stop
+    /// once another client has taken it over.
+    pub claiming: bool,
+    /// Stop (as [`DriverError::Aborted`]) once a rollback is asked for.
+    pub stop_on_rollback: bool,
+}
+
+impl LeaseHolder<'_> {
+    /// Changes the record (re-read on conflict), with the heartbeat; stops
+    /// with [`DriverError::Aborted`] once someone has aborted the
+    /// operation, [`DriverError::TakenOver`] once another client drives it.
+    pub async fn write(
+        &self,
+        mut change: impl FnMut(&mut VolumeMigration),
+    ) -> Result<VolumeMigration, DriverError> {
+        let now = Timestamp::now();
+        let lease = Lease {
+            holder: self.holder.to_string(),
+            heartbeat: now,
+        };
+        let mut taken_by = None;
+        let result =
+            self.store
+                .update(self.operation, |vm| {
+                    if vm.status.phase == Phase::Aborted {
+                        return Err(StoreError::Changed("the operation was aborted".into()));
+                    }
+                    let rolling_back = vm
+                        .status
+                        .cutover
+                        .as_ref()
+                        .is_some_and(|c| c.rollback.is_some());
+                    if self.stop_on_rollback && rolling_back {
+                        return Err(StoreError::Changed("a rollback was asked for".into()));
+                    }
+                    if let Some(other) =
+                        vm.status.driver.as_ref().filter(|d| {
+                            !self.claiming && d.holder != lease.holder && d.is_live(now)
+                        })
+                    {
+                        taken_by = Some(other.holder.clone());
+                        return Err(StoreError::Changed(format!(
+                            "taken over by {}",
+                            other.holder
+                        )));
+                    }
+                    change(vm);
+                    vm.status.driver = Some(lease.clone());
+                    Ok(())
+                })
+                .await;
+        match result {
+            Ok(vm) => Ok(vm),
+            Err(StoreError::Changed(_)) => match taken_by {
+                Some(holder) => Err(DriverError::TakenOver(holder)),
+                None => Err(DriverError::Aborted),
+            },
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

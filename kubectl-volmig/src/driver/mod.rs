@@ -19,8 +19,10 @@
 
 pub mod abort;
 mod attempt;
+pub mod cutover;
 mod ending;
 pub mod follow;
+pub mod gather;
 pub mod judge;
 mod lease;
 pub mod logs;
@@ -31,6 +33,7 @@ mod tests;
 pub mod watch;
 
 pub use attempt::progress_of;
+pub use cutover::Cutover;
 pub use lease::release_lease;
 pub use run::{Driver, DriverOptions, Outcome, State, Update};
 

@@ -50,10 +50,21 @@ pub struct DriverOptions {
 /// What the driver tells its user interface.
 #[derive(Debug, Clone)]
 pub enum Update {
-    AttemptStarted { number: u32, sender: NodePlacement },
-    Progress { attempt: u32, progress: Progress },
+    AttemptStarted {
+        number: u32,
+        sender: NodePlacement,
+    },
+    Progress {
+        attempt: u32,
+        progress: Progress,
+    },
     AttemptEnded(Box<Attempt>),
-    Backoff { next: u32, delay: Duration },
+    Backoff {
+        next: u32,
+        delay: Duration,
+    },
+    /// A cutover step began or ended, in words.
+    Cutover(String),
 }
 
 /// How a run ended.
@@ -63,6 +74,12 @@ pub enum Outcome {
     Finished(Box<VolumeMigration>),
     /// `--detach`: attempts go on in the cluster without a driver.
     Detached(Box<VolumeMigration>),
+    /// A cutover's transfer pass ended (the operation goes on): `failure`
+    /// says why it failed, if it did.
+    PassEnded {
+        record: Box<VolumeMigration>,
+        failure: Option<String>,
+    },
 }
 
 /// Where an operation is.
@@ -326,8 +343,14 @@ impl Driver {
     /// are adopted, or a new attempt starts.
     async fn resume_point(&mut self) -> Result<State, DriverError> {
         let Some(last) = self.record.status.attempts.last().cloned() else {
-            return Ok(State::StartAttempt { number: 1 });
+            return Ok(State::StartAttempt {
+                number: pass_first(&self.record).unwrap_or(1),
+            });
         };
+        // A cutover's new pass: the attempts so far belong to earlier ones.
+        if let Some(first) = pass_first(&self.record).filter(|f| last.number < *f) {
+            return Ok(State::StartAttempt { number: first });
+        }
         if last.phase.is_over() {
             return Ok(self.decided_by(&last).unwrap_or(State::StartAttempt {
                 number: last.number + 1,
@@ -441,7 +464,15 @@ impl Driver {
     }
 }
 
-/// The first attempt counted against the backoff limit.
-fn budget_from(record: &VolumeMigration) -> u32 {
-    record.status.budget_from.unwrap_or(1)
+/// The first attempt counted against the backoff limit: each cutover
+/// pass has a budget of its own.
+pub(super) fn budget_from(record: &VolumeMigration) -> u32 {
+    let first = record.status.budget_from.unwrap_or(1);
+    first.max(pass_first(record).unwrap_or(1))
+}
+
+/// The first attempt of the cutover pass in flight, if one is.
+pub(super) fn pass_first(record: &VolumeMigration) -> Option<u32> {
+    let pass = record.status.cutover.as_ref()?.pass?;
+    Some(pass.first_attempt)
 }

@@ -88,6 +88,35 @@ pub enum Refusal {
     )]
     SameClaim { namespace: String, name: String },
 
+    /// `--cutover` keeps the claim's name in its namespace.
+    #[error(
+        "--cutover moves the app onto a new volume under the claim's own name, in its own \
+         namespace {namespace:?}; --to-namespace {to:?} cannot go with it \
+         (copy to another namespace without --cutover)"
+    )]
+    CutoverAcrossNamespaces { namespace: String, to: String },
+
+    /// `--cutover --detach`: nothing would drive the steps that stop and
+    /// start the app.
+    #[error(
+        "--cutover cannot --detach yet: the steps that stop and start the app need a driver \
+         (the in-cluster driver is not there yet). Run it without --detach; if this client \
+         stops, `kubectl volmig resume` finishes the cutover and `kubectl volmig rollback` undoes it"
+    )]
+    CutoverDetached,
+
+    /// Consumers of the claim that scaling cannot stop.
+    #[error(
+        "cannot cut {namespace}/{claim} over: {}; nothing was changed",
+        consumers.join("; ")
+    )]
+    Unquiescable {
+        namespace: String,
+        claim: String,
+        /// Each consumer, why, and what to do.
+        consumers: Vec<String>,
+    },
+
     #[error(
         "persistentvolumeclaim {name:?} not found in namespace {namespace:?}: \
          check the name and the namespace (kubectl get pvc -n {namespace})"

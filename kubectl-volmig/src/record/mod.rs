@@ -12,6 +12,7 @@
 //! - [`print`](mod@print): tables, JSON and YAML for `-o`.
 
 pub mod configmap;
+pub mod cutover;
 pub mod figures;
 pub mod print;
 pub mod store;
@@ -74,6 +75,9 @@ pub enum Phase {
     Failed,
     /// Stopped by `kubectl volmig abort`; the destination keeps its data.
     Aborted,
+    /// A cutover undone: the claim is bound to its old volume again and
+    /// the app runs on it.
+    RolledBack,
 }
 
 impl Phase {
@@ -84,13 +88,14 @@ impl Phase {
             Phase::Succeeded => "Succeeded",
             Phase::Failed => "Failed",
             Phase::Aborted => "Aborted",
+            Phase::RolledBack => "RolledBack",
         }
     }
 
-    /// Succeeded or Failed: no attempt will run again. (Aborted can be
-    /// resumed.)
+    /// Succeeded, Failed or RolledBack: no attempt will run again.
+    /// (Aborted can be resumed.)
     pub fn is_final(self) -> bool {
-        matches!(self, Phase::Succeeded | Phase::Failed)
+        matches!(self, Phase::Succeeded | Phase::Failed | Phase::RolledBack)
     }
 }
 
@@ -139,6 +144,9 @@ pub struct MigrationStatus {
     /// while the operation is Aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted_by: Option<String>,
+    /// Where a cutover (`--cutover`) stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cutover: Option<cutover::CutoverStatus>,
 }
 
 /// One attempt: a receiver pod and a sender pod.

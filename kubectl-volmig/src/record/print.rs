@@ -16,6 +16,7 @@ pub use describe::describe;
 use jiff::Timestamp;
 use serde::Serialize;
 
+use super::cutover::CutoverStatus;
 use super::VolumeMigration;
 use format::{age, attempts_cell, claim, columns, progress_cell};
 
@@ -63,7 +64,7 @@ pub fn table(ops: &[VolumeMigration], now: Timestamp, wide_namespace: bool) -> S
             vm.metadata.name.clone(),
             claim(&spec.source.namespace, &spec.source.name, here),
             claim(&spec.destination.namespace, &spec.destination.name, here),
-            vm.status.phase.as_str().to_string(),
+            phase_cell(vm),
             progress_cell(vm.status.progress.as_ref()),
             attempts_cell(vm),
             age(vm.metadata.creation_timestamp, now),
@@ -74,6 +75,40 @@ pub fn table(ops: &[VolumeMigration], now: Timestamp, wide_namespace: bool) -> S
         rows.push(row);
     }
     columns(&rows)
+}
+
+/// The phase, with a cutover's step: `Running (FinalSync)`.
+fn phase_cell(vm: &VolumeMigration) -> String {
+    let phase = vm.status.phase.as_str();
+    match &vm.status.cutover {
+        Some(c) => format!("{phase} ({})", c.step.as_str()),
+        None => phase.to_string(),
+    }
+}
+
+/// A cutover in one line: step, rounds, downtime (the monitor's
+/// "Phases" line and `status`).
+pub fn cutover_line(c: &CutoverStatus, now: Timestamp) -> String {
+    let mut parts = vec![format!("step {}", c.step.as_str())];
+    if let Some(last) = c.rounds.last() {
+        parts.push(format!(
+            "{} pre-copy round(s), the last {:.1}s",
+            c.rounds.len(),
+            last.seconds
+        ));
+    }
+    if let Some(s) = c.final_sync_seconds {
+        parts.push(format!("final sync {s:.1}s"));
+    }
+    match (c.downtime(now), c.restored_at) {
+        (Some(d), Some(_)) => parts.push(format!("downtime {d:.1}s")),
+        (Some(d), None) => parts.push(format!("down for {d:.0}s so far")),
+        _ => {}
+    }
+    if let Some(r) = &c.rollback {
+        parts.push(format!("rollback from {}", r.from.as_str()));
+    }
+    parts.join(", ")
 }
 
 /// What to say instead of an empty table: in `namespace`, or in all of

@@ -3,6 +3,8 @@
 //! and checks of what a user would look at.
 #![allow(dead_code)]
 
+pub mod app;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -146,7 +148,13 @@ pub fn release_plugin(dir: &Path) -> PathBuf {
 
 /// `kubectl-volmig --kubeconfig K -n NS ARGS`, within 5 minutes.
 pub async fn volmig(env: &Env, args: &[&str]) -> Run {
+    volmig_with(env, &[], args).await
+}
+
+/// [`volmig`] with environment variables `vars` set.
+pub async fn volmig_with(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Run {
     let child = tokio::process::Command::new(volmig_binary())
+        .envs(vars.iter().copied())
         .arg("--kubeconfig")
         .arg(&env.kubeconfig)
         .args(["-n", &env.namespace])

@@ -151,7 +151,7 @@ pub fn plan(claim: &str, w: &Workloads) -> Result<Quiesce, Vec<Unstoppable>> {
 
 /// Whether `pod` mounts `claim` (directly: ephemeral volumes name their own
 /// claims).
-fn mounts(pod: &Pod, claim: &str) -> bool {
+pub fn mounts(pod: &Pod, claim: &str) -> bool {
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
@@ -161,7 +161,7 @@ fn mounts(pod: &Pod, claim: &str) -> bool {
 
 /// A pod that has ended no longer holds its volume (pvc-protection lets the
 /// claim go).
-fn finished(pod: &Pod) -> bool {
+pub fn finished(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")

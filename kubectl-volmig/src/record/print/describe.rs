@@ -6,6 +6,7 @@ use jiff::Timestamp;
 
 use super::format::{age, bytes, bytes_compact, columns, elapsed, percent, rate};
 use crate::plan::{ClaimAction, NodePlacement};
+use crate::record::cutover::CutoverStatus;
 use crate::record::figures::{self, attempt_elapsed, Budget};
 use crate::record::{Attempt, Phase, Progress, Summary, VolumeMigration};
 
@@ -51,6 +52,9 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
     out.field(0, "Phase", status.phase.as_str());
     if let Some(message) = &status.message {
         out.field(0, "Message", message);
+    }
+    if let Some(c) = &status.cutover {
+        cutover(&mut out, c, now);
     }
     out.field(0, "Source", source(vm));
     out.field(0, "Destination", destination(vm));
@@ -122,6 +126,37 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
 }
 
 /// `prod/data (volume pvc-1, class standard, 10Gi)`.
+fn cutover(out: &mut Out, c: &CutoverStatus, now: Timestamp) {
+    out.heading(0, "Cutover");
+    out.field(1, "Step", super::cutover_line(c, now));
+    for t in &c.quiesce {
+        out.field(
+            1,
+            "Stopped",
+            format!("{:?} {} (back to {} replicas)", t.kind, t.name, t.replicas),
+        );
+    }
+    for claim in &c.claims {
+        out.field(
+            1,
+            "Old volume",
+            format!(
+                "{} (reclaim policy was {})",
+                claim.source_volume, claim.source_policy
+            ),
+        );
+        if let Some(v) = &claim.new_volume {
+            out.field(1, "New volume", v);
+        }
+        if let Some(s) = &claim.swap {
+            out.field(1, "Last change", s);
+        }
+    }
+    if let Some(r) = &c.rollback {
+        out.field(1, "Rollback", &r.reason);
+    }
+}
+
 fn source(vm: &VolumeMigration) -> String {
     let claim = &vm.spec.source;
     match &vm.status.source {

@@ -126,6 +126,7 @@ impl Model {
             Phase::Succeeded => Some("already succeeded"),
             Phase::Failed => Some("already failed"),
             Phase::Aborted => Some("already aborted"),
+            Phase::RolledBack => Some("already rolled back"),
         };
         if let Some(over) = over {
             self.notice = Some(format!("{name} {over}; nothing to abort"));

@@ -80,7 +80,7 @@ pub(super) fn phase_style(phase: Phase) -> Style {
         Phase::Running => Color::Cyan,
         Phase::Succeeded => Color::Green,
         Phase::Failed => Color::Red,
-        Phase::Aborted => Color::Yellow,
+        Phase::Aborted | Phase::RolledBack => Color::Yellow,
     })
 }
 

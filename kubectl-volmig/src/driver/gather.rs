@@ -5,25 +5,25 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams};
 use kube::Client;
 
-use super::CliError;
-use crate::driver::objects::is_ours;
+use super::objects::is_ours;
+use super::DriverError;
 use crate::plan::Inputs;
 use crate::spec::MigrationSpec;
 
-pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, CliError> {
+pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, DriverError> {
     let src_ns = &spec.source.namespace;
     let dest = &spec.destination;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), src_ns);
     let source_claim = claims
         .get_opt(&spec.source.name)
         .await
-        .map_err(|e| CliError::kube(format!("get claim {}", spec.source), e))?;
+        .map_err(|e| DriverError::kube(format!("get claim {}", spec.source), e))?;
     let source_volume = volume_of(client, source_claim.as_ref()).await?;
     let dest_claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &dest.namespace);
     let destination_claim = dest_claims
         .get_opt(&dest.name)
         .await
-        .map_err(|e| CliError::kube(format!("get claim {}/{}", dest.namespace, dest.name), e))?;
+        .map_err(|e| DriverError::kube(format!("get claim {}/{}", dest.namespace, dest.name), e))?;
     let destination_volume = volume_of(client, destination_claim.as_ref()).await?;
     let classes: Api<StorageClass> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), src_ns);
@@ -36,13 +36,13 @@ pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, Cli
         storage_classes: classes
             .list(&all)
             .await
-            .map_err(|e| CliError::kube("list storage classes", e))?
+            .map_err(|e| DriverError::kube("list storage classes", e))?
             .items,
         // volmig's own movers mount the source too; they are not the app.
         pods: pods
             .list(&all)
             .await
-            .map_err(|e| CliError::kube("list pods", e))?
+            .map_err(|e| DriverError::kube("list pods", e))?
             .items
             .into_iter()
             .filter(|p| !is_ours(p))
@@ -50,13 +50,13 @@ pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, Cli
         destination_namespace: namespaces
             .get_opt(&dest.namespace)
             .await
-            .map_err(|e| CliError::kube("get namespace", e))?,
+            .map_err(|e| DriverError::kube("get namespace", e))?,
         destination_claim,
         destination_volume,
         nodes: nodes
             .list(&all)
             .await
-            .map_err(|e| CliError::kube("list nodes", e))?
+            .map_err(|e| DriverError::kube("list nodes", e))?
             .items,
     })
 }
@@ -64,7 +64,7 @@ pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, Cli
 async fn volume_of(
     client: &Client,
     claim: Option<&PersistentVolumeClaim>,
-) -> Result<Option<PersistentVolume>, CliError> {
+) -> Result<Option<PersistentVolume>, DriverError> {
     let Some(name) = claim
         .and_then(|c| c.spec.as_ref())
         .and_then(|s| s.volume_name.as_deref())
@@ -76,5 +76,5 @@ async fn volume_of(
     volumes
         .get_opt(name)
         .await
-        .map_err(|e| CliError::kube(format!("get volume {name}"), e))
+        .map_err(|e| DriverError::kube(format!("get volume {name}"), e))
 }

@@ -1,0 +1,109 @@
+//! `commit` and `rollback`: the two ways a cutover ends.
+
+use super::args::{OpArgs, Output, ResumeArgs, RollbackArgs};
+use super::{control, exit, plan_of, show, CliError};
+use crate::cluster::Cluster;
+use crate::driver::cutover::request::{request_rollback, RollbackFlags};
+use crate::driver::{Cutover, DriverError, DriverOptions};
+use crate::record::cutover::Step;
+use crate::record::store::RecordStore;
+
+/// Deletes the old volume of a cutover awaiting commit.
+pub async fn commit(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
+    let op = &args.operation;
+    let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
+    let vm = store.get(op).await?;
+    let step = vm.status.cutover.as_ref().map(|c| c.step);
+    match step {
+        None => {
+            return Err(CliError::Usage(format!(
+                "operation {op} is a copy, not a cutover: there is nothing to commit"
+            )))
+        }
+        Some(Step::Committed) => {
+            say!("operation {op} is committed already");
+            show::print_one(&vm, output)?;
+            return Ok(exit::OK);
+        }
+        Some(Step::AwaitingCommit) => {}
+        Some(other) => {
+            return Err(CliError::Usage(format!(
+                "operation {op} is at {}: only a cutover awaiting commit can be committed \
+                 (kubectl volmig resume {op} finishes it first)",
+                other.as_str()
+            )))
+        }
+    }
+    let plan = plan_of(&vm)
+        .ok_or_else(|| CliError::Usage(format!("operation {op} has no plan in its record")))?;
+    let options = DriverOptions {
+        detach: false,
+        start_timeout: std::time::Duration::from_secs(300),
+        holder: crate::names::holder(),
+    };
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut cutover = Cutover::new(cluster.client.clone(), plan, vm, options, tx);
+    let result = cutover.commit().await;
+    let released = cutover.release().await;
+    result.map_err(refused_as_usage)?;
+    released?;
+    let vm = store.get(op).await?;
+    say!(
+        "operation {op}: {}",
+        vm.status.message.as_deref().unwrap_or("committed")
+    );
+    show::print_one(&vm, output)?;
+    Ok(exit::OK)
+}
+
+/// Records the rollback, then drives it (or follows the client that
+/// drives the operation now).
+pub async fn rollback(
+    cluster: &Cluster,
+    args: RollbackArgs,
+    output: Output,
+) -> Result<i32, CliError> {
+    let who = crate::names::who(cluster.user.as_deref());
+    let flags = RollbackFlags {
+        discard_new_writes: args.discard_new_writes,
+        delete_new: args.delete_new,
+    };
+    let vm = request_rollback(
+        &cluster.client,
+        &cluster.namespace,
+        &args.operation,
+        &who,
+        flags,
+    )
+    .await
+    .map_err(refused_as_usage)?;
+    let from = vm
+        .status
+        .cutover
+        .as_ref()
+        .and_then(|c| c.rollback.as_ref())
+        .map_or(Step::PreCopy, |r| r.from);
+    say!(
+        "rolling operation {} back from {}",
+        args.operation,
+        from.as_str()
+    );
+    let resume = ResumeArgs {
+        operation: args.operation,
+        detach: false,
+        force: args.force,
+        start_timeout: args.start_timeout,
+    };
+    // Rolled back is what was asked for.
+    match control::resume(cluster, resume, output).await? {
+        exit::ROLLED_BACK => Ok(exit::OK),
+        code => Ok(code),
+    }
+}
+
+fn refused_as_usage(e: DriverError) -> CliError {
+    match e {
+        DriverError::Refused(m) => CliError::Usage(m),
+        e => e.into(),
+    }
+}

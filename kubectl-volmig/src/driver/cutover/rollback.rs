@@ -1,0 +1,257 @@
+//! `RollingBack`: the claim goes back to its old volume, from whatever step
+//! the cutover had reached. The app is stopped again if it may run; what
+//! it wrote on the new volume is copied back first (unless
+//! `--discard-new-writes`); the claim is bound to the old volume the way
+//! the swap bound it to the new one; the owners get their recorded
+//! replicas; the old volume gets its policy back. The new volume is kept
+//! (labelled with the operation) unless `--delete-new`.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams};
+
+use super::machine;
+use super::workload;
+use super::{crash_point, Cutover, Flow};
+use crate::driver::{gather, objects, DriverError, Outcome};
+use crate::events::Severity;
+use crate::names;
+use crate::plan;
+use crate::record::cutover::{ClaimCutover, ClaimShape, PassKind, Rollback, Step};
+use crate::record::Phase;
+use crate::spec::{ClaimRef, MigrationSpec};
+
+impl Cutover {
+    pub(super) async fn roll_back(&mut self) -> Result<Flow, DriverError> {
+        let c = self.cutover();
+        let rollback = c.rollback.clone().unwrap_or_else(|| Rollback {
+            from: Step::PreCopy,
+            reason: "rolling back".into(),
+            ..Rollback::default()
+        });
+        // A pass it interrupted leaves no pod behind.
+        let op = self.plan.operation.clone();
+        let namespaces = [
+            self.plan.destination.namespace.clone(),
+            self.claim().namespace.clone(),
+        ];
+        let ns_refs: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+        let sync_back_running = c.pass.is_some_and(|p| p.kind == PassKind::SyncBack);
+        if !sync_back_running {
+            objects::cleanup(&self.client, &op, &ns_refs).await?;
+            objects::wait_pods_gone(
+                &self.client,
+                &op,
+                &ns_refs,
+                super::super::run::POD_GONE_WAIT,
+            )
+            .await?;
+            let r = rollback.clone();
+            self.write(|vm| {
+                let c = vm.status.cutover.get_or_insert_with(Default::default);
+                c.pass = None;
+                c.rollback = Some(r.clone());
+            })
+            .await?;
+        }
+        let swapped = machine::swap_may_have_started(rollback.from, &c);
+        let claim = c.claim(&self.claim().name).cloned();
+        let ns = self.claim().namespace.clone();
+        let name = self.claim().name.clone();
+        if c.quiesced_at.is_some() {
+            if !rollback.quiesced {
+                self.write(|vm| {
+                    if let Some(r) = vm.status.cutover.as_mut().and_then(|c| c.rollback.as_mut()) {
+                        r.quiesced = true;
+                    }
+                })
+                .await?;
+            }
+            crash_point("rollback:ScaleDown");
+            for t in &c.quiesce {
+                workload::scale(&self.client, &ns, t, 0).await?;
+            }
+            self.await_no_consumers(&ns, &name).await?;
+        }
+        let back = names::sync_back_claim(&op);
+        if let (true, false, Some(claim)) = (rollback.sync_back, rollback.synced_back, &claim) {
+            if let Some(flow) = self.sync_back(claim, &back).await? {
+                return Ok(flow);
+            }
+        }
+        if let (true, Some(claim)) = (swapped, &claim) {
+            let new_volume = claim.new_volume.clone().unwrap_or_default();
+            let keep = [claim.source_volume.clone(), new_volume];
+            self.rebind(
+                &claim.original,
+                &claim.original,
+                &claim.source_volume,
+                std::slice::from_ref(&back),
+                &keep,
+            )
+            .await?;
+        }
+        if c.quiesced_at.is_some() {
+            self.scale_back().await?;
+        }
+        self.settle_volumes(&rollback, claim.as_ref(), swapped)
+            .await?;
+        let msg = format!(
+            "rolled back: claim {} is bound to its old volume{} and the app runs on it ({})",
+            self.claim(),
+            claim
+                .as_ref()
+                .map(|c| format!(" {}", c.source_volume))
+                .unwrap_or_default(),
+            rollback.reason
+        );
+        self.write(|vm| {
+            vm.status.phase = Phase::RolledBack;
+            vm.status.message = Some(msg.clone());
+            vm.status.completion_time = Some(Timestamp::now());
+            let c = vm.status.cutover.get_or_insert_with(Default::default);
+            c.step = Step::RolledBack;
+        })
+        .await?;
+        self.post(Severity::Normal, "CutoverRolledBack", &msg).await;
+        self.release().await?;
+        Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
+    }
+
+    /// Copies the app's writes on the new volume back into the old one,
+    /// through a claim bound to it. `Some` when the rollback cannot go on:
+    /// then the app runs again on the new volume, where its data is whole.
+    async fn sync_back(
+        &mut self,
+        claim: &ClaimCutover,
+        back: &str,
+    ) -> Result<Option<Flow>, DriverError> {
+        let new_volume = claim.new_volume.clone().unwrap_or_default();
+        let keep = [claim.source_volume.clone(), new_volume];
+        let meta = ClaimShape {
+            labels: [(
+                names::OPERATION_KEY.to_string(),
+                self.plan.operation.clone(),
+            )]
+            .into(),
+            ..ClaimShape::default()
+        };
+        self.rebind_claim(
+            back,
+            &meta,
+            &claim.original,
+            &claim.source_volume,
+            &[],
+            &keep,
+        )
+        .await?;
+        let msg = format!(
+            "copying what the app wrote on {} back to the old volume {}",
+            claim.new_volume.as_deref().unwrap_or("the new volume"),
+            claim.source_volume
+        );
+        self.post(Severity::Normal, "CutoverSyncBack", &msg).await;
+        let plan = self.sync_back_plan(back).await?;
+        match self.run_pass(PassKind::SyncBack, plan).await? {
+            Outcome::PassEnded { failure: None, .. } => {
+                self.write(|vm| {
+                    let c = vm.status.cutover.get_or_insert_with(Default::default);
+                    c.pass = None;
+                    if let Some(r) = c.rollback.as_mut() {
+                        r.synced_back = true;
+                    }
+                })
+                .await?;
+                Ok(None)
+            }
+            Outcome::PassEnded {
+                failure: Some(why), ..
+            } => {
+                // The old volume may hold half of the copy now: the app
+                // goes back to the new one, and the rollback can be asked
+                // for again.
+                self.scale_back().await?;
+                let msg = format!(
+                    "the rollback stopped: copying back failed ({why}); the app runs on the new volume again. Run kubectl volmig rollback {} again, or with --discard-new-writes",
+                    self.plan.operation
+                );
+                self.write(|vm| {
+                    vm.status.phase = Phase::Succeeded;
+                    vm.status.message = Some(msg.clone());
+                    let c = vm.status.cutover.get_or_insert_with(Default::default);
+                    c.pass = None;
+                    c.rollback = None;
+                    c.step = Step::AwaitingCommit;
+                })
+                .await?;
+                self.post(Severity::Warning, "CutoverRollbackFailed", &msg)
+                    .await;
+                self.release().await?;
+                Ok(Some(Flow::Stop(Outcome::Finished(Box::new(
+                    self.record.clone(),
+                )))))
+            }
+            other => self.interrupted(other).map(Some),
+        }
+    }
+
+    /// The copy from the claim (now on the new volume) into `back`.
+    async fn sync_back_plan(&self, back: &str) -> Result<plan::Plan, DriverError> {
+        let claim = self.claim().clone();
+        let mut spec = MigrationSpec::new(claim.clone(), ClaimRef::new(&claim.namespace, back));
+        spec.destination.reuse = true;
+        spec.destination.allow_shrink = true;
+        spec.transfer.delete = true;
+        spec.transfer.verify = true;
+        spec.transfer.compress = self.plan.spec.transfer.compress;
+        spec.retry = self.plan.spec.retry.clone();
+        spec.mover = self.plan.spec.mover.clone();
+        let inputs = gather::inputs(&self.client, &spec).await?;
+        plan::plan(&spec, &self.plan.operation, &inputs).map_err(|r| {
+            DriverError::Refused(format!("cannot plan the copy back to the old volume: {r}"))
+        })
+    }
+
+    /// The old volume gets its policy back; the new one is labelled and
+    /// kept, or deleted with `--delete-new`.
+    async fn settle_volumes(
+        &mut self,
+        rollback: &Rollback,
+        claim: Option<&ClaimCutover>,
+        swapped: bool,
+    ) -> Result<(), DriverError> {
+        if let (true, Some(c)) = (swapped, claim) {
+            self.set_policy(&c.source_volume, &c.source_policy).await?;
+        }
+        let temporary = self.plan.destination.name.clone();
+        let new_volume = claim.and_then(|c| c.new_volume.clone());
+        if !rollback.delete_new {
+            if let Some(v) = &new_volume {
+                self.label_volume(v).await?;
+            }
+            return Ok(());
+        }
+        crash_point("rollback:DeleteNew");
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &self.plan.destination.namespace);
+        match claims.delete(&temporary, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(DriverError::kube(format!("delete claim {temporary}"), e)),
+        }
+        if let (Some(v), Some(c)) = (&new_volume, claim) {
+            match c.new_policy.as_deref() {
+                Some("Delete") | None => self.set_policy(v, "Delete").await?,
+                Some(_) => {
+                    let api: Api<PersistentVolume> = Api::all(self.client.clone());
+                    match api.delete(v, &DeleteParams::default()).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(e)) if e.code == 404 => {}
+                        Err(e) => return Err(DriverError::kube(format!("delete volume {v}"), e)),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

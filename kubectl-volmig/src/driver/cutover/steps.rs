@@ -1,0 +1,651 @@
+//! The forward steps: pre-copy rounds, quiesce, final sync, swap, restore,
+//! and commit.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::machine;
+use super::rebind::{self, Action, Observed};
+use super::workload;
+use super::{crash_point, Cutover, Flow, POLL, READY_LIMIT, TERMINATING_LIMIT};
+use crate::driver::{DriverError, Outcome};
+use crate::events::Severity;
+use crate::names;
+use crate::plan::quiesce;
+use crate::record::cutover::{ClaimCutover, ClaimShape, PassKind, Rollback, Step};
+use crate::record::Phase;
+
+/// How long the pods of a scaled-down owner may take to go.
+const GONE_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+impl Cutover {
+    pub(super) async fn pre_copy(&mut self) -> Result<Flow, DriverError> {
+        let c = self.cutover();
+        let spec = self.plan.spec.cutover.clone().unwrap_or_default();
+        let in_flight = c.pass.is_some_and(|p| p.kind == PassKind::PreCopy);
+        if c.rollback.is_some() {
+            self.advance(Step::RollingBack, |_| {}).await?;
+            return Ok(Flow::Next);
+        }
+        if !in_flight && machine::precopy_done(&c.rounds, &spec) {
+            let last = c.rounds.last().map_or(0.0, |r| r.seconds);
+            let msg = format!(
+                "pre-copy done after {} round(s); the last took {last:.1}s (--max-downtime {}s): stopping the app",
+                c.rounds.len(),
+                spec.max_downtime_seconds
+            );
+            self.post(Severity::Normal, "CutoverQuiesce", &msg).await;
+            self.advance(Step::Quiesce, |_| {}).await?;
+            return Ok(Flow::Next);
+        }
+        let number = c.rounds.len() as u32 + 1;
+        if !in_flight {
+            let msg = format!("pre-copy round {number} (the app runs)");
+            self.post(Severity::Normal, "CutoverPreCopy", &msg).await;
+        }
+        let plan = machine::pass_plan(&self.plan, PassKind::PreCopy);
+        match self.run_pass(PassKind::PreCopy, plan).await? {
+            Outcome::PassEnded { failure: None, .. } => {
+                let first = self.cutover().pass.map_or(1, |p| p.first_attempt);
+                let status = &self.record.status;
+                let round =
+                    machine::round_of(number, first, &status.attempts, status.summary.as_ref());
+                let msg = format!(
+                    "pre-copy round {number} took {:.1}s and sent {} file(s)",
+                    round.seconds, round.files_transferred
+                );
+                self.write(|vm| {
+                    let c = vm.status.cutover.get_or_insert_with(Default::default);
+                    if c.rounds.iter().all(|r| r.number != round.number) {
+                        c.rounds.push(round.clone());
+                    }
+                    c.pass = None;
+                })
+                .await?;
+                self.post(Severity::Normal, "CutoverPreCopy", &msg).await;
+                Ok(Flow::Next)
+            }
+            Outcome::PassEnded {
+                failure: Some(why), ..
+            } => {
+                // Nothing of the app has changed: the operation fails as a
+                // copy does, and resume runs new rounds.
+                let msg = format!("pre-copy round {number} failed: {why}");
+                self.write(|vm| {
+                    vm.status.phase = Phase::Failed;
+                    vm.status.message = Some(msg.clone());
+                    vm.status.completion_time = Some(Timestamp::now());
+                    if let Some(c) = vm.status.cutover.as_mut() {
+                        c.pass = None;
+                    }
+                })
+                .await?;
+                self.post(Severity::Warning, "CutoverFailed", &msg).await;
+                self.release().await?;
+                Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
+            }
+            other => self.interrupted(other),
+        }
+    }
+
+    /// A pass stopped by `abort` (the operation stops) or by a rollback
+    /// request (the loop takes the rollback up).
+    pub(super) fn interrupted(&mut self, outcome: Outcome) -> Result<Flow, DriverError> {
+        let rolling_back = self.cutover().rollback.is_some();
+        match outcome {
+            Outcome::Finished(vm) if rolling_back && vm.status.phase != Phase::Aborted => {
+                Ok(Flow::Next)
+            }
+            other => Ok(Flow::Stop(other)),
+        }
+    }
+
+    pub(super) async fn quiesce(&mut self) -> Result<Flow, DriverError> {
+        let ns = self.claim().namespace.clone();
+        let name = self.claim().name.clone();
+        if self.cutover().quiesced_at.is_none() {
+            let workloads = workload::gather(&self.client, &ns).await?;
+            let plan = match quiesce::plan(&name, &workloads) {
+                Ok(plan) => plan,
+                Err(unstoppable) => return self.unstoppable(&unstoppable).await,
+            };
+            let now = Timestamp::now();
+            self.write(|vm| {
+                let c = vm.status.cutover.get_or_insert_with(Default::default);
+                c.quiesce = plan.targets.clone();
+                c.quiesced_at = Some(now);
+            })
+            .await?;
+        }
+        let targets = self.cutover().quiesce;
+        let names: Vec<String> = targets
+            .iter()
+            .map(|t| format!("{:?} {}", t.kind, t.name))
+            .collect();
+        let msg = match names.is_empty() {
+            true => format!("no pod mounts {name}: nothing to stop"),
+            false => format!("scaling {} to 0", names.join(", ")),
+        };
+        self.post(Severity::Normal, "CutoverQuiesce", &msg).await;
+        crash_point("quiesce:ScaleDown");
+        for t in &targets {
+            workload::scale(&self.client, &ns, t, 0).await?;
+        }
+        self.await_no_consumers(&ns, &name).await?;
+        self.advance(Step::FinalSync, |_| {}).await?;
+        Ok(Flow::Next)
+    }
+
+    /// Consumers appeared that scaling cannot stop: nothing has changed
+    /// yet, so the operation fails with what to do, and resume tries again.
+    async fn unstoppable(
+        &mut self,
+        unstoppable: &[quiesce::Unstoppable],
+    ) -> Result<Flow, DriverError> {
+        let list: Vec<String> = unstoppable.iter().map(|u| u.to_string()).collect();
+        let msg = format!(
+            "cannot stop every consumer of {}: {}",
+            self.claim(),
+            list.join("; ")
+        );
+        self.write(|vm| {
+            vm.status.phase = Phase::Failed;
+            vm.status.message = Some(msg.clone());
+            vm.status.completion_time = Some(Timestamp::now());
+        })
+        .await?;
+        self.post(Severity::Warning, "CutoverRefused", &msg).await;
+        self.release().await?;
+        Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
+    }
+
+    /// Waits until no pod (but volmig's) mounts the claim.
+    pub(super) async fn await_no_consumers(
+        &mut self,
+        ns: &str,
+        claim: &str,
+    ) -> Result<(), DriverError> {
+        let client = self.client.clone();
+        let what = format!("pods still mount {ns}/{claim}");
+        self.wait_until(GONE_LIMIT, &what, || {
+            let client = client.clone();
+            async move { Ok(workload::consumers(&client, ns, claim).await?.is_empty()) }
+        })
+        .await
+    }
+
+    pub(super) async fn final_sync(&mut self) -> Result<Flow, DriverError> {
+        if self.cutover().rollback.is_some() {
+            self.advance(Step::RollingBack, |_| {}).await?;
+            return Ok(Flow::Next);
+        }
+        if self.cutover().pass.is_none() {
+            let msg = "final sync: the app is down; verified, with --delete";
+            self.post(Severity::Normal, "CutoverFinalSync", msg).await;
+        }
+        let plan = machine::pass_plan(&self.plan, PassKind::FinalSync);
+        match self.run_pass(PassKind::FinalSync, plan).await? {
+            Outcome::PassEnded { failure: None, .. } => {
+                let first = self.cutover().pass.map_or(1, |p| p.first_attempt);
+                let round = machine::round_of(0, first, &self.record.status.attempts, None);
+                let facts = self.swap_facts().await?;
+                self.advance(Step::Swap, |c| {
+                    c.pass = None;
+                    c.final_sync_seconds = Some(round.seconds);
+                    if c.claim(&facts.name).is_none() {
+                        c.claims.push(facts.clone());
+                    }
+                })
+                .await?;
+                Ok(Flow::Next)
+            }
+            Outcome::PassEnded {
+                failure: Some(why), ..
+            } => {
+                let reason = format!("the final sync failed: {why}");
+                self.post(Severity::Warning, "CutoverRollingBack", &reason)
+                    .await;
+                let now = Timestamp::now();
+                self.advance(Step::RollingBack, |c| {
+                    c.pass = None;
+                    c.rollback.get_or_insert_with(|| Rollback {
+                        from: Step::FinalSync,
+                        reason: reason.clone(),
+                        started: Some(now),
+                        ..Rollback::default()
+                    });
+                })
+                .await?;
+                Ok(Flow::Next)
+            }
+            other => self.interrupted(other),
+        }
+    }
+
+    /// What the swap needs, read before it changes anything: the claim as
+    /// it is, both volumes and their policies.
+    async fn swap_facts(&self) -> Result<ClaimCutover, DriverError> {
+        let claim = self.claim().clone();
+        let temporary = self.plan.destination.name.clone();
+        let source = self.bound_claim(&claim.name).await?;
+        let target = self.bound_claim(&temporary).await?;
+        let (source_volume, source_policy) = self.volume_policy(&source.1).await?;
+        let (new_volume, new_policy) = self.volume_policy(&target.1).await?;
+        Ok(ClaimCutover {
+            namespace: claim.namespace,
+            name: claim.name,
+            original: rebind::shape_of(&source.0),
+            source_volume,
+            source_policy,
+            new_volume: Some(new_volume),
+            new_policy: Some(new_policy),
+            temporary_claim: temporary,
+            new_shape: Some(rebind::shape_of(&target.0)),
+            swap: None,
+        })
+    }
+
+    async fn bound_claim(
+        &self,
+        name: &str,
+    ) -> Result<(PersistentVolumeClaim, String), DriverError> {
+        let api: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &self.claim().namespace);
+        let claim = api
+            .get(name)
+            .await
+            .map_err(|e| DriverError::kube(format!("get claim {name}"), e))?;
+        let volume = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                DriverError::Refused(format!("claim {name} is not bound to a volume"))
+            })?;
+        Ok((claim, volume))
+    }
+
+    async fn volume_policy(&self, name: &str) -> Result<(String, String), DriverError> {
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        let v = api
+            .get(name)
+            .await
+            .map_err(|e| DriverError::kube(format!("get volume {name}"), e))?;
+        Ok((name.to_string(), rebind::policy(&v).to_string()))
+    }
+
+    pub(super) async fn swap(&mut self) -> Result<Flow, DriverError> {
+        let c = self.cutover();
+        let Some(claim) = c.claim(&self.claim().name).cloned() else {
+            return Err(DriverError::Refused(
+                "the record has no swap facts for the claim".into(),
+            ));
+        };
+        let new_volume = claim.new_volume.clone().unwrap_or_default();
+        let keep = [claim.source_volume.clone(), new_volume.clone()];
+        let spec = claim
+            .new_shape
+            .clone()
+            .unwrap_or_else(|| claim.original.clone());
+        let remove = [claim.temporary_claim.clone()];
+        self.rebind(&claim.original, &spec, &new_volume, &remove, &keep)
+            .await?;
+        let msg = format!(
+            "swapped: claim {} is bound to volume {new_volume} (was {})",
+            self.claim(),
+            claim.source_volume
+        );
+        self.post(Severity::Normal, "CutoverSwapped", &msg).await;
+        self.advance(Step::Restore, |_| {}).await?;
+        Ok(Flow::Next)
+    }
+
+    /// Binds the claim to `target`, one written-ahead change at a time.
+    pub(super) async fn rebind(
+        &mut self,
+        meta: &ClaimShape,
+        spec: &ClaimShape,
+        target: &str,
+        remove: &[String],
+        keep: &[String],
+    ) -> Result<(), DriverError> {
+        let claim = self.claim().clone();
+        self.rebind_claim(&claim.name, meta, spec, target, remove, keep)
+            .await
+    }
+
+    /// Binds claim `name` (in the claim's namespace) to `target`.
+    pub(super) async fn rebind_claim(
+        &mut self,
+        name: &str,
+        meta: &ClaimShape,
+        spec: &ClaimShape,
+        target: &str,
+        remove: &[String],
+        keep: &[String],
+    ) -> Result<(), DriverError> {
+        let ns = self.claim().namespace.clone();
+        let mut waiting: Option<(Action, Instant)> = None;
+        loop {
+            let seen = self.observe(name, remove, target, keep).await?;
+            let action =
+                rebind::next(&ns, name, &seen).map_err(|b| DriverError::Refused(b.to_string()))?;
+            if action == Action::Done {
+                return Ok(());
+            }
+            if action.changes_the_cluster() {
+                waiting = None;
+                let label = action.label();
+                let cutover_claim = self.claim().name.clone();
+                self.write(|vm| {
+                    let c = vm.status.cutover.get_or_insert_with(Default::default);
+                    if let Some(claim) = c.claim_mut(&cutover_claim) {
+                        claim.swap = Some(label.clone());
+                    }
+                })
+                .await?;
+                let step = self.cutover().step;
+                let side = if step == Step::RollingBack {
+                    "rollback"
+                } else {
+                    "swap"
+                };
+                crash_point(&format!("{side}:{}", action.kind()));
+                self.apply(&ns, name, meta, spec, &action, seen.target.as_ref())
+                    .await?;
+                continue;
+            }
+            let since = match &waiting {
+                Some((a, t)) if *a == action => *t,
+                _ => {
+                    waiting = Some((action.clone(), Instant::now()));
+                    Instant::now()
+                }
+            };
+            if since.elapsed() >= TERMINATING_LIMIT {
+                return Err(self.stuck(&ns, &action).await);
+            }
+            self.keep_alive().await?;
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn observe(
+        &self,
+        name: &str,
+        remove: &[String],
+        target: &str,
+        keep: &[String],
+    ) -> Result<Observed, DriverError> {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &self.claim().namespace);
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let get_claim = |n: String| {
+            let claims = claims.clone();
+            async move {
+                claims
+                    .get_opt(&n)
+                    .await
+                    .map_err(|e| DriverError::kube(format!("get claim {n}"), e))
+            }
+        };
+        let get_volume = |n: String| {
+            let volumes = volumes.clone();
+            async move {
+                volumes
+                    .get_opt(&n)
+                    .await
+                    .map_err(|e| DriverError::kube(format!("get volume {n}"), e))
+            }
+        };
+        let mut seen = Observed {
+            claim: get_claim(name.to_string()).await?,
+            target_name: target.to_string(),
+            target: get_volume(target.to_string()).await?,
+            ..Observed::default()
+        };
+        for r in remove {
+            seen.remove.push((r.clone(), get_claim(r.clone()).await?));
+        }
+        for k in keep {
+            seen.keep.push((k.clone(), get_volume(k.clone()).await?));
+        }
+        Ok(seen)
+    }
+
+    async fn apply(
+        &self,
+        ns: &str,
+        name: &str,
+        meta: &ClaimShape,
+        spec: &ClaimShape,
+        action: &Action,
+        target: Option<&PersistentVolume>,
+    ) -> Result<(), DriverError> {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let params = PatchParams::default();
+        let ignore_gone = |r: Result<(), kube::Error>, what: String| match r {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(DriverError::kube(what, e)),
+            Ok(()) => Ok(()),
+        };
+        match action {
+            Action::Retain(v) => {
+                let patch = json!({"spec": {"persistentVolumeReclaimPolicy": rebind::RETAIN}});
+                let r = volumes.patch(v, &params, &Patch::Merge(&patch)).await;
+                ignore_gone(r.map(drop), format!("set Retain on volume {v}"))
+            }
+            Action::DeleteClaim { name, uid } => {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                let r = claims.delete(name, &dp).await;
+                match r {
+                    // The uid changed: another claim took the name; look again.
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                    r => ignore_gone(r.map(drop), format!("delete claim {name}")),
+                }
+            }
+            Action::FreeVolume(v) => {
+                let patch = json!({"spec": {"claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": ns,
+                    "name": name,
+                    "uid": null,
+                    "resourceVersion": null,
+                }}});
+                let r = volumes.patch(v, &params, &Patch::Merge(&patch)).await;
+                ignore_gone(r.map(drop), format!("free volume {v} for claim {name}"))
+            }
+            Action::CreateClaim => {
+                let target = target
+                    .ok_or_else(|| DriverError::Refused("the target volume is gone".into()))?;
+                let claim = rebind::claim_for(ns, name, meta, spec, target);
+                match claims.create(&PostParams::default(), &claim).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                    Err(e) => Err(DriverError::kube(format!("create claim {ns}/{name}"), e)),
+                }
+            }
+            Action::AwaitClaimGone(_) | Action::AwaitBound | Action::Done => Ok(()),
+        }
+    }
+
+    /// A wait that did not end: say who holds what.
+    async fn stuck(&self, ns: &str, action: &Action) -> DriverError {
+        match action {
+            Action::AwaitClaimGone(claim) => {
+                let pods = workload::consumers(&self.client, ns, claim)
+                    .await
+                    .unwrap_or_default();
+                DriverError::Refused(format!(
+                    "claim {ns}/{claim} stays Terminating: pvc-protection keeps it while a pod uses it ({}); stop {}, then resume",
+                    if pods.is_empty() { "none is listed now".to_string() } else { pods.join(", ") },
+                    if pods.is_empty() { "its consumer" } else { "them" }
+                ))
+            }
+            other => DriverError::Refused(format!(
+                "{} did not happen in {}s; see kubectl describe pvc -n {ns}",
+                other.label(),
+                TERMINATING_LIMIT.as_secs()
+            )),
+        }
+    }
+
+    pub(super) async fn restore(&mut self) -> Result<Flow, DriverError> {
+        self.scale_back().await?;
+        let c = self.cutover();
+        if let Some(claim) = c.claim(&self.claim().name) {
+            let policy = claim.new_policy.clone().unwrap_or_else(|| "Delete".into());
+            let new_volume = claim.new_volume.clone().unwrap_or_default();
+            self.set_policy(&new_volume, &policy).await?;
+            let old = claim.source_volume.clone();
+            self.label_volume(&old).await?;
+        }
+        let now = Timestamp::now();
+        self.advance(Step::AwaitingCommit, |c| {
+            c.restored_at = Some(now);
+            c.downtime_seconds = c.downtime(now);
+        })
+        .await?;
+        Ok(Flow::Next)
+    }
+
+    /// Scales every recorded owner back to its replicas; waits for Ready.
+    pub(super) async fn scale_back(&mut self) -> Result<(), DriverError> {
+        let ns = self.claim().namespace.clone();
+        let targets = self.cutover().quiesce;
+        for t in &targets {
+            workload::scale(&self.client, &ns, t, t.replicas).await?;
+        }
+        let client = self.client.clone();
+        let what = "the app is not Ready again";
+        let (targets_ref, ns_ref) = (&targets, &ns);
+        self.wait_until(READY_LIMIT, what, || {
+            let client = client.clone();
+            async move {
+                for t in targets_ref {
+                    if !workload::ready(&client, ns_ref, t, t.replicas).await? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        })
+        .await
+    }
+
+    pub(super) async fn set_policy(&self, volume: &str, policy: &str) -> Result<(), DriverError> {
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        let patch = json!({"spec": {"persistentVolumeReclaimPolicy": policy}});
+        match api
+            .patch(volume, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(DriverError::kube(
+                format!("set {policy} on volume {volume}"),
+                e,
+            )),
+        }
+    }
+
+    /// Labels a kept volume with the operation, so it can be found.
+    pub(super) async fn label_volume(&self, volume: &str) -> Result<(), DriverError> {
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        let patch = json!({"metadata": {"labels": {names::OPERATION_KEY: self.plan.operation}}});
+        match api
+            .patch(volume, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(DriverError::kube(format!("label volume {volume}"), e)),
+        }
+    }
+
+    /// The move is done: the operation Succeeded (again, if a crash came
+    /// between), and with `--commit` the old volume goes at once.
+    pub(super) async fn settle(&mut self) -> Result<Flow, DriverError> {
+        if self.record.status.phase != Phase::Succeeded {
+            let c = self.cutover();
+            let claim = c.claim(&self.claim().name).cloned().unwrap_or_default();
+            let downtime = c.downtime_seconds.unwrap_or_default();
+            self.write(|vm| {
+                vm.status.phase = Phase::Succeeded;
+                vm.status.message = None;
+                vm.status.completion_time = Some(Timestamp::now());
+            })
+            .await?;
+            let msg = format!(
+                "cut over: claim {} is bound to volume {} and the app runs again; it was down {downtime:.1}s. The old volume {} is kept: kubectl volmig commit {op} deletes it, kubectl volmig rollback {op} goes back to it",
+                self.claim(),
+                claim.new_volume.unwrap_or_default(),
+                claim.source_volume,
+                op = self.plan.operation
+            );
+            self.post(Severity::Normal, "CutoverSucceeded", &msg).await;
+        }
+        if self.plan.spec.cutover.as_ref().is_some_and(|c| c.commit) {
+            self.commit().await?;
+        }
+        self.release().await?;
+        Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
+    }
+
+    /// Deletes the old volume: with its data if its policy was Delete (the
+    /// volume's own reclaim does it), else the object only.
+    pub async fn commit(&mut self) -> Result<(), DriverError> {
+        let c = self.cutover();
+        if c.step != Step::AwaitingCommit {
+            return Err(DriverError::Refused(format!(
+                "only a cutover awaiting commit can be committed; this one is {}",
+                c.step.as_str()
+            )));
+        }
+        let claim = c.claim(&self.claim().name).cloned().unwrap_or_default();
+        let cutover_claim = claim.name.clone();
+        self.write(|vm| {
+            if let Some(c) = vm
+                .status
+                .cutover
+                .as_mut()
+                .and_then(|c| c.claim_mut(&cutover_claim))
+            {
+                c.swap = Some("Commit".into());
+            }
+        })
+        .await?;
+        crash_point("commit");
+        let old = &claim.source_volume;
+        let data = if claim.source_policy == "Delete" {
+            self.set_policy(old, "Delete").await?;
+            "its data with it, as its Delete policy says"
+        } else {
+            let api: Api<PersistentVolume> = Api::all(self.client.clone());
+            match api.delete(old, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(DriverError::kube(format!("delete volume {old}"), e)),
+            }
+            "its data stays on the storage, as its Retain policy says"
+        };
+        self.advance(Step::Committed, |_| {}).await?;
+        let msg = format!("committed: the old volume {old} is deleted, {data}");
+        self.write(|vm| vm.status.message = Some(msg.clone()))
+            .await?;
+        self.post(Severity::Normal, "CutoverCommitted", &msg).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! The app's side of a cutover: reading the workloads that mount a claim,
+//! scaling their owners through the `scale` subresource, and waiting until
+//! no pod mounts the claim, or until the owners are Ready again.
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Pod, ReplicationController};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::Client;
+use serde_json::json;
+
+use crate::driver::objects::is_ours;
+use crate::driver::DriverError;
+use crate::plan::quiesce::{self, ScalableKind, ScaleTarget, Workloads};
+
+/// Everything the quiesce planner reads in `ns`. KEDA's ScaledObjects are
+/// read when the CRD exists.
+pub async fn gather(client: &Client, ns: &str) -> Result<Workloads, DriverError> {
+    let all = ListParams::default();
+    let mut w = Workloads {
+        pods: list::<Pod>(client, ns, "pods").await?,
+        replica_sets: list::<ReplicaSet>(client, ns, "replicasets").await?,
+        deployments: list::<Deployment>(client, ns, "deployments").await?,
+        stateful_sets: list::<StatefulSet>(client, ns, "statefulsets").await?,
+        replication_controllers: list::<ReplicationController>(
+            client,
+            ns,
+            "replicationcontrollers",
+        )
+        .await?,
+        autoscalers: list::<HorizontalPodAutoscaler>(client, ns, "horizontalpodautoscalers")
+            .await?,
+        scaled_objects: Vec::new(),
+    };
+    w.pods.retain(|p| !is_ours(p));
+    let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk));
+    match api.list(&all).await {
+        Ok(list) => {
+            w.scaled_objects = list
+                .items
+                .into_iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect()
+        }
+        // No KEDA here.
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(DriverError::kube("list KEDA ScaledObjects", e)),
+    }
+    Ok(w)
+}
+
+async fn list<K>(client: &Client, ns: &str, what: &str) -> Result<Vec<K>, DriverError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        // A kind this API server does not serve has no objects.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(DriverError::kube(format!("list {what} in {ns}"), e)),
+    }
+}
+
+/// The pods (not volmig's own) that mount `claim` and have not finished;
+/// a Terminating pod still holds its volume.
+pub async fn consumers(client: &Client, ns: &str, claim: &str) -> Result<Vec<String>, DriverError> {
+    let pods = list::<Pod>(client, ns, "pods").await?;
+    Ok(pods
+        .iter()
+        .filter(|p| !is_ours(p) && quiesce::mounts(p, claim) && !quiesce::finished(p))
+        .filter_map(|p| p.metadata.name.clone())
+        .collect())
+}
+
+/// Sets `target`'s replicas through its `scale` subresource (idempotent).
+pub async fn scale(
+    client: &Client,
+    ns: &str,
+    target: &ScaleTarget,
+    replicas: i32,
+) -> Result<(), DriverError> {
+    let patch = Patch::Merge(json!({"spec": {"replicas": replicas}}));
+    let params = PatchParams::default();
+    let name = target.name.as_str();
+    let result = match target.kind {
+        ScalableKind::Deployment => Api::<Deployment>::namespaced(client.clone(), ns)
+            .patch_scale(name, &params, &patch)
+            .await
+            .map(drop),
+        ScalableKind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), ns)
+            .patch_scale(name, &params, &patch)
+            .await
+            .map(drop),
+        ScalableKind::ReplicaSet => Api::<ReplicaSet>::namespaced(client.clone(), ns)
+            .patch_scale(name, &params, &patch)
+            .await
+            .map(drop),
+        ScalableKind::ReplicationController => {
+            Api::<ReplicationController>::namespaced(client.clone(), ns)
+                .patch_scale(name, &params, &patch)
+                .await
+                .map(drop)
+        }
+    };
+    result.map_err(|e| {
+        DriverError::kube(
+            format!("scale {:?} {ns}/{name} to {replicas}", target.kind),
+            e,
+        )
+    })
+}
+
+/// Whether `target` runs `replicas` Ready pods (of its current template,
+/// for a Deployment and a StatefulSet).
+pub async fn ready(
+    client: &Client,
+    ns: &str,
+    target: &ScaleTarget,
+    replicas: i32,
+) -> Result<bool, DriverError> {
+    if replicas == 0 {
+        return Ok(true);
+    }
+    let name = target.name.as_str();
+    let read = |e| DriverError::kube(format!("read {:?} {ns}/{name}", target.kind), e);
+    let counts = match target.kind {
+        ScalableKind::Deployment => {
+            let d = Api::<Deployment>::namespaced(client.clone(), ns)
+                .get(name)
+                .await
+                .map_err(read)?;
+            let s = d.status.unwrap_or_default();
+            (s.ready_replicas, s.updated_replicas.or(s.replicas))
+        }
+        ScalableKind::StatefulSet => {
+            let d = Api::<StatefulSet>::namespaced(client.clone(), ns)
+                .get(name)
+                .await
+                .map_err(read)?;
+            let s = d.status.unwrap_or_default();
+            (s.ready_replicas, Some(s.replicas))
+        }
+        ScalableKind::ReplicaSet => {
+            let d = Api::<ReplicaSet>::namespaced(client.clone(), ns)
+                .get(name)
+                .await
+                .map_err(read)?;
+            let s = d.status.unwrap_or_default();
+            (s.ready_replicas, Some(s.replicas))
+        }
+        ScalableKind::ReplicationController => {
+            let d = Api::<ReplicationController>::namespaced(client.clone(), ns)
+                .get(name)
+                .await
+                .map_err(read)?;
+            let s = d.status.unwrap_or_default();
+            (s.ready_replicas, Some(s.replicas))
+        }
+    };
+    let (ready, current) = counts;
+    Ok(ready.unwrap_or(0) >= replicas && current.unwrap_or(0) >= replicas)
+}

@@ -1,0 +1,103 @@
+//! The app the cutover tests move: a Deployment whose one pod appends a
+//! sequence number per line to `/data/seq`, syncs each, and on start goes
+//! on from the last number it finds. After any move the file must read
+//! 1, 2, 3, … with no gap and no repeat: a write lost across the move
+//! shows as a repeat once the app goes on from an older number.
+
+use std::path::Path;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use kube::Client;
+use serde_json::json;
+
+use super::{object, wait_until};
+
+/// Appends, syncs, pauses; stops cleanly between two writes on SIGTERM.
+const SCRIPT: &str = "trap 'exit 0' TERM; n=0; \
+    if [ -s /data/seq ]; then n=$(tail -n 1 /data/seq); fi; \
+    while true; do n=$((n+1)); echo $n >> /data/seq; sync; sleep 0.05; done";
+
+/// Creates Deployment `name` (1 replica) writing the sequence on `claim`;
+/// waits until its pod runs.
+pub async fn sequence_app(client: &Client, ns: &str, name: &str, claim: &str) {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let deployment: Deployment = object(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 10,
+                    "containers": [{
+                        "name": "app", "image": "busybox",
+                        "command": ["sh", "-c", SCRIPT],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    }],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+                },
+            },
+        },
+    }));
+    api.create(&PostParams::default(), &deployment)
+        .await
+        .expect("deployment");
+    await_running(client, ns, name).await;
+}
+
+/// Waits until a pod of app `name` runs.
+pub async fn await_running(client: &Client, ns: &str, name: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_until(&format!("a pod of {name} Running"), || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("app={name}")))
+            .await
+            .ok()?;
+        list.items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .and_then(|p| p.metadata.name)
+    })
+    .await
+}
+
+/// The numbers in `dir/seq`, in file order.
+pub fn sequence(dir: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(dir.join("seq")).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            l.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("not a number: {l:?}"))
+        })
+        .collect()
+}
+
+/// Asserts that `seq` is 1, 2, …, n.
+pub fn assert_gapless(seq: &[u64], what: &str) {
+    for (i, n) in seq.iter().enumerate() {
+        assert_eq!(
+            *n,
+            i as u64 + 1,
+            "{what}: line {} holds {n} (a lost write shows as a repeat, a gap as a jump); around it: {:?}",
+            i + 1,
+            &seq[i.saturating_sub(3)..(i + 3).min(seq.len())]
+        );
+    }
+}
+
+/// Waits until `dir/seq` holds more than `n` numbers.
+pub async fn await_sequence_past(dir: &Path, n: usize) -> Vec<u64> {
+    wait_until(
+        &format!("{} to pass {n} numbers", dir.display()),
+        || async {
+            let seq = sequence(dir);
+            (seq.len() > n).then_some(seq)
+        },
+    )
+    .await
+}
