@@ -140,11 +140,29 @@ pub fn generate_operation_id(source: &str) -> String {
 
 /// `host/pid`: who drives an operation.
 pub fn holder() -> String {
-    let host = hostname::get()
+    format!("{}/{}", host(), std::process::id())
+}
+
+fn host() -> String {
+    hostname::get()
         .ok()
         .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "unknown-host".into());
-    format!("{host}/{}", std::process::id())
+        .unwrap_or_else(|| "unknown-host".into())
+}
+
+/// Whether `holder` (`host/pid`) is a process of this machine that has
+/// gone: a driver that died here (killed, crashed) needs no wait for its
+/// heartbeat to go stale. Known only where `/proc` lists processes; a pid
+/// reused since only means waiting for the heartbeat, as elsewhere.
+pub fn holder_gone(holder: &str) -> bool {
+    let Some((host_part, pid)) = holder.rsplit_once('/') else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    let proc = std::path::Path::new("/proc");
+    host_part == host() && proc.join("self").exists() && !proc.join(pid.to_string()).exists()
 }
 
 /// Who acts, as the record says it (`abort`): `host/pid`, and the
@@ -159,6 +177,18 @@ pub fn who(user: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_holder_of_this_machine_that_has_gone_is_known_gone() {
+        assert!(!holder_gone(&holder()), "this process runs");
+        let dead = format!("{}/{}", host(), u32::MAX);
+        assert_eq!(
+            holder_gone(&dead),
+            std::path::Path::new("/proc/self").exists()
+        );
+        assert!(!holder_gone("another-host/1"));
+        assert!(!holder_gone("garbage"));
+    }
 
     #[test]
     fn operation_ids_fit_every_derived_name() {

@@ -7,78 +7,19 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use common::app::{assert_gapless, await_running, await_sequence_past, sequence, sequence_app};
-use common::{env, object, records, volmig, volume_dir, wait_until, Env};
+use common::app::{
+    assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, policy,
+    running_app, sequence, user_claim, volume,
+};
+use common::{env, object, records, volmig, volume_dir, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 use serde_json::json;
 use volmig::record::cutover::Step;
 use volmig::record::{Phase, VolumeMigration};
-
-/// A claim of the default class (`standard`) with a label and an
-/// annotation of the user's, Bound; its volume's directory.
-async fn user_claim(client: &Client, ns: &str, name: &str) -> PathBuf {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    let pvc: PersistentVolumeClaim = object(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {
-            "name": name,
-            "labels": {"team": "db"},
-            "annotations": {"example.com/owner": "alice"},
-        },
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }));
-    api.create(&PostParams::default(), &pvc)
-        .await
-        .expect("claim");
-    wait_until(&format!("claim {name} Bound"), || async {
-        let phase = api.get(name).await.ok()?.status?.phase;
-        phase.filter(|p| p == "Bound")
-    })
-    .await;
-    volume_dir(client, ns, name).await
-}
-
-/// An app writing its sequence on claim `data`, some numbers written.
-async fn running_app(env: &Env, client: &Client) -> PathBuf {
-    let dir = user_claim(client, &env.namespace, "data").await;
-    sequence_app(client, &env.namespace, "app", "data").await;
-    await_sequence_past(&dir, 20).await;
-    dir
-}
-
-async fn claim_of(client: &Client, ns: &str, name: &str) -> PersistentVolumeClaim {
-    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
-        .get(name)
-        .await
-        .expect("claim")
-}
-
-async fn volume(client: &Client, name: &str) -> Option<PersistentVolume> {
-    Api::<PersistentVolume>::all(client.clone())
-        .get_opt(name)
-        .await
-        .expect("get volume")
-}
-
-fn bound_volume(claim: &PersistentVolumeClaim) -> String {
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.clone())
-        .expect("bound")
-}
-
-fn policy(v: &PersistentVolume) -> String {
-    v.spec
-        .as_ref()
-        .and_then(|s| s.persistent_volume_reclaim_policy.clone())
-        .unwrap_or_default()
-}
 
 async fn replicas(client: &Client, ns: &str, name: &str) -> i32 {
     let d = Api::<Deployment>::namespaced(client.clone(), ns)
@@ -124,7 +65,7 @@ async fn cutover_moves_the_app_and_commit_deletes_the_old_volume() {
     let env = env().await;
     let client = env.client().await;
     let ns = env.namespace.clone();
-    let old_dir = running_app(&env, &client).await;
+    let old_dir = running_app(&client, &ns, "data", "app").await;
     let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
 
     let run = volmig(
@@ -253,7 +194,7 @@ async fn rollback_after_success_keeps_the_writes_made_since() {
     let env = env().await;
     let client = env.client().await;
     let ns = env.namespace.clone();
-    let old_dir = running_app(&env, &client).await;
+    let old_dir = running_app(&client, &ns, "data", "app").await;
     let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
     let run = volmig(
         &env,

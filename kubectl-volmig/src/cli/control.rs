@@ -155,7 +155,7 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
             .status
             .driver
             .as_ref()
-            .filter(|d| d.is_live(Timestamp::now()) && d.holder != me);
+            .filter(|d| d.is_alive(Timestamp::now()) && d.holder != me);
         if let (Some(d), false) = (driven, args.force) {
             // Someone drives it: follow until it ends or they go.
             say!(
@@ -261,7 +261,7 @@ async fn observe(
             .status
             .driver
             .as_ref()
-            .is_some_and(|d| d.is_live(Timestamp::now()))
+            .is_some_and(|d| d.is_alive(Timestamp::now()))
         {
             return Ok(None);
         }
@@ -318,12 +318,21 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
         .status
         .driver
         .as_ref()
-        .filter(|d| d.is_live(Timestamp::now()));
+        .filter(|d| d.is_alive(Timestamp::now()));
     if let (Some(d), false) = (live, args.force) {
         return Err(CliError::Usage(format!(
             "operation {op} is being driven by {}; abort it first (kubectl volmig abort {op}), \
              or pass --force",
             d.holder
+        )));
+    }
+    // Between the first stop and the end, the record is the way back.
+    let step = vm.status.cutover.as_ref().map(|c| c.step);
+    if step.is_some_and(|s| !matches!(s, Step::PreCopy | Step::Committed | Step::RolledBack)) {
+        return Err(CliError::Usage(format!(
+            "operation {op} is a cutover at {}: its record is the only way back to the old \
+             volume; end it first (kubectl volmig commit {op}, or kubectl volmig rollback {op})",
+            step.map_or("", Step::as_str)
         )));
     }
     let namespaces = [

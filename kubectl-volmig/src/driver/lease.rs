@@ -155,7 +155,7 @@ impl LeaseHolder<'_> {
                     }
                     if let Some(other) =
                         vm.status.driver.as_ref().filter(|d| {
-                            !self.claiming && d.holder != lease.holder && d.is_live(now)
+                            !self.claiming && d.holder != lease.holder && d.is_alive(now)
                         })
                     {
                         taken_by = Some(other.holder.clone());

@@ -311,4 +311,10 @@ impl Driver {
     pub fn is_live(&self, now: Timestamp) -> bool {
         now.duration_since(self.heartbeat).as_secs() < Self::STALE_SECONDS
     }
+
+    /// [`is_live`](Self::is_live), and not a process of this machine
+    /// known to have gone (a client killed here is taken over at once).
+    pub fn is_alive(&self, now: Timestamp) -> bool {
+        self.is_live(now) && !crate::names::holder_gone(&self.holder)
+    }
 }

@@ -4,7 +4,7 @@
 //! 1, 2, 3, … with no gap and no repeat: a write lost across the move
 //! shows as a repeat once the app goes on from an older number.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -12,7 +12,9 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 use serde_json::json;
 
-use super::{object, wait_until};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
+use super::{object, volume_dir, wait_until};
 
 /// Appends, syncs, pauses; stops cleanly between two writes on SIGTERM.
 const SCRIPT: &str = "trap 'exit 0' TERM; n=0; \
@@ -100,4 +102,66 @@ pub async fn await_sequence_past(dir: &Path, n: usize) -> Vec<u64> {
         },
     )
     .await
+}
+
+/// A claim of the default class (`standard`) with a label and an
+/// annotation of the user's, Bound; its volume's directory.
+pub async fn user_claim(client: &Client, ns: &str, name: &str) -> PathBuf {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pvc: PersistentVolumeClaim = object(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": name,
+            "labels": {"team": "db"},
+            "annotations": {"example.com/owner": "alice"},
+        },
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }));
+    api.create(&PostParams::default(), &pvc)
+        .await
+        .expect("claim");
+    wait_until(&format!("claim {name} Bound"), || async {
+        let phase = api.get(name).await.ok()?.status?.phase;
+        phase.filter(|p| p == "Bound")
+    })
+    .await;
+    volume_dir(client, ns, name).await
+}
+
+/// App `app` writing its sequence on claim `claim` (made here), some
+/// numbers written; the claim's volume directory.
+pub async fn running_app(client: &Client, ns: &str, claim: &str, app: &str) -> PathBuf {
+    let dir = user_claim(client, ns, claim).await;
+    sequence_app(client, ns, app, claim).await;
+    await_sequence_past(&dir, 20).await;
+    dir
+}
+
+pub async fn claim_of(client: &Client, ns: &str, name: &str) -> PersistentVolumeClaim {
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("claim")
+}
+
+pub async fn volume(client: &Client, name: &str) -> Option<PersistentVolume> {
+    Api::<PersistentVolume>::all(client.clone())
+        .get_opt(name)
+        .await
+        .expect("get volume")
+}
+
+pub fn bound_volume(claim: &PersistentVolumeClaim) -> String {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .expect("bound")
+}
+
+pub fn policy(v: &PersistentVolume) -> String {
+    v.spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.clone())
+        .unwrap_or_default()
 }

@@ -58,7 +58,9 @@ pub const CRASH_AT: &str = "VOLMIG_CRASH_AT";
 /// about was written ahead, before the change is made.
 pub(crate) fn crash_point(point: &str) {
     if std::env::var(CRASH_AT).is_ok_and(|p| p == point) {
-        mover::stdio::err(&format!("volmig: crash point {point} reached ({CRASH_AT})\n"));
+        mover::stdio::err(&format!(
+            "volmig: crash point {point} reached ({CRASH_AT})\n"
+        ));
         std::process::abort();
     }
 }

@@ -355,6 +355,8 @@ impl Cutover {
                     "swap"
                 };
                 crash_point(&format!("{side}:{}", action.kind()));
+                crash_point(&format!("{side}:{label}"));
+                crash_point(&format!("{side}:{} {name}", action.kind()));
                 self.apply(&ns, name, meta, spec, &action, seen.target.as_ref())
                     .await?;
                 continue;

@@ -67,10 +67,17 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, model: &Model, vm: &VolumeMigr
         let receiver = placed(&placement.receiver, pod(Side::Receiver));
         stack.lines(frame, field("Receiver", &receiver, width));
     }
-    // Reserved for the live migration's phase timeline.
-    let phases = Line::from(vec![key("Phases"), Span::raw("—  (live migration)")])
-        .style(Style::new().add_modifier(Modifier::DIM));
-    stack.lines(frame, vec![phases]);
+    match &vm.status.cutover {
+        Some(c) => {
+            let line = crate::record::print::cutover_line(c, model.now());
+            stack.lines(frame, field("Phases", &line, width));
+        }
+        None => {
+            let phases = Line::from(vec![key("Phases"), Span::raw("copy only (no --cutover)")])
+                .style(Style::new().add_modifier(Modifier::DIM));
+            stack.lines(frame, vec![phases]);
+        }
+    }
     if let Some(message) = &vm.status.message {
         stack.lines(frame, field("Message", message, width));
     }
