@@ -69,6 +69,10 @@ pub struct CutoverSpec {
     /// otherwise it waits for `kubectl volmig commit`.
     #[serde(default)]
     pub commit: bool,
+    /// Re-create the StatefulSet that made the claim with the new class in
+    /// its claim template (`--update-owner`).
+    #[serde(default)]
+    pub update_owner: bool,
 }
 
 impl Default for CutoverSpec {
@@ -77,6 +81,7 @@ impl Default for CutoverSpec {
             max_downtime_seconds: DEFAULT_MAX_DOWNTIME_SECONDS,
             precopy_rounds: DEFAULT_PRECOPY_ROUNDS,
             commit: false,
+            update_owner: false,
         }
     }
 }

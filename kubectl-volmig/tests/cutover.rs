@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 
 use common::app::{
     assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, policy,
-    running_app, sequence, user_claim, volume,
+    running_app, sequence, user_claim, volume, watch_app_down, SEQUENCE_SCRIPT,
 };
 use common::{env, object, records, volmig, volume_dir, wait_until};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
@@ -67,6 +67,14 @@ async fn cutover_moves_the_app_and_commit_deletes_the_old_volume() {
     let ns = env.namespace.clone();
     let old_dir = running_app(&client, &ns, "data", "app").await;
     let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = watch_app_down(
+        client.clone(),
+        ns.clone(),
+        "app".into(),
+        "data".into(),
+        stop.clone(),
+    );
 
     let run = volmig(
         &env,
@@ -86,6 +94,16 @@ async fn cutover_moves_the_app_and_commit_deletes_the_old_volume() {
     )
     .await;
     assert_eq!(run.code, 0, "{}", run.stderr);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (wrong, checked) = watch.await.expect("watch");
+    assert!(
+        wrong.is_empty(),
+        "the app ran during the final sync or the swap: {wrong:?}"
+    );
+    assert!(
+        checked > 0,
+        "the watch never saw the final sync or the swap"
+    );
     let vm = run.operation();
     assert_eq!(vm.status.phase, Phase::Succeeded, "{:?}", vm.status.message);
     let c = cutover_of(&vm);
@@ -335,18 +353,11 @@ async fn consumers_scaling_cannot_stop_are_refused_before_anything_changes() {
     assert!(records(&client, &ns).await.is_empty());
 }
 
-/// A StatefulSet's claim keeps its name, so its pod comes back on the new
-/// volume; the plan says the template still names the old class.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_stateful_set_replica_claim_cuts_over() {
-    let env = env().await;
-    let client = env.client().await;
-    let ns = env.namespace.clone();
-    let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client.clone(), &ns);
-    let script =
-        "trap 'exit 0' TERM; n=0; if [ -s /data/seq ]; then n=$(tail -n 1 /data/seq); fi; \
-        while true; do n=$((n+1)); echo $n >> /data/seq; sync; sleep 0.05; done";
-    let set = object(json!({
+/// A StatefulSet `db` of one replica writing the sequence on its claim
+/// `data-db-0` (class `standard`); that claim's directory.
+async fn stateful_app(client: &Client, ns: &str) -> std::path::PathBuf {
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let set: StatefulSet = object(json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
         "spec": {
             "replicas": 1, "serviceName": "db",
@@ -354,7 +365,7 @@ async fn a_stateful_set_replica_claim_cuts_over() {
             "template": {
                 "metadata": {"labels": {"app": "db"}},
                 "spec": {"terminationGracePeriodSeconds": 10, "containers": [{
-                    "name": "db", "image": "busybox", "command": ["sh", "-c", script],
+                    "name": "db", "image": "busybox", "command": ["sh", "-c", SEQUENCE_SCRIPT],
                     "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]},
             },
             "volumeClaimTemplates": [{
@@ -366,9 +377,37 @@ async fn a_stateful_set_replica_claim_cuts_over() {
     sts.create(&PostParams::default(), &set)
         .await
         .expect("statefulset");
-    await_running(&client, &ns, "db").await;
-    let old_dir = volume_dir(&client, &ns, "data-db-0").await;
+    await_running(client, ns, "db").await;
+    let old_dir = volume_dir(client, ns, "data-db-0").await;
     await_sequence_past(&old_dir, 20).await;
+    old_dir
+}
+
+/// The class `db`'s claim template names, and the StatefulSet's uid.
+async fn template_class(client: &Client, ns: &str) -> (Option<String>, String) {
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .get("db")
+        .await
+        .expect("db");
+    let templates = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_claim_templates.clone());
+    let class = templates
+        .and_then(|t| t.into_iter().next())
+        .and_then(|t| t.spec)
+        .and_then(|s| s.storage_class_name);
+    (class, sts.metadata.uid.unwrap_or_default())
+}
+
+/// A StatefulSet's claim keeps its name, so its pod comes back on the new
+/// volume; the plan says the template still names the old class.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stateful_set_replica_claim_cuts_over() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let old_dir = stateful_app(&client, &ns).await;
 
     let args = [
         "migrate",
@@ -390,6 +429,7 @@ async fn a_stateful_set_replica_claim_cuts_over() {
         "{}",
         plan.stdout
     );
+    let (class_before, uid_before) = template_class(&client, &ns).await;
     let run = volmig(&env, &[&args[..], &["-o", "json"]].concat()).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     let vm = run.operation();
@@ -411,4 +451,80 @@ async fn a_stateful_set_replica_claim_cuts_over() {
     assert_gapless(&after, "the StatefulSet's new volume");
     assert_eq!(&after[..before.len()], &before[..]);
     let _ = operation(&client, &ns).await;
+    // Without --update-owner the StatefulSet is the same object.
+    assert_eq!(
+        template_class(&client, &ns).await,
+        (class_before, uid_before)
+    );
+}
+
+/// With --update-owner the StatefulSet is made again with the new class in
+/// its claim template (new replicas get it); rollback makes it again with
+/// the old one.
+#[tokio::test(flavor = "multi_thread")]
+async fn update_owner_gives_the_stateful_set_the_new_class_and_rollback_takes_it_back() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let old_dir = stateful_app(&client, &ns).await;
+    let (class_before, uid_before) = template_class(&client, &ns).await;
+    let args = [
+        "migrate",
+        "data-db-0",
+        "--to-storage-class",
+        "local",
+        "--cutover",
+        "--update-owner",
+    ];
+    let plan = volmig(&env, &[&args[..], &["--dry-run"]].concat()).await;
+    assert!(
+        plan.stdout
+            .contains("StatefulSet db re-created with the new class"),
+        "{}",
+        plan.stdout
+    );
+    let run = volmig(&env, &[&args[..], &["-o", "json"]].concat()).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let vm = run.operation();
+    let owner = cutover_of(&vm)
+        .owner
+        .clone()
+        .expect("the update is recorded");
+    assert_eq!(owner.to_class.as_deref(), Some("local"));
+    let (class, uid) = template_class(&client, &ns).await;
+    assert_eq!(class.as_deref(), Some("local"));
+    assert_ne!(uid, uid_before, "made again");
+    await_running(&client, &ns, "db").await;
+    let new_dir = volume_dir(&client, &ns, "data-db-0").await;
+    let before = sequence(&old_dir);
+    await_sequence_past(&new_dir, before.len() + 10).await;
+
+    let run = volmig(&env, &["rollback", &vm.metadata.name, "-o", "json"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(template_class(&client, &ns).await.0, class_before);
+    await_running(&client, &ns, "db").await;
+    let on_new = sequence(&new_dir);
+    let after = await_sequence_past(&old_dir, on_new.len() + 5).await;
+    assert_gapless(&after, "the StatefulSet's old volume after the rollback");
+    assert_eq!(&after[..on_new.len()], &on_new[..]);
+    // --update-owner for a claim no StatefulSet made is refused.
+    user_claim(&client, &ns, "plain").await;
+    let run = volmig(
+        &env,
+        &[
+            "migrate",
+            "plain",
+            "--cutover",
+            "--update-owner",
+            "--to-storage-class",
+            "local",
+        ],
+    )
+    .await;
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("--update-owner: no StatefulSet"),
+        "{}",
+        run.stderr
+    );
 }

@@ -208,6 +208,11 @@ pub struct MigrateArgs {
     /// it, `kubectl volmig commit` does that, and `rollback` is still possible).
     #[arg(long, requires = "cutover", help_heading = "Cutover")]
     pub commit: bool,
+    /// For a StatefulSet's claim: re-create the StatefulSet (its pods and
+    /// claims stay) with the new class in its claim template, so new replicas
+    /// get it too.
+    #[arg(long, requires = "cutover", help_heading = "Cutover")]
+    pub update_owner: bool,
 }
 
 /// A duration as `30s`, `2m`, `1m30s` or `PT30S`.

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use super::args::{MigrateArgs, Output};
 use super::{exit, CliError};
 use crate::cluster::Cluster;
-use crate::driver::cutover::workload;
+use crate::driver::cutover::{owner, workload};
 use crate::driver::gather;
 use crate::driver::DriverOptions;
 use crate::names;
@@ -74,14 +74,30 @@ fn check_cutover_flags(spec: &MigrationSpec, detach: bool) -> Result<(), CliErro
 async fn quiesce_plan(cluster: &Cluster, spec: &MigrationSpec) -> Result<Quiesce, CliError> {
     let claim = &spec.source;
     let workloads = workload::gather(&cluster.client, &claim.namespace).await?;
-    quiesce::plan(&claim.name, &workloads).map_err(|unstoppable| {
-        Refusal::Unquiescable {
+    let plan = quiesce::plan(&claim.name, &workloads).map_err(|unstoppable| {
+        CliError::from(Refusal::Unquiescable {
             namespace: claim.namespace.clone(),
             claim: claim.name.clone(),
             consumers: unstoppable.iter().map(|u| u.to_string()).collect(),
+        })
+    })?;
+    let update_owner = spec.cutover.as_ref().is_some_and(|c| c.update_owner);
+    let made_by_template = workloads.stateful_sets.iter().any(|sts| {
+        let name = sts.metadata.name.as_deref().unwrap_or_default();
+        let stopped = plan
+            .targets
+            .iter()
+            .any(|t| t.kind == ScalableKind::StatefulSet && t.name == name);
+        stopped && owner::template_of(&claim.name, sts).is_some()
+    });
+    if update_owner && !made_by_template {
+        return Err(Refusal::NoOwnerTemplate {
+            namespace: claim.namespace.clone(),
+            claim: claim.name.clone(),
         }
-        .into()
-    })
+        .into());
+    }
+    Ok(plan)
 }
 
 /// Refuses a destination another operation has not finished with: two
@@ -158,6 +174,7 @@ pub fn spec_of(args: &MigrateArgs, namespace: &str) -> MigrationSpec {
             max_downtime_seconds: args.max_downtime.as_secs(),
             precopy_rounds: args.precopy_rounds,
             commit: args.commit,
+            update_owner: args.update_owner,
         }),
     }
 }
@@ -220,9 +237,19 @@ fn cutover_text(plan: &Plan, c: &CutoverSpec, q: &Quiesce) -> String {
         );
         if t.kind == ScalableKind::StatefulSet {
             out += &format!(
-                "  note     StatefulSet {}: scaling stops all its replicas; its volumeClaimTemplates still name the old class, so new replicas get that\n",
+                "  note     StatefulSet {}: scaling stops all its replicas\n",
                 t.name
             );
+            out += &match c.update_owner {
+                true => format!(
+                    "  owner    StatefulSet {} re-created with the new class in its claim template (deleted orphaning its pods and claims, created again; nothing restarts)\n",
+                    t.name
+                ),
+                false => format!(
+                    "  note     StatefulSet {}: its volumeClaimTemplates still name the old class, so new replicas get that (--update-owner changes it)\n",
+                    t.name
+                ),
+            };
         }
     }
     out += &format!(

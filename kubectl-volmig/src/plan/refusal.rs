@@ -105,6 +105,13 @@ pub enum Refusal {
     )]
     CutoverDetached,
 
+    /// `--update-owner` for a claim no StatefulSet's template made.
+    #[error(
+        "--update-owner: no StatefulSet that mounts {namespace}/{claim} made it from its \
+         volumeClaimTemplates (a claim TEMPLATE-STATEFULSET-ORDINAL); leave --update-owner out"
+    )]
+    NoOwnerTemplate { namespace: String, claim: String },
+
     /// Consumers of the claim that scaling cannot stop.
     #[error(
         "cannot cut {namespace}/{claim} over: {}; nothing was changed",

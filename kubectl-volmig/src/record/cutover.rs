@@ -96,6 +96,11 @@ pub struct CutoverStatus {
     /// Set once a rollback has started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<Rollback>,
+    /// `--update-owner`: the StatefulSet re-created with the new class in
+    /// its claim template, as it was before (written before it is
+    /// deleted: until it is created again, this is the only copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerUpdate>,
     /// The step the current transfer pass belongs to, and its first
     /// attempt: attempts before it belong to earlier passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -205,6 +210,23 @@ pub struct ClaimShape {
     pub request: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_mode: Option<String>,
+}
+
+/// A StatefulSet whose `volumeClaimTemplates` entry names the class of the
+/// claims it makes (immutable: changed by deleting the StatefulSet with
+/// orphan propagation and creating it again; pods and claims stay).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerUpdate {
+    pub name: String,
+    /// The claim template's name.
+    pub template: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_class: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_class: Option<String>,
+    /// The StatefulSet as it was: metadata a user set, and its spec.
+    pub original: serde_json::Value,
 }
 
 /// A rollback in flight or done.

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use super::{object, volume_dir, wait_until};
 
 /// Appends, syncs, pauses; stops cleanly between two writes on SIGTERM.
-const SCRIPT: &str = "trap 'exit 0' TERM; n=0; \
+pub const SEQUENCE_SCRIPT: &str = "trap 'exit 0' TERM; n=0; \
     if [ -s /data/seq ]; then n=$(tail -n 1 /data/seq); fi; \
     while true; do n=$((n+1)); echo $n >> /data/seq; sync; sleep 0.05; done";
 
@@ -36,7 +36,7 @@ pub async fn sequence_app(client: &Client, ns: &str, name: &str, claim: &str) {
                     "terminationGracePeriodSeconds": 10,
                     "containers": [{
                         "name": "app", "image": "busybox",
-                        "command": ["sh", "-c", SCRIPT],
+                        "command": ["sh", "-c", SEQUENCE_SCRIPT],
                         "volumeMounts": [{"name": "data", "mountPath": "/data"}],
                     }],
                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
@@ -164,4 +164,51 @@ pub fn policy(v: &PersistentVolume) -> String {
         .as_ref()
         .and_then(|s| s.persistent_volume_reclaim_policy.clone())
         .unwrap_or_default()
+}
+
+/// Invariant 2 of the cutover, watched from outside: while the operation
+/// on `claim` records FinalSync or Swap (read before and after looking at
+/// the pods), no pod of `app` may run, not even a Terminating one. Runs
+/// until `stop` is set; returns what it saw wrong, and how many looks
+/// found the app down in those steps.
+pub fn watch_app_down(
+    client: Client,
+    ns: String,
+    app: String,
+    claim: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<String>, usize)> {
+    use std::sync::atomic::Ordering;
+    use volmig::record::cutover::Step;
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let store = volmig::record::store::RecordStore::new(client.clone(), &ns);
+        let step = || async {
+            let records = store.list().await.ok()?;
+            let vm = records.into_iter().find(|r| r.spec.source.name == claim)?;
+            Some(vm.status.cutover?.step)
+        };
+        let (mut wrong, mut checked) = (Vec::new(), 0);
+        while !stop.load(Ordering::Relaxed) {
+            let before = step().await;
+            let running: Vec<String> = pods
+                .list(&ListParams::default().labels(&format!("app={app}")))
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.metadata.name)
+                .collect();
+            let after = step().await;
+            if before == after && matches!(before, Some(Step::FinalSync | Step::Swap)) {
+                checked += 1;
+                if !running.is_empty() {
+                    wrong.push(format!("{running:?} ran during {before:?}"));
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        (wrong, checked)
+    })
 }

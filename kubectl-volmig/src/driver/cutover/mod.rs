@@ -20,10 +20,14 @@
 //! - [`rebind`]: binding a claim name to a given volume, one idempotent
 //!   change at a time (pure decisions, I/O here);
 //! - [`workload`]: reading, scaling and awaiting the app's owners;
+//! - [`owner`]: `--update-owner`, a StatefulSet re-created with the new
+//!   class in its claim template (pure decisions; I/O in `owner_io`);
 //! - [`request`]: asking for a rollback, from any client;
 //! - `steps`, `rollback`: the steps' I/O.
 
 pub mod machine;
+pub mod owner;
+mod owner_io;
 pub mod rebind;
 pub mod request;
 mod rollback;

@@ -91,6 +91,7 @@ impl Cutover {
             )
             .await?;
         }
+        self.update_owner(false).await?;
         if c.quiesced_at.is_some() {
             self.scale_back().await?;
         }

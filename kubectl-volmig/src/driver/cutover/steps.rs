@@ -294,6 +294,8 @@ impl Cutover {
         let remove = [claim.temporary_claim.clone()];
         self.rebind(&claim.original, &spec, &new_volume, &remove, &keep)
             .await?;
+        self.record_owner(&new_volume).await?;
+        self.update_owner(true).await?;
         let msg = format!(
             "swapped: claim {} is bound to volume {new_volume} (was {})",
             self.claim(),

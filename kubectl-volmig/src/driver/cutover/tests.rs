@@ -7,8 +7,9 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde_json::json;
 
 use super::machine::{self, precopy_done};
+use super::owner::{self, OwnerAction};
 use super::rebind::{self, Action, Blocked, Observed};
-use crate::record::cutover::{CutoverStatus, PassKind, Round, Step};
+use crate::record::cutover::{CutoverStatus, OwnerUpdate, PassKind, Round, Step};
 use crate::spec::CutoverSpec;
 
 fn claim(name: &str, uid: &str, volume: Option<&str>, phase: &str) -> PersistentVolumeClaim {
@@ -274,6 +275,7 @@ fn pre_copy_stops_when_a_round_fits_the_downtime_or_rounds_run_out() {
         max_downtime_seconds: 30,
         precopy_rounds: 3,
         commit: false,
+        update_owner: false,
     };
     assert!(!precopy_done(&[], &spec), "at least one round");
     assert!(!precopy_done(&[round(600.0)], &spec));
@@ -286,6 +288,7 @@ fn pre_copy_stops_when_a_round_fits_the_downtime_or_rounds_run_out() {
         max_downtime_seconds: 0,
         precopy_rounds: 2,
         commit: false,
+        update_owner: false,
     };
     assert!(!precopy_done(&[round(0.5)], &zero));
     assert!(precopy_done(&[round(0.5), round(0.4)], &zero));
@@ -348,4 +351,93 @@ fn abort_means_rollback_once_the_app_was_touched() {
     assert!(!machine::abort_means_rollback(&c));
     c.step = Step::Quiesce;
     assert!(machine::abort_means_rollback(&c));
+}
+
+fn stateful_set(uid: &str, class: Option<&str>) -> k8s_openapi::api::apps::v1::StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "ns", "uid": uid, "labels": {"app": "db"},
+                     "resourceVersion": "42"},
+        "spec": {
+            "replicas": 0, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": []}},
+            "volumeClaimTemplates": [
+                {"metadata": {"name": "logs"}, "spec": {"storageClassName": "standard"}},
+                {"metadata": {"name": "data"}, "spec": {"storageClassName": class}},
+            ],
+        },
+        "status": {"replicas": 0},
+    }))
+    .expect("statefulset")
+}
+
+#[test]
+fn the_template_that_made_a_claim_is_found_by_its_name() {
+    let sts = stateful_set("u1", Some("standard"));
+    assert_eq!(
+        owner::template_of("data-db-0", &sts).as_deref(),
+        Some("data")
+    );
+    assert_eq!(
+        owner::template_of("logs-db-12", &sts).as_deref(),
+        Some("logs")
+    );
+    assert_eq!(owner::template_of("data-db-", &sts), None);
+    assert_eq!(owner::template_of("data-db-x", &sts), None);
+    assert_eq!(owner::template_of("data-dbz-0", &sts), None);
+    assert_eq!(
+        owner::template_class(&sts, "data").as_deref(),
+        Some("standard")
+    );
+}
+
+#[test]
+fn the_owner_is_deleted_orphaning_then_made_again_with_the_class_wanted() {
+    let before = stateful_set("u1", Some("standard"));
+    let update = OwnerUpdate {
+        name: "db".into(),
+        template: "data".into(),
+        from_class: Some("standard".into()),
+        to_class: Some("local".into()),
+        original: owner::original_of(&before),
+    };
+    assert_eq!(
+        owner::next(&update, Some("local"), Some(&before)),
+        OwnerAction::Delete { uid: "u1".into() }
+    );
+    let mut going = before.clone();
+    going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        Timestamp::now(),
+    ));
+    assert_eq!(
+        owner::next(&update, Some("local"), Some(&going)),
+        OwnerAction::AwaitGone
+    );
+    let OwnerAction::Create(made) = owner::next(&update, Some("local"), None) else {
+        panic!("created again");
+    };
+    assert_eq!(
+        owner::template_class(&made, "data").as_deref(),
+        Some("local")
+    );
+    assert_eq!(
+        owner::template_class(&made, "logs").as_deref(),
+        Some("standard")
+    );
+    assert!(made.metadata.uid.is_none() && made.metadata.resource_version.is_none());
+    assert!(made.status.is_none());
+    assert_eq!(
+        made.spec.as_ref().map(|s| &s.selector),
+        before.spec.as_ref().map(|s| &s.selector)
+    );
+    let after = stateful_set("u2", Some("local"));
+    assert_eq!(
+        owner::next(&update, Some("local"), Some(&after)),
+        OwnerAction::Done
+    );
+    // Back: the new one goes, the old class comes back.
+    assert_eq!(
+        owner::next(&update, Some("standard"), Some(&after)),
+        OwnerAction::Delete { uid: "u2".into() }
+    );
 }
