@@ -257,7 +257,7 @@ fn scale(req: &Request, wanted: Value, pinned: bool) -> Result<Response, ApiErro
         Value::Number(n) => match n.as_i64() {
             Some(n) if n < 0 => {
                 return Err(ApiError::invalid(
-                    "Scale",
+                    "Scale.autoscaling",
                     name,
                     format!(
                         "spec.replicas: Invalid value: {n}: must be greater than or equal to 0"

@@ -55,8 +55,13 @@ pub(super) fn invalid_if_any(
     if causes.is_empty() {
         return Ok(());
     }
+    // `NewInvalid` names the kind with its group: `StatefulSet.apps`.
+    let kind = match res.group {
+        "" => res.kind.to_string(),
+        group => format!("{}.{group}", res.kind),
+    };
     Err(ApiError::Invalid {
-        kind: res.kind.to_string(),
+        kind,
         name: obj["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
