@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use common::k8s::{claim_phase, host_path, is_running, pv_phase, volume_name};
 use common::{await_event, await_object, client, events_for, object, sandbox};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
@@ -464,4 +464,144 @@ async fn pvc_protection_holds_a_claim_while_scheduled_pods_use_it() {
     api.pods.delete("stuck", &zero).await.expect("delete");
     await_object(&api.claims, "data", "gone", |c| c.is_none()).await;
     assert!(api.pods.get_opt("nowhere").await.expect("get").is_some());
+}
+
+/// A StatefulSet of `replicas` whose pods record their name in their claim
+/// `data` (of `class`) when they start.
+fn db(replicas: i32, class: &str) -> StatefulSet {
+    object(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {
+            "replicas": replicas, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{
+                "name": "c", "image": "busybox",
+                "command": ["sh", "-c", "echo $HOSTNAME >> /data/starts; exec sleep 300"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                "storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}}],
+        },
+    }))
+}
+
+/// Waits until the set reports `ready` Ready replicas of its update
+/// revision; the set.
+async fn await_ready_set(sets: &Api<StatefulSet>, ready: i32) -> StatefulSet {
+    let settled = move |s: Option<&StatefulSet>| {
+        let status = s.and_then(|s| s.status.as_ref());
+        status.is_some_and(|st| {
+            st.ready_replicas == Some(ready)
+                && st.replicas == ready
+                && st.current_revision.is_some()
+                && st.current_revision == st.update_revision
+        })
+    };
+    await_object(sets, "db", "ready", settled).await;
+    sets.get("db").await.expect("statefulset")
+}
+
+/// How a pod is, for telling whether it was replaced or restarted: uid,
+/// revision label, restart count.
+async fn pod_state(pods: &Api<Pod>, name: &str) -> (String, String, i32) {
+    let pod = pods.get(name).await.expect("pod");
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let revision = labels["controller-revision-hash"].clone();
+    let restarts = common::k8s::container(Some(&pod)).map_or(-1, |c| c.restart_count);
+    (uid, revision, restarts)
+}
+
+/// `spec.volumeClaimTemplates` is immutable (422 with the API server's
+/// message); to change a template's class, the set is deleted with Orphan
+/// propagation, which leaves its pods and claims, and created again: it
+/// adopts the pods by selector without restarting them (the revision hash
+/// covers the pod template only), keeps the existing claims, and gives only
+/// new ordinals claims of the new class.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_statefulset_recreated_with_new_claim_templates_adopts_its_pods() {
+    let sb = sandbox().await;
+    let api = Apis::new(&sb).await;
+    let sets: Api<StatefulSet> = Api::default_namespaced(api.client.clone());
+    sets.create(&PostParams::default(), &db(2, "standard"))
+        .await
+        .expect("statefulset");
+    let old = await_ready_set(&sets, 2).await;
+    let before = [
+        pod_state(&api.pods, "db-0").await,
+        pod_state(&api.pods, "db-1").await,
+    ];
+    let (_, dir_0) = api.bound("data-db-0").await;
+    assert_eq!(await_lines(&dir_0.join("starts"), 1).await, ["db-0"]);
+
+    let change = json!({"spec": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+        "spec": {"storageClassName": "standard-wffc", "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}}}]}});
+    let refused = sets
+        .patch("db", &PatchParams::default(), &Patch::Merge(change))
+        .await;
+    let Err(kube::Error::Api(status)) = refused else {
+        panic!("a claim template change was accepted: {refused:?}");
+    };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        status.message,
+        "StatefulSet.apps \"db\" is invalid: spec: Forbidden: updates to statefulset spec for \
+         fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', \
+         'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"
+    );
+
+    sets.delete("db", &DeleteParams::orphan())
+        .await
+        .expect("orphan delete");
+    await_object(&sets, "db", "gone", |s| s.is_none()).await;
+    for name in ["db-0", "db-1"] {
+        let pod = api.pods.get(name).await.expect("the pod outlives its set");
+        assert!(pod.metadata.owner_references.is_none(), "{name}: {pod:?}");
+        assert!(pod.metadata.deletion_timestamp.is_none());
+    }
+
+    sets.create(&PostParams::default(), &db(2, "standard-wffc"))
+        .await
+        .expect("statefulset again");
+    let new = await_ready_set(&sets, 2).await;
+    let status = new.status.clone().expect("status");
+    assert_eq!(
+        status.update_revision,
+        old.status.expect("status").update_revision
+    );
+    let new_uid = new.metadata.uid.clone();
+    for (name, was) in ["db-0", "db-1"].into_iter().zip(before) {
+        assert_eq!(
+            pod_state(&api.pods, name).await,
+            was,
+            "{name} was replaced or restarted"
+        );
+        let pod = api.pods.get(name).await.expect("pod");
+        let refs = pod.metadata.owner_references.unwrap_or_default();
+        let controllers: Vec<_> = refs.iter().filter(|r| r.controller == Some(true)).collect();
+        assert_eq!(controllers.len(), 1, "{name}: {refs:?}");
+        assert_eq!(
+            (controllers[0].kind.as_str(), Some(&controllers[0].uid)),
+            ("StatefulSet", new_uid.as_ref())
+        );
+    }
+    // The containers did not start again.
+    let starts = std::fs::read_to_string(dir_0.join("starts")).expect("starts");
+    assert_eq!(starts, "db-0\n");
+    let class = |c: PersistentVolumeClaim| c.spec.and_then(|s| s.storage_class_name);
+    assert_eq!(
+        class(api.claim("data-db-1").await).as_deref(),
+        Some("standard")
+    );
+
+    // A new ordinal's claim follows the new template.
+    let patch = json!({"spec": {"replicas": 3}});
+    sets.patch_scale("db", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("scale");
+    await_ready_set(&sets, 3).await;
+    assert_eq!(
+        class(api.claim("data-db-2").await).as_deref(),
+        Some("standard-wffc")
+    );
 }

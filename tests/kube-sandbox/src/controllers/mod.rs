@@ -7,6 +7,7 @@
 pub mod endpoints;
 pub mod gc;
 pub mod namespaces;
+pub mod ownership;
 pub mod placement;
 pub mod scheduler;
 pub mod volumes;

@@ -1,6 +1,8 @@
 //! Deployments, ReplicaSets and StatefulSets: enough of their controllers
 //! to scale pods up and down, replace deleted pods, roll a changed template
-//! and keep a StatefulSet's stable pod and claim names.
+//! and keep a StatefulSet's stable pod and claim names. Each adopts the
+//! orphans its selector matches and releases what it no longer selects
+//! ([`super::ownership`]).
 //!
 //! Simplified: a Deployment rolls by scaling its old ReplicaSet to zero as
 //! the new one is created (no surge accounting); a StatefulSet rolls one pod
@@ -8,6 +10,7 @@
 
 use serde_json::{json, Value};
 
+use super::ownership::claim;
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
 use crate::store::DeleteOptions;
@@ -25,7 +28,7 @@ pub fn reconcile(ctx: &Ctx) {
     let pods = list("pods");
     for rs in list("replicasets") {
         if !is_terminating(&rs) {
-            sync_replicaset(ctx, &rs, &pods);
+            sync_replicaset(ctx, "replicasets", &rs, &rs["spec"]["selector"], &pods);
         }
     }
     for sts in list("statefulsets") {
@@ -91,7 +94,10 @@ fn sync_deployment(ctx: &Ctx, deployment: &Value) {
     let (ns, name) = name_of(deployment);
     let sets = registry::get("replicasets");
     let (all, _) = ctx.store.list(sets, Some(ns));
-    let owned = owned_by(deployment, &all);
+    let selector = &deployment["spec"]["selector"];
+    let Some(owned) = claim(ctx, deployment, "replicasets", &all, selector, |_| true) else {
+        return;
+    };
     let hash = template_hash(&deployment["spec"]["template"]);
     let current_name = format!("{name}-{hash}");
     let want = replicas(deployment);
@@ -153,13 +159,16 @@ fn sync_deployment(ctx: &Ctx, deployment: &Value) {
     write_status(ctx, "deployments", deployment, status);
 }
 
-fn sync_replicaset(ctx: &Ctx, rs: &Value, pods: &[Value]) {
+/// A ReplicaSet (`plural`): its active pods, adopted by `selector`, made
+/// `spec.replicas` in number.
+fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: &[Value]) {
     let (ns, name) = name_of(rs);
     let pod_res = registry::get("pods");
-    let active: Vec<&Value> = owned_by(rs, pods)
-        .into_iter()
-        .filter(|p| is_active(p))
-        .collect();
+    // `FilterActivePods`, then `claimPods`.
+    let active: Vec<Value> = pods.iter().filter(|p| is_active(p)).cloned().collect();
+    let Some(active) = claim(ctx, rs, "pods", &active, selector, |_| true) else {
+        return;
+    };
     let want = replicas(rs) as usize;
     if active.len() < want {
         let template = &rs["spec"]["template"];
@@ -196,7 +205,7 @@ fn sync_replicaset(ctx: &Ctx, rs: &Value, pods: &[Value]) {
             log_err(
                 "scale down",
                 ctx.store
-                    .delete(pod_res, ns, name_of(pod).1, &DeleteOptions::default()),
+                    .delete(pod_res, ns, name_of(&pod).1, &DeleteOptions::default()),
             );
         }
     }
@@ -209,7 +218,7 @@ fn sync_replicaset(ctx: &Ctx, rs: &Value, pods: &[Value]) {
         "readyReplicas": ready,
         "availableReplicas": ready,
     });
-    write_status(ctx, "replicasets", rs, status);
+    write_status(ctx, plural, rs, status);
 }
 
 pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, status: Value) {

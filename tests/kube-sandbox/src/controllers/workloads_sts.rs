@@ -11,13 +11,18 @@
 //! down to the partition; OnDelete leaves pods alone).
 //!
 //! Pods carry `controller-revision-hash: NAME-HASH`, the revision name
-//! that `status.currentRevision`/`updateRevision` hold. The status counts
-//! as `computeReplicaStatus` does: every pod (terminating ones included) in
-//! `replicas`, the Running and Ready ones in `readyReplicas`.
+//! that `status.currentRevision`/`updateRevision` hold. The hash covers
+//! the pod template only (`getPatch` puts nothing else in the revision), so
+//! a set deleted with Orphan propagation and created again with other
+//! volumeClaimTemplates adopts its pods at their revision: none restarts.
+//! The status counts as `computeReplicaStatus` does: every pod (terminating
+//! ones included) in `replicas`, the Running and Ready ones in
+//! `readyReplicas`.
 
 use serde_json::{json, Value};
 
-use super::workloads::{owned_by, owner_ref, replicas, template_hash, write_status, REVISION};
+use super::ownership::claim;
+use super::workloads::{owner_ref, replicas, template_hash, write_status, REVISION};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
 use crate::store::DeleteOptions;
@@ -31,9 +36,15 @@ pub fn sync(ctx: &Ctx, sts: &Value, pods: &[Value]) {
         .filter(|r| !r.is_empty())
         .unwrap_or(&update_revision)
         .to_string();
-    // Pods whose name is not NAME-ORDINAL are not the set's to manage.
-    let mut owned: Vec<(usize, &Value)> = owned_by(sts, pods)
-        .into_iter()
+    // Pods whose name is not NAME-ORDINAL are not the set's to manage
+    // (`isMemberOf`); the others it adopts by selector.
+    let member = |p: &Value| ordinal(name, name_of(p).1).is_some();
+    let selector = &sts["spec"]["selector"];
+    let Some(claimed) = claim(ctx, sts, "pods", pods, selector, member) else {
+        return;
+    };
+    let mut owned: Vec<(usize, &Value)> = claimed
+        .iter()
         .filter_map(|p| ordinal(name, name_of(p).1).map(|i| (i, p)))
         .collect();
     owned.sort_by_key(|(i, _)| *i);

@@ -318,3 +318,20 @@ pub fn owner_uids(obj: &Value) -> impl Iterator<Item = &Value> {
         .flatten()
         .map(|r| &r["uid"])
 }
+
+/// Drops the ownerReferences to `uid`, and the list once it is empty (Go's
+/// JSON omits an empty `ownerReferences`).
+pub fn remove_owner(obj: &mut Value, uid: &Value) {
+    let Some(meta) = obj["metadata"].as_object_mut() else {
+        return;
+    };
+    if let Some(refs) = meta
+        .get_mut("ownerReferences")
+        .and_then(Value::as_array_mut)
+    {
+        refs.retain(|r| r["uid"] != *uid);
+        if refs.is_empty() {
+            meta.remove("ownerReferences");
+        }
+    }
+}

@@ -193,5 +193,41 @@ fn orphaning_removes_owner_references() {
     s.delete(registry::get("configmaps"), "default", "owner", &opts)
         .expect("deleted");
     let child = s.get(pods(), "default", "child").expect("child kept");
-    assert_eq!(child["metadata"]["ownerReferences"], json!([]));
+    assert!(
+        child["metadata"].get("ownerReferences").is_none(),
+        "{child}"
+    );
+}
+
+#[test]
+fn adoption_needs_a_live_owner_and_an_orphan() {
+    let s = store();
+    let cms = registry::get("configmaps");
+    let owner = s
+        .create(cms, "default", json!({"metadata": {"name": "owner"}}))
+        .expect("owner");
+    let reference = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        "uid": owner["metadata"]["uid"], "controller": true});
+    s.create(pods(), "default", pod("orphan")).expect("orphan");
+    let adopt = |name: &str| {
+        s.adopt(pods(), "default", name, cms, &owner, reference.clone())
+            .expect("adopt")
+    };
+    let adopted = adopt("orphan").expect("adopted");
+    assert_eq!(adopted["metadata"]["ownerReferences"], json!([reference]));
+    // Already controlled: left alone.
+    assert!(adopt("orphan").is_none());
+    // An owner deleted (and re-created under the same name) adopts nothing.
+    s.create(pods(), "default", pod("late")).expect("late");
+    let opts = DeleteOptions {
+        orphan: true,
+        ..Default::default()
+    };
+    s.delete(cms, "default", "owner", &opts).expect("deleted");
+    assert!(adopt("late").is_none());
+    s.create(cms, "default", json!({"metadata": {"name": "owner"}}))
+        .expect("another owner");
+    assert!(adopt("late").is_none());
+    let late = s.get(pods(), "default", "late").expect("late");
+    assert!(late["metadata"].get("ownerReferences").is_none());
 }
