@@ -314,8 +314,13 @@ fn scale_type_error(found: &Value) -> ApiError {
 }
 
 fn scale_of(obj: &Value) -> Value {
-    // The whole selector, matchExpressions too, in label-selector syntax.
-    let selector = LabelSelector::from_object(&obj["spec"]["selector"])
+    // The whole selector, matchExpressions too, in label-selector syntax; a
+    // ReplicationController's is a plain map (`SelectorFromSet`).
+    let selector = match obj["kind"].as_str() {
+        Some("ReplicationController") => json!({"matchLabels": obj["spec"]["selector"]}),
+        _ => obj["spec"]["selector"].clone(),
+    };
+    let selector = LabelSelector::from_object(&selector)
         .map(|s| s.to_string())
         .unwrap_or_default();
     json!({

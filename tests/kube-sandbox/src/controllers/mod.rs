@@ -4,6 +4,7 @@
 //! write (and on a slow tick, for anything time-based). With the handful of
 //! objects a test makes, that is cheap and cannot miss an event.
 
+pub mod daemonsets;
 pub mod endpoints;
 pub mod gc;
 pub mod namespaces;
@@ -30,6 +31,8 @@ pub struct Ctx {
     pub data_dir: PathBuf,
     /// The scheduler's pods waiting for their claims (PreBind).
     pub(crate) assumed: scheduler::Assumptions,
+    /// When the DaemonSet controller may next delete a failed pod.
+    pub(crate) daemon_backoff: daemonsets::Backoff,
 }
 
 impl Ctx {
@@ -38,6 +41,7 @@ impl Ctx {
             store,
             data_dir,
             assumed: Default::default(),
+            daemon_backoff: Default::default(),
         }
     }
 }
@@ -76,6 +80,7 @@ pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
         spawn("persistentvolume-binder", ctx.clone(), volumes::reconcile),
         spawn("scheduler", ctx.clone(), scheduler::reconcile),
         spawn("workloads", ctx.clone(), workloads::reconcile),
+        spawn("daemonset-controller", ctx.clone(), daemonsets::reconcile),
         spawn("endpoints", ctx, endpoints::reconcile),
     ]
 }

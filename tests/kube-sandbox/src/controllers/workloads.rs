@@ -1,12 +1,14 @@
-//! Deployments, ReplicaSets and StatefulSets: enough of their controllers
-//! to scale pods up and down, replace deleted pods, roll a changed template
-//! and keep a StatefulSet's stable pod and claim names. Each adopts the
-//! orphans its selector matches and releases what it no longer selects
-//! ([`super::ownership`]).
+//! Deployments, ReplicaSets, ReplicationControllers and StatefulSets:
+//! enough of their controllers to scale pods up and down, replace deleted
+//! pods, roll a changed template and keep a StatefulSet's stable pod and
+//! claim names. Each adopts the orphans its selector matches and releases
+//! what it no longer selects ([`super::ownership`]).
 //!
 //! Simplified: a Deployment rolls by scaling its old ReplicaSet to zero as
 //! the new one is created (no surge accounting); a StatefulSet rolls one pod
-//! at a time from the highest ordinal once all pods are ready.
+//! at a time from the highest ordinal once all pods are ready. The
+//! ReplicationController is the ReplicaSet's controller with an equality
+//! selector, as `pkg/controller/replication` wraps the ReplicaSet's.
 
 use serde_json::{json, Value};
 
@@ -29,6 +31,13 @@ pub fn reconcile(ctx: &Ctx) {
     for rs in list("replicasets") {
         if !is_terminating(&rs) {
             sync_replicaset(ctx, "replicasets", &rs, &rs["spec"]["selector"], &pods);
+        }
+    }
+    for rc in list("replicationcontrollers") {
+        if !is_terminating(&rc) {
+            // An equality selector is a LabelSelector's matchLabels.
+            let selector = json!({"matchLabels": rc["spec"]["selector"]});
+            sync_replicaset(ctx, "replicationcontrollers", &rc, &selector, &pods);
         }
     }
     for sts in list("statefulsets") {
@@ -159,8 +168,8 @@ fn sync_deployment(ctx: &Ctx, deployment: &Value) {
     write_status(ctx, "deployments", deployment, status);
 }
 
-/// A ReplicaSet (`plural`): its active pods, adopted by `selector`, made
-/// `spec.replicas` in number.
+/// A ReplicaSet or ReplicationController (`plural`): its active pods,
+/// adopted by `selector`, made `spec.replicas` in number.
 fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: &[Value]) {
     let (ns, name) = name_of(rs);
     let pod_res = registry::get("pods");

@@ -204,7 +204,7 @@ fn min_ready_seconds(sts: &Value) -> i64 {
 
 /// Ready for `min_ready` seconds (a Ready pod is available at once when
 /// that is 0).
-fn available(pod: &Value, min_ready: i64) -> bool {
+pub(super) fn available(pod: &Value, min_ready: i64) -> bool {
     let now = time::OffsetDateTime::now_utc();
     min_ready <= 0 || ready_since(pod).is_some_and(|t| (now - t).whole_seconds() >= min_ready)
 }
@@ -220,7 +220,7 @@ fn is_healthy(pod: &Value) -> bool {
     is_running_and_ready(pod) && !is_terminating(pod)
 }
 
-fn ready_condition(pod: &Value) -> Option<&Value> {
+pub(super) fn ready_condition(pod: &Value) -> Option<&Value> {
     pod["status"]["conditions"]
         .as_array()
         .into_iter()

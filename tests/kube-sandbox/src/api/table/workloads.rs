@@ -1,8 +1,10 @@
-//! Printers for Deployments, ReplicaSets and StatefulSets.
+//! Printers for Deployments, ReplicaSets, StatefulSets, DaemonSets and
+//! ReplicationControllers.
 
 use serde_json::Value;
 use time::OffsetDateTime;
 
+use super::core_v1::format_labels;
 use super::{age, int, list, name, or, text};
 
 pub(super) const DEPLOYMENT_COLUMNS: &str = "Name
@@ -26,6 +28,59 @@ pub(super) const STATEFUL_SET_COLUMNS: &str = "Name
     Age
     +Containers|string|Names of each container in the template.
     +Images|string|Images referenced by each container in the template.";
+
+pub(super) const DAEMON_SET_COLUMNS: &str = "Name
+    Desired|integer|The total number of nodes that should be running the daemon pod (including nodes correctly running the daemon pod).
+    Current|integer|The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod.
+    Ready|integer|numberReady is the number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition.
+    Up-to-date|integer|The total number of nodes that are running updated daemon pod
+    Available|integer|The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)
+    Node Selector|string|NodeSelector is a selector which must be true for the pod to fit on a node.
+    Age
+    +Containers|string|Names of each container in the template.
+    +Images|string|Images referenced by each container in the template.
+    +Selector|string|A label query over pods that are managed by the daemon set.";
+pub(super) const REPLICATION_CONTROLLER_COLUMNS: &str = "Name
+    Desired|integer|Replicas is the number of desired replicas.
+    Current|integer|Replicas is the most recently observed number of replicas.
+    Ready|integer|The number of ready replicas for this replication controller.
+    Age
+    +Containers|string|Names of each container in the template.
+    +Images|string|Images referenced by each container in the template.
+    +Selector|string|Selector is a label query over pods that should match the Replicas count.";
+
+/// `printDaemonSet`.
+pub(super) fn daemon_set_cells(ds: &Value, now: OffsetDateTime) -> Vec<Value> {
+    let (names, images) = container_cells(ds);
+    cells![
+        name(ds),
+        int(ds, "status.desiredNumberScheduled"),
+        int(ds, "status.currentNumberScheduled"),
+        int(ds, "status.numberReady"),
+        int(ds, "status.updatedNumberScheduled"),
+        int(ds, "status.numberAvailable"),
+        format_labels(&ds["spec"]["template"]["spec"]["nodeSelector"]),
+        age(ds, now),
+        names,
+        images,
+        or(&selector_string(&ds["spec"]["selector"]), "<none>"),
+    ]
+}
+
+/// `printReplicationController`: its selector is a plain map.
+pub(super) fn replication_controller_cells(rc: &Value, now: OffsetDateTime) -> Vec<Value> {
+    let (names, images) = container_cells(rc);
+    cells![
+        name(rc),
+        replicas(rc),
+        int(rc, "status.replicas"),
+        int(rc, "status.readyReplicas"),
+        age(rc, now),
+        names,
+        images,
+        format_labels(&rc["spec"]["selector"]),
+    ]
+}
 
 pub(super) fn deployment_cells(deploy: &Value, now: OffsetDateTime) -> Vec<Value> {
     let (names, images) = container_cells(deploy);

@@ -28,7 +28,7 @@ pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
                 causes.push("spec.accessModes: Required value".into());
             }
         }
-        "Deployment" | "ReplicaSet" | "StatefulSet" => {
+        "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet" | "ReplicationController" => {
             let template = &obj["spec"]["template"]["metadata"];
             causes.extend(label_causes(
                 "spec.template.metadata.labels",
@@ -38,7 +38,7 @@ pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
                 "spec.template.metadata.annotations",
                 &template["annotations"],
             ));
-            causes.extend(validate_workload(&obj["spec"]));
+            causes.extend(validate_workload(res.kind, &obj["spec"]));
         }
         "Secret" => causes.extend(secret_causes(obj)),
         "ConfigMap" => causes.extend(config_map_causes(obj)),
@@ -130,16 +130,33 @@ fn validate_pod_spec(spec: &Value) -> Option<String> {
     None
 }
 
-fn validate_workload(spec: &Value) -> Option<String> {
-    let selector = &spec["selector"];
+fn validate_workload(kind: &str, spec: &Value) -> Option<String> {
+    // A ReplicationController's selector is the map a LabelSelector's
+    // matchLabels is (`ValidateReplicationControllerSpec`).
+    let selector = match kind {
+        "ReplicationController" => match &spec["selector"] {
+            Value::Object(map) if !map.is_empty() => json!({"matchLabels": map}),
+            _ => Value::Null,
+        },
+        _ => spec["selector"].clone(),
+    };
     if selector.is_null() {
         return Some("spec.selector: Required value".into());
+    }
+    if spec["template"].is_null() {
+        return Some("spec.template: Required value".into());
     }
     let labels = &spec["template"]["metadata"]["labels"];
     if let Some(wanted) = selector["matchLabels"].as_object() {
         if wanted.iter().any(|(k, v)| &labels[k] != v) {
             return Some("spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`".into());
         }
+    }
+    // Pods that a controller replaces when they finish must not finish on
+    // their own terms.
+    let restart = spec["template"]["spec"]["restartPolicy"].as_str();
+    if let Some(r) = restart.filter(|r| *r != "Always") {
+        return Some(format!("spec.template.spec.restartPolicy: Unsupported value: \"{r}\": supported values: \"Always\""));
     }
     // A StatefulSet's claim templates are volumes its pods mount too.
     let mut pod_spec = spec["template"]["spec"].clone();
