@@ -222,22 +222,23 @@ pub fn check_preconditions(
     opts: &DeleteOptions,
 ) -> Result<(), ApiError> {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    let failed = |what: &str, want: &str, have: &Value| {
+    // `Preconditions.Check`'s words.
+    let failed = |field: &str, want: &str, have: &Value| {
         ApiError::Conflict(format!(
-            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {what}: {want}, {what} in object meta: {}",
+            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field} in precondition: {want}, {field} in object meta: {}",
             qualified(res),
             have.as_str().unwrap_or_default()
         ))
     };
     if let Some(uid) = &opts.uid {
         if obj["metadata"]["uid"] != json!(uid) {
-            return Err(failed("UID in precondition", uid, &obj["metadata"]["uid"]));
+            return Err(failed("UID", uid, &obj["metadata"]["uid"]));
         }
     }
     if let Some(rv) = &opts.resource_version {
         if obj["metadata"]["resourceVersion"] != json!(rv) {
             return Err(failed(
-                "ResourceVersion in precondition",
+                "ResourceVersion",
                 rv,
                 &obj["metadata"]["resourceVersion"],
             ));

@@ -231,3 +231,40 @@ fn adoption_needs_a_live_owner_and_an_orphan() {
     let late = s.get(pods(), "default", "late").expect("late");
     assert!(late["metadata"].get("ownerReferences").is_none());
 }
+
+#[test]
+fn delete_preconditions_fail_as_the_api_server_words_it() {
+    let s = store();
+    let claims = registry::get("persistentvolumeclaims");
+    let claim = json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}}}});
+    let created = s.create(claims, "default", claim).expect("claim");
+    let rv = created["metadata"]["resourceVersion"].as_str().expect("rv");
+    let wrong_uid = DeleteOptions {
+        uid: Some("other".into()),
+        ..Default::default()
+    };
+    let err = s
+        .delete(claims, "default", "data", &wrong_uid)
+        .expect_err("uid");
+    assert_eq!(
+        (err.code(), err.to_string()),
+        (409, format!("Operation cannot be fulfilled on persistentvolumeclaims \"data\": Precondition failed: UID in precondition: other, UID in object meta: {}", created["metadata"]["uid"].as_str().unwrap_or_default()))
+    );
+    let stale = DeleteOptions {
+        resource_version: Some("1".into()),
+        ..Default::default()
+    };
+    let err = s.delete(claims, "default", "data", &stale).expect_err("rv");
+    assert_eq!(
+        err.to_string(),
+        format!("Operation cannot be fulfilled on persistentvolumeclaims \"data\": Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: {rv}")
+    );
+    let right = DeleteOptions {
+        uid: created["metadata"]["uid"].as_str().map(str::to_string),
+        ..Default::default()
+    };
+    let deleted = s.delete(claims, "default", "data", &right).expect("delete");
+    // pvc-protection holds it.
+    assert!(matches!(deleted, Deleted::Terminating(_)));
+}
