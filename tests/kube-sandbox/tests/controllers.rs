@@ -10,7 +10,7 @@ use common::k8s::{
     bound_volume, claim_phase, host_path, node_of, pod_phase, pv_phase, volume_name,
 };
 use common::{await_object, client, create, kubectl_ok, object, sandbox, sandbox_with, wait_for};
-use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
 };
@@ -74,13 +74,26 @@ async fn deployments_scale_and_replace_pods() {
 
     kubectl_ok(&sb, &["scale", "deployment", "web", "--replicas=0"]).await;
     await_running(&pods, "app=web", 0).await;
-    wait_for(
-        &sb,
-        &["get", "deployment", "web"],
-        "{.status.replicas}",
-        "0",
-    )
+    // Zero counts are omitted (`omitempty`), as a real server returns them:
+    // a Deployment's replicas too, a ReplicaSet's ready replicas but not its
+    // replicas.
+    let deployments: Api<Deployment> = Api::default_namespaced(client(&sb).await);
+    await_object(&deployments, "web", "scaled to 0", |d| {
+        let d = d.expect("deployment");
+        let status = d.status.clone().unwrap_or_default();
+        status.observed_generation == d.metadata.generation
+            && status.replicas.is_none()
+            && status.ready_replicas.is_none()
+            && status.available_replicas.is_none()
+    })
     .await;
+    let sets: Api<ReplicaSet> = Api::default_namespaced(client(&sb).await);
+    let rs = sets
+        .list(&ListParams::default())
+        .await
+        .expect("replicasets");
+    let status = rs.items[0].status.clone().expect("status");
+    assert_eq!((status.replicas, status.ready_replicas), (0, None));
 
     // Deleting the Deployment takes its ReplicaSet (garbage collection).
     kubectl_ok(&sb, &["delete", "deployment", "web"]).await;

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::ownership::claim;
 use super::{is_terminating, log_err, name_of, Ctx};
+use crate::api::protobuf::omits_zero;
 use crate::registry;
 use crate::store::DeleteOptions;
 
@@ -230,7 +231,14 @@ fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: 
     write_status(ctx, plural, rs, status);
 }
 
-pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, status: Value) {
+/// Writes a workload's status, the zero counts the API omits
+/// (`omitempty`) left out as a real server returns them: a Deployment
+/// scaled to 0 has no `status.replicas`, a ReplicaSet no `readyReplicas`.
+pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, mut status: Value) {
+    let message = format!("{}Status", obj["kind"].as_str().unwrap_or_default());
+    if let Some(fields) = status.as_object_mut() {
+        fields.retain(|field, v| v != &json!(0) || !omits_zero(&message, field));
+    }
     let (ns, name) = name_of(obj);
     log_err(
         "workload status",
