@@ -4,6 +4,7 @@
 //! write (and on a slow tick, for anything time-based). With the handful of
 //! objects a test makes, that is cheap and cannot miss an event.
 
+pub mod autoscaler;
 pub mod daemonsets;
 pub mod endpoints;
 pub mod gc;
@@ -81,6 +82,11 @@ pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
         spawn("scheduler", ctx.clone(), scheduler::reconcile),
         spawn("workloads", ctx.clone(), workloads::reconcile),
         spawn("daemonset-controller", ctx.clone(), daemonsets::reconcile),
+        spawn(
+            "horizontal-pod-autoscaler",
+            ctx.clone(),
+            autoscaler::reconcile,
+        ),
         spawn("endpoints", ctx, endpoints::reconcile),
     ]
 }

@@ -168,6 +168,17 @@ pub static RESOURCES: &[Resource] = &[
         ..apps("daemonsets", "daemonset", "DaemonSet", &["ds"])
     },
     Resource {
+        group: "autoscaling",
+        version: "v2",
+        plural: "horizontalpodautoscalers",
+        singular: "horizontalpodautoscaler",
+        kind: "HorizontalPodAutoscaler",
+        short_names: &["hpa"],
+        namespaced: true,
+        subresources: &["status"],
+        categories: ALL,
+    },
+    Resource {
         group: "storage.k8s.io",
         version: "v1",
         plural: "storageclasses",

@@ -24,9 +24,9 @@ use self::storage::{
     pv_cells, pvc_cells, storage_class_cells, PVC_COLUMNS, PV_COLUMNS, STORAGE_CLASS_COLUMNS,
 };
 use self::workloads::{
-    daemon_set_cells, deployment_cells, replica_set_cells, replication_controller_cells,
-    stateful_set_cells, DAEMON_SET_COLUMNS, DEPLOYMENT_COLUMNS, REPLICATION_CONTROLLER_COLUMNS,
-    REPLICA_SET_COLUMNS, STATEFUL_SET_COLUMNS,
+    autoscaler_cells, daemon_set_cells, deployment_cells, replica_set_cells,
+    replication_controller_cells, stateful_set_cells, AUTOSCALER_COLUMNS, DAEMON_SET_COLUMNS,
+    DEPLOYMENT_COLUMNS, REPLICATION_CONTROLLER_COLUMNS, REPLICA_SET_COLUMNS, STATEFUL_SET_COLUMNS,
 };
 
 /// The `includeObject` query parameter: what each row's `object` holds.
@@ -278,6 +278,7 @@ fn printer_for(plural: &str) -> Printer {
         "replicasets" => (REPLICA_SET_COLUMNS, replica_set_cells),
         "statefulsets" => (STATEFUL_SET_COLUMNS, stateful_set_cells),
         "daemonsets" => (DAEMON_SET_COLUMNS, daemon_set_cells),
+        "horizontalpodautoscalers" => (AUTOSCALER_COLUMNS, autoscaler_cells),
         "replicationcontrollers" => (REPLICATION_CONTROLLER_COLUMNS, replication_controller_cells),
         "secrets" => (SECRET_COLUMNS, secret_cells),
         "configmaps" => (CONFIG_MAP_COLUMNS, config_map_cells),

@@ -40,6 +40,7 @@ pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
             ));
             causes.extend(validate_workload(res.kind, &obj["spec"]));
         }
+        "HorizontalPodAutoscaler" => causes.extend(autoscaler_causes(&obj["spec"])),
         "Secret" => causes.extend(secret_causes(obj)),
         "ConfigMap" => causes.extend(config_map_causes(obj)),
         _ => {}
@@ -173,4 +174,36 @@ fn validate_workload(kind: &str, spec: &Value) -> Option<String> {
         }
     }
     validate_pod_spec(&pod_spec).map(|m| format!("spec.template.{m}"))
+}
+
+/// `validateHorizontalPodAutoscalerSpec`: the target named, at least one
+/// replica, no more at least than at most.
+fn autoscaler_causes(spec: &Value) -> Vec<String> {
+    let mut causes = Vec::new();
+    for field in ["kind", "name"] {
+        if spec["scaleTargetRef"][field]
+            .as_str()
+            .is_none_or(str::is_empty)
+        {
+            causes.push(format!("spec.scaleTargetRef.{field}: Required value"));
+        }
+    }
+    let min = spec["minReplicas"].as_i64();
+    if let Some(min) = min.filter(|m| *m < 1) {
+        causes.push(format!(
+            "spec.minReplicas: Invalid value: {min}: must be greater than or equal to 1"
+        ));
+    }
+    let max = spec["maxReplicas"].as_i64().unwrap_or(0);
+    if max < 1 {
+        causes.push(format!(
+            "spec.maxReplicas: Invalid value: {max}: must be greater than 0"
+        ));
+    }
+    if min.is_some_and(|min| max < min) {
+        causes.push(format!(
+            "spec.maxReplicas: Invalid value: {max}: must be greater than or equal to `minReplicas`"
+        ));
+    }
+    causes
 }

@@ -103,6 +103,7 @@ pub fn default_object(res: &Resource, obj: &mut Value, default_class: Option<&st
         }
         "ReplicationController" => default_replication_controller(obj),
         "DaemonSet" => default_daemon_set(&mut obj["spec"]),
+        "HorizontalPodAutoscaler" => default_autoscaler(&mut obj["spec"]),
         _ => {}
     }
 }
@@ -139,6 +140,16 @@ fn default_daemon_set(spec: &mut Value) {
     }
     set_default(spec, "revisionHistoryLimit", json!(10));
     default_pod_spec(&mut spec["template"]["spec"]);
+}
+
+/// `SetDefaults_HorizontalPodAutoscaler` (autoscaling/v2): one replica at
+/// least, and CPU at 80% when no metric is given.
+fn default_autoscaler(spec: &mut Value) {
+    set_default(spec, "minReplicas", json!(1));
+    if spec["metrics"].as_array().is_none_or(Vec::is_empty) {
+        spec["metrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
+            "target": {"type": "Utilization", "averageUtilization": 80}}}]);
+    }
 }
 
 fn set_default(obj: &mut Value, key: &str, value: Value) {

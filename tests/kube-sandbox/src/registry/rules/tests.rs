@@ -376,3 +376,19 @@ fn daemon_sets_and_replication_controllers_get_their_defaults_and_checks() {
         Err("ReplicationController \"r\" is invalid: spec.selector: Required value".into())
     );
 }
+
+#[test]
+fn autoscalers_name_a_target_and_sane_bounds() {
+    let hpa = |spec: Value| json!({"metadata": {"name": "h"}, "spec": spec});
+    let mut ok =
+        hpa(json!({"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 3}));
+    default_object(get("horizontalpodautoscalers"), &mut ok, None);
+    assert_eq!(ok["spec"]["minReplicas"], 1);
+    assert!(validate_create(get("horizontalpodautoscalers"), &ok).is_ok());
+    let bad =
+        hpa(json!({"scaleTargetRef": {"kind": "Deployment"}, "minReplicas": 3, "maxReplicas": 2}));
+    assert_eq!(
+        validate_create(get("horizontalpodautoscalers"), &bad).map_err(|e| e.to_string()),
+        Err("HorizontalPodAutoscaler.autoscaling \"h\" is invalid: [spec.scaleTargetRef.name: Required value, spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`]".into())
+    );
+}
