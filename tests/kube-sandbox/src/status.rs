@@ -15,7 +15,10 @@ pub enum ApiError {
     AlreadyExists { kind: String, name: String },
     #[error("{0}")]
     Conflict(String),
-    #[error("{kind} \"{name}\" is invalid: {}", causes.join(", "))]
+    /// 422 Unprocessable Entity, as `NewInvalid` makes it: `kind` is the
+    /// qualified kind it prints (`StatefulSet.apps`, `Pod`), each cause a
+    /// `field.Error` as it prints (`spec: Forbidden: ...`).
+    #[error("{kind} \"{name}\" is invalid: {}", aggregate(causes))]
     Invalid {
         kind: String,
         name: String,
@@ -106,16 +109,113 @@ impl ApiError {
             ApiError::NotFound { kind, name } | ApiError::AlreadyExists { kind, name } => {
                 Some(json!({ "name": name, "kind": kind }))
             }
-            ApiError::Invalid { kind, name, causes } => Some(json!({
-                "name": name,
-                "kind": kind,
-                "causes": causes.iter().map(|c| json!({ "reason": "FieldValueInvalid", "message": c })).collect::<Vec<_>>(),
-            })),
+            ApiError::Invalid { kind, name, causes } => {
+                let (kind, group) = kind.split_once('.').unwrap_or((kind, ""));
+                let mut details = json!({
+                    "name": name,
+                    "kind": kind,
+                    "causes": causes.iter().map(|c| status_cause(c)).collect::<Vec<_>>(),
+                });
+                if !group.is_empty() {
+                    details["group"] = json!(group);
+                }
+                Some(details)
+            }
             _ => None,
         };
         if let Some(details) = details {
             status["details"] = details;
         }
         status
+    }
+}
+
+/// `utilerrors.NewAggregate(...).Error()`: one message as it is, several
+/// (duplicates dropped) comma-joined in brackets.
+fn aggregate(causes: &[String]) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for cause in causes {
+        if !seen.contains(&cause.as_str()) {
+            seen.push(cause);
+        }
+    }
+    match seen.as_slice() {
+        [one] => one.to_string(),
+        all => format!("[{}]", all.join(", ")),
+    }
+}
+
+/// A `StatusCause` from a `field.Error` as it prints (`FIELD: BODY`): the
+/// field, the body as the message, and the type its body starts with.
+fn status_cause(cause: &str) -> Value {
+    const TYPES: [(&str, &str); 9] = [
+        ("Required value", "FieldValueRequired"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Invalid value", "FieldValueInvalid"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Not found", "FieldValueNotFound"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+        ("Internal error", "InternalError"),
+    ];
+    let Some((field, body)) = cause.split_once(": ") else {
+        return json!({"reason": "FieldValueInvalid", "message": cause});
+    };
+    let reason = TYPES
+        .iter()
+        .find(|(text, _)| body.starts_with(text))
+        .map_or("FieldValueInvalid", |(_, reason)| reason);
+    json!({"reason": reason, "message": body, "field": field})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_reads_as_new_invalid_writes_it() {
+        let one = ApiError::Invalid {
+            kind: "StatefulSet.apps".into(),
+            name: "db".into(),
+            causes: vec!["spec: Forbidden: updates to statefulset spec are forbidden".into()],
+        };
+        assert_eq!(
+            one.to_string(),
+            "StatefulSet.apps \"db\" is invalid: spec: Forbidden: updates to statefulset spec are forbidden"
+        );
+        let status = one.to_status();
+        assert_eq!(
+            status["details"],
+            json!({"name": "db", "kind": "StatefulSet", "group": "apps", "causes": [{
+                "reason": "FieldValueForbidden", "field": "spec",
+                "message": "Forbidden: updates to statefulset spec are forbidden"}]})
+        );
+        let two = ApiError::Invalid {
+            kind: "Pod".into(),
+            name: "p".into(),
+            causes: vec![
+                "spec.containers: Required value".into(),
+                "metadata.name: Invalid value: \"P\": bad".into(),
+                "spec.containers: Required value".into(),
+            ],
+        };
+        assert_eq!(
+            two.to_string(),
+            "Pod \"p\" is invalid: [spec.containers: Required value, metadata.name: Invalid value: \"P\": bad]"
+        );
+        let status = two.to_status();
+        assert!(status["details"].get("group").is_none());
+        let reasons: Vec<&str> = (status["details"]["causes"].as_array().into_iter().flatten())
+            .filter_map(|c| c["reason"].as_str())
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "FieldValueRequired",
+                "FieldValueInvalid",
+                "FieldValueRequired"
+            ]
+        );
     }
 }

@@ -169,13 +169,13 @@ mod tests {
     }
 
     #[test]
-    fn groups_list_apps_and_storage() {
+    fn groups_list_apps_autoscaling_and_storage() {
         let names: Vec<String> = groups()["groups"]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|g| g["name"].as_str().map(str::to_string))
             .collect();
-        assert_eq!(names, ["apps", "storage.k8s.io"]);
+        assert_eq!(names, ["apps", "autoscaling", "storage.k8s.io"]);
     }
 }

@@ -257,7 +257,7 @@ fn scale(req: &Request, wanted: Value, pinned: bool) -> Result<Response, ApiErro
         Value::Number(n) => match n.as_i64() {
             Some(n) if n < 0 => {
                 return Err(ApiError::invalid(
-                    "Scale",
+                    "Scale.autoscaling",
                     name,
                     format!(
                         "spec.replicas: Invalid value: {n}: must be greater than or equal to 0"
@@ -314,8 +314,13 @@ fn scale_type_error(found: &Value) -> ApiError {
 }
 
 fn scale_of(obj: &Value) -> Value {
-    // The whole selector, matchExpressions too, in label-selector syntax.
-    let selector = LabelSelector::from_object(&obj["spec"]["selector"])
+    // The whole selector, matchExpressions too, in label-selector syntax; a
+    // ReplicationController's is a plain map (`SelectorFromSet`).
+    let selector = match obj["kind"].as_str() {
+        Some("ReplicationController") => json!({"matchLabels": obj["spec"]["selector"]}),
+        _ => obj["spec"]["selector"].clone(),
+    };
+    let selector = LabelSelector::from_object(&selector)
         .map(|s| s.to_string())
         .unwrap_or_default();
     json!({

@@ -4,9 +4,12 @@
 //! write (and on a slow tick, for anything time-based). With the handful of
 //! objects a test makes, that is cheap and cannot miss an event.
 
+pub mod autoscaler;
+pub mod daemonsets;
 pub mod endpoints;
 pub mod gc;
 pub mod namespaces;
+pub mod ownership;
 pub mod placement;
 pub mod scheduler;
 pub mod volumes;
@@ -29,6 +32,8 @@ pub struct Ctx {
     pub data_dir: PathBuf,
     /// The scheduler's pods waiting for their claims (PreBind).
     pub(crate) assumed: scheduler::Assumptions,
+    /// When the DaemonSet controller may next delete a failed pod.
+    pub(crate) daemon_backoff: daemonsets::Backoff,
 }
 
 impl Ctx {
@@ -37,6 +42,7 @@ impl Ctx {
             store,
             data_dir,
             assumed: Default::default(),
+            daemon_backoff: Default::default(),
         }
     }
 }
@@ -75,6 +81,12 @@ pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
         spawn("persistentvolume-binder", ctx.clone(), volumes::reconcile),
         spawn("scheduler", ctx.clone(), scheduler::reconcile),
         spawn("workloads", ctx.clone(), workloads::reconcile),
+        spawn("daemonset-controller", ctx.clone(), daemonsets::reconcile),
+        spawn(
+            "horizontal-pod-autoscaler",
+            ctx.clone(),
+            autoscaler::reconcile,
+        ),
         spawn("endpoints", ctx, endpoints::reconcile),
     ]
 }

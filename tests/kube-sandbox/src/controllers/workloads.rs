@@ -1,14 +1,20 @@
-//! Deployments, ReplicaSets and StatefulSets: enough of their controllers
-//! to scale pods up and down, replace deleted pods, roll a changed template
-//! and keep a StatefulSet's stable pod and claim names.
+//! Deployments, ReplicaSets, ReplicationControllers and StatefulSets:
+//! enough of their controllers to scale pods up and down, replace deleted
+//! pods, roll a changed template and keep a StatefulSet's stable pod and
+//! claim names. Each adopts the orphans its selector matches and releases
+//! what it no longer selects ([`super::ownership`]).
 //!
 //! Simplified: a Deployment rolls by scaling its old ReplicaSet to zero as
 //! the new one is created (no surge accounting); a StatefulSet rolls one pod
-//! at a time from the highest ordinal once all pods are ready.
+//! at a time from the highest ordinal once all pods are ready. The
+//! ReplicationController is the ReplicaSet's controller with an equality
+//! selector, as `pkg/controller/replication` wraps the ReplicaSet's.
 
 use serde_json::{json, Value};
 
+use super::ownership::claim;
 use super::{is_terminating, log_err, name_of, Ctx};
+use crate::api::protobuf::omits_zero;
 use crate::registry;
 use crate::store::DeleteOptions;
 
@@ -25,7 +31,14 @@ pub fn reconcile(ctx: &Ctx) {
     let pods = list("pods");
     for rs in list("replicasets") {
         if !is_terminating(&rs) {
-            sync_replicaset(ctx, &rs, &pods);
+            sync_replicaset(ctx, "replicasets", &rs, &rs["spec"]["selector"], &pods);
+        }
+    }
+    for rc in list("replicationcontrollers") {
+        if !is_terminating(&rc) {
+            // An equality selector is a LabelSelector's matchLabels.
+            let selector = json!({"matchLabels": rc["spec"]["selector"]});
+            sync_replicaset(ctx, "replicationcontrollers", &rc, &selector, &pods);
         }
     }
     for sts in list("statefulsets") {
@@ -91,7 +104,10 @@ fn sync_deployment(ctx: &Ctx, deployment: &Value) {
     let (ns, name) = name_of(deployment);
     let sets = registry::get("replicasets");
     let (all, _) = ctx.store.list(sets, Some(ns));
-    let owned = owned_by(deployment, &all);
+    let selector = &deployment["spec"]["selector"];
+    let Some(owned) = claim(ctx, deployment, "replicasets", &all, selector, |_| true) else {
+        return;
+    };
     let hash = template_hash(&deployment["spec"]["template"]);
     let current_name = format!("{name}-{hash}");
     let want = replicas(deployment);
@@ -153,13 +169,16 @@ fn sync_deployment(ctx: &Ctx, deployment: &Value) {
     write_status(ctx, "deployments", deployment, status);
 }
 
-fn sync_replicaset(ctx: &Ctx, rs: &Value, pods: &[Value]) {
+/// A ReplicaSet or ReplicationController (`plural`): its active pods,
+/// adopted by `selector`, made `spec.replicas` in number.
+fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: &[Value]) {
     let (ns, name) = name_of(rs);
     let pod_res = registry::get("pods");
-    let active: Vec<&Value> = owned_by(rs, pods)
-        .into_iter()
-        .filter(|p| is_active(p))
-        .collect();
+    // `FilterActivePods`, then `claimPods`.
+    let active: Vec<Value> = pods.iter().filter(|p| is_active(p)).cloned().collect();
+    let Some(active) = claim(ctx, rs, "pods", &active, selector, |_| true) else {
+        return;
+    };
     let want = replicas(rs) as usize;
     if active.len() < want {
         let template = &rs["spec"]["template"];
@@ -196,7 +215,7 @@ fn sync_replicaset(ctx: &Ctx, rs: &Value, pods: &[Value]) {
             log_err(
                 "scale down",
                 ctx.store
-                    .delete(pod_res, ns, name_of(pod).1, &DeleteOptions::default()),
+                    .delete(pod_res, ns, name_of(&pod).1, &DeleteOptions::default()),
             );
         }
     }
@@ -209,10 +228,17 @@ fn sync_replicaset(ctx: &Ctx, rs: &Value, pods: &[Value]) {
         "readyReplicas": ready,
         "availableReplicas": ready,
     });
-    write_status(ctx, "replicasets", rs, status);
+    write_status(ctx, plural, rs, status);
 }
 
-pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, status: Value) {
+/// Writes a workload's status, the zero counts the API omits
+/// (`omitempty`) left out as a real server returns them: a Deployment
+/// scaled to 0 has no `status.replicas`, a ReplicaSet no `readyReplicas`.
+pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, mut status: Value) {
+    let message = format!("{}Status", obj["kind"].as_str().unwrap_or_default());
+    if let Some(fields) = status.as_object_mut() {
+        fields.retain(|field, v| v != &json!(0) || !omits_zero(&message, field));
+    }
     let (ns, name) = name_of(obj);
     log_err(
         "workload status",

@@ -11,13 +11,18 @@
 //! down to the partition; OnDelete leaves pods alone).
 //!
 //! Pods carry `controller-revision-hash: NAME-HASH`, the revision name
-//! that `status.currentRevision`/`updateRevision` hold. The status counts
-//! as `computeReplicaStatus` does: every pod (terminating ones included) in
-//! `replicas`, the Running and Ready ones in `readyReplicas`.
+//! that `status.currentRevision`/`updateRevision` hold. The hash covers
+//! the pod template only (`getPatch` puts nothing else in the revision), so
+//! a set deleted with Orphan propagation and created again with other
+//! volumeClaimTemplates adopts its pods at their revision: none restarts.
+//! The status counts as `computeReplicaStatus` does: every pod (terminating
+//! ones included) in `replicas`, the Running and Ready ones in
+//! `readyReplicas`.
 
 use serde_json::{json, Value};
 
-use super::workloads::{owned_by, owner_ref, replicas, template_hash, write_status, REVISION};
+use super::ownership::claim;
+use super::workloads::{owner_ref, replicas, template_hash, write_status, REVISION};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
 use crate::store::DeleteOptions;
@@ -31,9 +36,15 @@ pub fn sync(ctx: &Ctx, sts: &Value, pods: &[Value]) {
         .filter(|r| !r.is_empty())
         .unwrap_or(&update_revision)
         .to_string();
-    // Pods whose name is not NAME-ORDINAL are not the set's to manage.
-    let mut owned: Vec<(usize, &Value)> = owned_by(sts, pods)
-        .into_iter()
+    // Pods whose name is not NAME-ORDINAL are not the set's to manage
+    // (`isMemberOf`); the others it adopts by selector.
+    let member = |p: &Value| ordinal(name, name_of(p).1).is_some();
+    let selector = &sts["spec"]["selector"];
+    let Some(claimed) = claim(ctx, sts, "pods", pods, selector, member) else {
+        return;
+    };
+    let mut owned: Vec<(usize, &Value)> = claimed
+        .iter()
         .filter_map(|p| ordinal(name, name_of(p).1).map(|i| (i, p)))
         .collect();
     owned.sort_by_key(|(i, _)| *i);
@@ -193,7 +204,7 @@ fn min_ready_seconds(sts: &Value) -> i64 {
 
 /// Ready for `min_ready` seconds (a Ready pod is available at once when
 /// that is 0).
-fn available(pod: &Value, min_ready: i64) -> bool {
+pub(super) fn available(pod: &Value, min_ready: i64) -> bool {
     let now = time::OffsetDateTime::now_utc();
     min_ready <= 0 || ready_since(pod).is_some_and(|t| (now - t).whole_seconds() >= min_ready)
 }
@@ -209,7 +220,7 @@ fn is_healthy(pod: &Value) -> bool {
     is_running_and_ready(pod) && !is_terminating(pod)
 }
 
-fn ready_condition(pod: &Value) -> Option<&Value> {
+pub(super) fn ready_condition(pod: &Value) -> Option<&Value> {
     pod["status"]["conditions"]
         .as_array()
         .into_iter()

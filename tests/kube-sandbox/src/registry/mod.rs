@@ -148,9 +148,36 @@ pub static RESOURCES: &[Resource] = &[
         false,
         &["status"],
     ),
+    Resource {
+        categories: ALL,
+        ..core(
+            "replicationcontrollers",
+            "replicationcontroller",
+            "ReplicationController",
+            &["rc"],
+            true,
+            &["status", "scale"],
+        )
+    },
     apps("deployments", "deployment", "Deployment", &["deploy"]),
     apps("statefulsets", "statefulset", "StatefulSet", &["sts"]),
     apps("replicasets", "replicaset", "ReplicaSet", &["rs"]),
+    // A DaemonSet has no scale subresource: its size is the nodes'.
+    Resource {
+        subresources: &["status"],
+        ..apps("daemonsets", "daemonset", "DaemonSet", &["ds"])
+    },
+    Resource {
+        group: "autoscaling",
+        version: "v2",
+        plural: "horizontalpodautoscalers",
+        singular: "horizontalpodautoscaler",
+        kind: "HorizontalPodAutoscaler",
+        short_names: &["hpa"],
+        namespaced: true,
+        subresources: &["status"],
+        categories: ALL,
+    },
     Resource {
         group: "storage.k8s.io",
         version: "v1",

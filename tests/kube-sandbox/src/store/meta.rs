@@ -222,22 +222,23 @@ pub fn check_preconditions(
     opts: &DeleteOptions,
 ) -> Result<(), ApiError> {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    let failed = |what: &str, want: &str, have: &Value| {
+    // `Preconditions.Check`'s words.
+    let failed = |field: &str, want: &str, have: &Value| {
         ApiError::Conflict(format!(
-            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {what}: {want}, {what} in object meta: {}",
+            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field} in precondition: {want}, {field} in object meta: {}",
             qualified(res),
             have.as_str().unwrap_or_default()
         ))
     };
     if let Some(uid) = &opts.uid {
         if obj["metadata"]["uid"] != json!(uid) {
-            return Err(failed("UID in precondition", uid, &obj["metadata"]["uid"]));
+            return Err(failed("UID", uid, &obj["metadata"]["uid"]));
         }
     }
     if let Some(rv) = &opts.resource_version {
         if obj["metadata"]["resourceVersion"] != json!(rv) {
             return Err(failed(
-                "ResourceVersion in precondition",
+                "ResourceVersion",
                 rv,
                 &obj["metadata"]["resourceVersion"],
             ));
@@ -317,4 +318,21 @@ pub fn owner_uids(obj: &Value) -> impl Iterator<Item = &Value> {
         .into_iter()
         .flatten()
         .map(|r| &r["uid"])
+}
+
+/// Drops the ownerReferences to `uid`, and the list once it is empty (Go's
+/// JSON omits an empty `ownerReferences`).
+pub fn remove_owner(obj: &mut Value, uid: &Value) {
+    let Some(meta) = obj["metadata"].as_object_mut() else {
+        return;
+    };
+    if let Some(refs) = meta
+        .get_mut("ownerReferences")
+        .and_then(Value::as_array_mut)
+    {
+        refs.retain(|r| r["uid"] != *uid);
+        if refs.is_empty() {
+            meta.remove("ownerReferences");
+        }
+    }
 }

@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, watch};
 use crate::registry::{self, Resource};
 use crate::status::ApiError;
 
-pub use meta::{generate_suffix, new_uid};
+pub use meta::{generate_suffix, new_uid, remove_owner};
 
 /// The loopback block of a store made without one.
 pub const DEFAULT_BLOCK: u8 = 96;
@@ -296,6 +296,47 @@ impl Store {
         Ok(self.write(&mut inner, key, new))
     }
 
+    /// Makes `owner` (an object of `owner_res` in `namespace`) the
+    /// controller of an orphan, as `ControllerRefManager.AdoptPod` does
+    /// after `RecheckDeletionTimestamp`: only while the owner exists with
+    /// that uid and is not being deleted, and the object has no controller
+    /// and is not being deleted either. All under one lock, so an owner
+    /// deleted with Orphan propagation never gets its orphans back. None
+    /// when nothing was adopted.
+    pub fn adopt(
+        &self,
+        res: &'static Resource,
+        namespace: &str,
+        name: &str,
+        owner_res: &'static Resource,
+        owner: &Value,
+        reference: Value,
+    ) -> Result<Option<Value>, ApiError> {
+        let mut inner = self.lock();
+        let owner_name = owner["metadata"]["name"].as_str().unwrap_or_default();
+        let live = inner
+            .objects
+            .get(&key(owner_res, namespace, owner_name))
+            .is_some_and(|o| {
+                o["metadata"]["uid"] == owner["metadata"]["uid"]
+                    && o["metadata"]["deletionTimestamp"].is_null()
+            });
+        let key = key(res, namespace, name);
+        let old = inner.stored(res, &key)?;
+        let has_controller = old["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|refs| refs.iter().any(|r| r["controller"] == json!(true)));
+        if !live || has_controller || !old["metadata"]["deletionTimestamp"].is_null() {
+            return Ok(None);
+        }
+        let mut new = old.clone();
+        match new["metadata"]["ownerReferences"].as_array_mut() {
+            Some(refs) => refs.push(reference),
+            None => new["metadata"]["ownerReferences"] = json!([reference]),
+        }
+        Ok(Some(self.write(&mut inner, key, new)))
+    }
+
     pub fn delete(
         &self,
         res: &'static Resource,
@@ -496,9 +537,7 @@ impl Inner {
             let Some(mut obj) = self.objects.get(&key).cloned() else {
                 continue;
             };
-            if let Some(refs) = obj["metadata"]["ownerReferences"].as_array_mut() {
-                refs.retain(|r| r["uid"] != uid);
-            }
+            meta::remove_owner(&mut obj, &uid);
             store.commit(self, key, ChangeType::Modified, obj);
         }
     }

@@ -193,5 +193,78 @@ fn orphaning_removes_owner_references() {
     s.delete(registry::get("configmaps"), "default", "owner", &opts)
         .expect("deleted");
     let child = s.get(pods(), "default", "child").expect("child kept");
-    assert_eq!(child["metadata"]["ownerReferences"], json!([]));
+    assert!(
+        child["metadata"].get("ownerReferences").is_none(),
+        "{child}"
+    );
+}
+
+#[test]
+fn adoption_needs_a_live_owner_and_an_orphan() {
+    let s = store();
+    let cms = registry::get("configmaps");
+    let owner = s
+        .create(cms, "default", json!({"metadata": {"name": "owner"}}))
+        .expect("owner");
+    let reference = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        "uid": owner["metadata"]["uid"], "controller": true});
+    s.create(pods(), "default", pod("orphan")).expect("orphan");
+    let adopt = |name: &str| {
+        s.adopt(pods(), "default", name, cms, &owner, reference.clone())
+            .expect("adopt")
+    };
+    let adopted = adopt("orphan").expect("adopted");
+    assert_eq!(adopted["metadata"]["ownerReferences"], json!([reference]));
+    // Already controlled: left alone.
+    assert!(adopt("orphan").is_none());
+    // An owner deleted (and re-created under the same name) adopts nothing.
+    s.create(pods(), "default", pod("late")).expect("late");
+    let opts = DeleteOptions {
+        orphan: true,
+        ..Default::default()
+    };
+    s.delete(cms, "default", "owner", &opts).expect("deleted");
+    assert!(adopt("late").is_none());
+    s.create(cms, "default", json!({"metadata": {"name": "owner"}}))
+        .expect("another owner");
+    assert!(adopt("late").is_none());
+    let late = s.get(pods(), "default", "late").expect("late");
+    assert!(late["metadata"].get("ownerReferences").is_none());
+}
+
+#[test]
+fn delete_preconditions_fail_as_the_api_server_words_it() {
+    let s = store();
+    let claims = registry::get("persistentvolumeclaims");
+    let claim = json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}}}});
+    let created = s.create(claims, "default", claim).expect("claim");
+    let rv = created["metadata"]["resourceVersion"].as_str().expect("rv");
+    let wrong_uid = DeleteOptions {
+        uid: Some("other".into()),
+        ..Default::default()
+    };
+    let err = s
+        .delete(claims, "default", "data", &wrong_uid)
+        .expect_err("uid");
+    assert_eq!(
+        (err.code(), err.to_string()),
+        (409, format!("Operation cannot be fulfilled on persistentvolumeclaims \"data\": Precondition failed: UID in precondition: other, UID in object meta: {}", created["metadata"]["uid"].as_str().unwrap_or_default()))
+    );
+    let stale = DeleteOptions {
+        resource_version: Some("1".into()),
+        ..Default::default()
+    };
+    let err = s.delete(claims, "default", "data", &stale).expect_err("rv");
+    assert_eq!(
+        err.to_string(),
+        format!("Operation cannot be fulfilled on persistentvolumeclaims \"data\": Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: {rv}")
+    );
+    let right = DeleteOptions {
+        uid: created["metadata"]["uid"].as_str().map(str::to_string),
+        ..Default::default()
+    };
+    let deleted = s.delete(claims, "default", "data", &right).expect("delete");
+    // pvc-protection holds it.
+    assert!(matches!(deleted, Deleted::Terminating(_)));
 }

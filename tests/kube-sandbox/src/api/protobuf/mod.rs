@@ -63,6 +63,13 @@ fn message_of(api_version: &str, kind: &str) -> Option<MessageDescriptor> {
     pool().get_message_by_name(&format!("k8s.io.api.{package}.{version}.{kind}"))
 }
 
+/// Whether Go's JSON leaves `field` of the Go struct `message` (such as
+/// `DeploymentStatus`) out when it is 0 or false: `omitempty` on a
+/// non-pointer field.
+pub fn omits_zero(message: &str, field: &str) -> bool {
+    omitempty::ZERO_IS_UNSET.contains(&format!("{message}.{field}").as_str())
+}
+
 /// The kinds the sandbox serves that it takes in protobuf, as `Kind` (or
 /// `group/Kind` outside the core group), sorted.
 pub fn supported_kinds() -> Vec<String> {

@@ -250,7 +250,7 @@ pub(super) fn event_cells(event: &Value, now: OffsetDateTime) -> Vec<Value> {
 }
 
 /// `k1=v1,k2=v2` sorted by key, `<none>` when empty.
-fn format_labels(labels: &Value) -> String {
+pub(super) fn format_labels(labels: &Value) -> String {
     let mut pairs = Vec::new();
     for (key, value) in labels.as_object().into_iter().flatten() {
         pairs.push(format!("{key}={}", value.as_str().unwrap_or_default()));

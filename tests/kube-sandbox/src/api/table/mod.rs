@@ -24,8 +24,9 @@ use self::storage::{
     pv_cells, pvc_cells, storage_class_cells, PVC_COLUMNS, PV_COLUMNS, STORAGE_CLASS_COLUMNS,
 };
 use self::workloads::{
-    deployment_cells, replica_set_cells, stateful_set_cells, DEPLOYMENT_COLUMNS,
-    REPLICA_SET_COLUMNS, STATEFUL_SET_COLUMNS,
+    autoscaler_cells, daemon_set_cells, deployment_cells, replica_set_cells,
+    replication_controller_cells, stateful_set_cells, AUTOSCALER_COLUMNS, DAEMON_SET_COLUMNS,
+    DEPLOYMENT_COLUMNS, REPLICATION_CONTROLLER_COLUMNS, REPLICA_SET_COLUMNS, STATEFUL_SET_COLUMNS,
 };
 
 /// The `includeObject` query parameter: what each row's `object` holds.
@@ -276,6 +277,9 @@ fn printer_for(plural: &str) -> Printer {
         "deployments" => (DEPLOYMENT_COLUMNS, deployment_cells),
         "replicasets" => (REPLICA_SET_COLUMNS, replica_set_cells),
         "statefulsets" => (STATEFUL_SET_COLUMNS, stateful_set_cells),
+        "daemonsets" => (DAEMON_SET_COLUMNS, daemon_set_cells),
+        "horizontalpodautoscalers" => (AUTOSCALER_COLUMNS, autoscaler_cells),
+        "replicationcontrollers" => (REPLICATION_CONTROLLER_COLUMNS, replication_controller_cells),
         "secrets" => (SECRET_COLUMNS, secret_cells),
         "configmaps" => (CONFIG_MAP_COLUMNS, config_map_cells),
         "serviceaccounts" => (SERVICE_ACCOUNT_COLUMNS, service_account_cells),

@@ -231,7 +231,7 @@ fn filter(pod: &Pod, node: &Node, volumes: &PodVolumes) -> Result<(), Rejection>
             resolvable,
         })
     };
-    if let Some(reason) = node_reason(pod, node, &labels) {
+    if let Some(reason) = node_reason(pod, node) {
         return reject(vec![reason], false);
     }
     if volumes.rwop_in_use {
@@ -247,7 +247,7 @@ fn filter(pod: &Pod, node: &Node, volumes: &PodVolumes) -> Result<(), Rejection>
 
 /// NodeUnschedulable (a cordoned node, unless the pod tolerates the cordon's taint),
 /// TaintToleration and NodeAffinity (`spec.nodeSelector` and the required node affinity).
-fn node_reason(pod: &Pod, node: &Node, labels: &Labels) -> Option<String> {
+fn node_reason(pod: &Pod, node: &Node) -> Option<String> {
     let spec = pod.spec.as_ref();
     let tolerations = spec
         .and_then(|s| s.tolerations.as_deref())
@@ -273,15 +273,48 @@ fn node_reason(pod: &Pod, node: &Node, labels: &Labels) -> Option<String> {
             taint.key
         ));
     }
-    let selector = spec.and_then(|s| s.node_selector.as_ref());
+    (!fits_node_affinity(pod, node)).then(|| AFFINITY_MISMATCH.to_owned())
+}
+
+/// `GetRequiredNodeAffinity(pod).Match(node)`: `spec.nodeSelector` and the
+/// required node affinity (whose `matchFields` see the node's name).
+fn fits_node_affinity(pod: &Pod, node: &Node) -> bool {
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let selector = pod.spec.as_ref().and_then(|s| s.node_selector.as_ref());
     let node_name = Some(name(&node.metadata));
-    let affinity = required_affinity(pod);
-    let matches = selector
+    selector
         .into_iter()
         .flatten()
         .all(|(k, v)| labels.get(k) == Some(v))
-        && affinity.is_none_or(|a| terms_match(&a.node_selector_terms, labels, node_name));
-    (!matches).then(|| AFFINITY_MISMATCH.to_owned())
+        && required_affinity(pod)
+            .is_none_or(|a| terms_match(&a.node_selector_terms, &labels, node_name))
+}
+
+/// What the DaemonSet controller's `NodeShouldRunDaemonPod` decides for
+/// `pod` (its template with the daemon tolerations): whether a daemon pod
+/// should be created on the node (`spec.nodeName`, node affinity, no
+/// untolerated NoSchedule or NoExecute taint), and whether one there may
+/// keep running (the same, but only NoExecute taints count). Cordons are
+/// no concern: daemon pods tolerate them.
+pub fn daemon_should_run(pod: &Pod, node: &Node) -> (bool, bool) {
+    let spec = pod.spec.as_ref();
+    let wanted = spec
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default();
+    if !(wanted.is_empty() || wanted == name(&node.metadata)) || !fits_node_affinity(pod, node) {
+        return (false, false);
+    }
+    let tolerations = spec
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
+    let taints = taints.unwrap_or_default();
+    if untolerated_taint(taints, tolerations).is_none() {
+        return (true, true);
+    }
+    let evicted = (taints.iter().filter(|t| t.effect == "NoExecute"))
+        .any(|t| !tolerations.iter().any(|tol| tolerates(tol, t)));
+    (false, !evicted)
 }
 
 /// VolumeBinding's `FindPodVolumes`: the volumes of bound claims must be reachable from the

@@ -28,7 +28,7 @@ pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
                 causes.push("spec.accessModes: Required value".into());
             }
         }
-        "Deployment" | "ReplicaSet" | "StatefulSet" => {
+        "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet" | "ReplicationController" => {
             let template = &obj["spec"]["template"]["metadata"];
             causes.extend(label_causes(
                 "spec.template.metadata.labels",
@@ -38,8 +38,9 @@ pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
                 "spec.template.metadata.annotations",
                 &template["annotations"],
             ));
-            causes.extend(validate_workload(&obj["spec"]));
+            causes.extend(validate_workload(res.kind, &obj["spec"]));
         }
+        "HorizontalPodAutoscaler" => causes.extend(autoscaler_causes(&obj["spec"])),
         "Secret" => causes.extend(secret_causes(obj)),
         "ConfigMap" => causes.extend(config_map_causes(obj)),
         _ => {}
@@ -55,8 +56,13 @@ pub(super) fn invalid_if_any(
     if causes.is_empty() {
         return Ok(());
     }
+    // `NewInvalid` names the kind with its group: `StatefulSet.apps`.
+    let kind = match res.group {
+        "" => res.kind.to_string(),
+        group => format!("{}.{group}", res.kind),
+    };
     Err(ApiError::Invalid {
-        kind: res.kind.to_string(),
+        kind,
         name: obj["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -125,16 +131,33 @@ fn validate_pod_spec(spec: &Value) -> Option<String> {
     None
 }
 
-fn validate_workload(spec: &Value) -> Option<String> {
-    let selector = &spec["selector"];
+fn validate_workload(kind: &str, spec: &Value) -> Option<String> {
+    // A ReplicationController's selector is the map a LabelSelector's
+    // matchLabels is (`ValidateReplicationControllerSpec`).
+    let selector = match kind {
+        "ReplicationController" => match &spec["selector"] {
+            Value::Object(map) if !map.is_empty() => json!({"matchLabels": map}),
+            _ => Value::Null,
+        },
+        _ => spec["selector"].clone(),
+    };
     if selector.is_null() {
         return Some("spec.selector: Required value".into());
+    }
+    if spec["template"].is_null() {
+        return Some("spec.template: Required value".into());
     }
     let labels = &spec["template"]["metadata"]["labels"];
     if let Some(wanted) = selector["matchLabels"].as_object() {
         if wanted.iter().any(|(k, v)| &labels[k] != v) {
             return Some("spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`".into());
         }
+    }
+    // Pods that a controller replaces when they finish must not finish on
+    // their own terms.
+    let restart = spec["template"]["spec"]["restartPolicy"].as_str();
+    if let Some(r) = restart.filter(|r| *r != "Always") {
+        return Some(format!("spec.template.spec.restartPolicy: Unsupported value: \"{r}\": supported values: \"Always\""));
     }
     // A StatefulSet's claim templates are volumes its pods mount too.
     let mut pod_spec = spec["template"]["spec"].clone();
@@ -151,4 +174,36 @@ fn validate_workload(spec: &Value) -> Option<String> {
         }
     }
     validate_pod_spec(&pod_spec).map(|m| format!("spec.template.{m}"))
+}
+
+/// `validateHorizontalPodAutoscalerSpec`: the target named, at least one
+/// replica, no more at least than at most.
+fn autoscaler_causes(spec: &Value) -> Vec<String> {
+    let mut causes = Vec::new();
+    for field in ["kind", "name"] {
+        if spec["scaleTargetRef"][field]
+            .as_str()
+            .is_none_or(str::is_empty)
+        {
+            causes.push(format!("spec.scaleTargetRef.{field}: Required value"));
+        }
+    }
+    let min = spec["minReplicas"].as_i64();
+    if let Some(min) = min.filter(|m| *m < 1) {
+        causes.push(format!(
+            "spec.minReplicas: Invalid value: {min}: must be greater than or equal to 1"
+        ));
+    }
+    let max = spec["maxReplicas"].as_i64().unwrap_or(0);
+    if max < 1 {
+        causes.push(format!(
+            "spec.maxReplicas: Invalid value: {max}: must be greater than 0"
+        ));
+    }
+    if min.is_some_and(|min| max < min) {
+        causes.push(format!(
+            "spec.maxReplicas: Invalid value: {max}: must be greater than or equal to `minReplicas`"
+        ));
+    }
+    causes
 }

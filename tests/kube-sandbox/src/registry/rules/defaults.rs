@@ -101,7 +101,54 @@ pub fn default_object(res: &Resource, obj: &mut Value, default_class: Option<&st
             set_default(&mut obj["spec"], "replicas", json!(1));
             default_pod_spec(&mut obj["spec"]["template"]["spec"]);
         }
+        "ReplicationController" => default_replication_controller(obj),
+        "DaemonSet" => default_daemon_set(&mut obj["spec"]),
+        "HorizontalPodAutoscaler" => default_autoscaler(&mut obj["spec"]),
         _ => {}
+    }
+}
+
+/// `SetDefaults_ReplicationController`: the template's labels are the
+/// selector and the object's labels when those are empty.
+fn default_replication_controller(obj: &mut Value) {
+    let labels = obj["spec"]["template"]["metadata"]["labels"].clone();
+    let empty = |v: &Value| v.as_object().is_none_or(Map::is_empty);
+    if labels.is_object() {
+        if empty(&obj["spec"]["selector"]) {
+            obj["spec"]["selector"] = labels.clone();
+        }
+        if empty(&obj["metadata"]["labels"]) {
+            obj["metadata"]["labels"] = labels;
+        }
+    }
+    set_default(&mut obj["spec"], "replicas", json!(1));
+    if obj["spec"]["template"].is_object() {
+        default_pod_spec(&mut obj["spec"]["template"]["spec"]);
+    }
+}
+
+/// `SetDefaults_DaemonSet`: RollingUpdate, one pod unavailable at a time,
+/// no surge.
+fn default_daemon_set(spec: &mut Value) {
+    set_default(spec, "updateStrategy", json!({}));
+    let strategy = &mut spec["updateStrategy"];
+    set_default(strategy, "type", json!("RollingUpdate"));
+    if strategy["type"] == json!("RollingUpdate") {
+        set_default(strategy, "rollingUpdate", json!({}));
+        set_default(&mut strategy["rollingUpdate"], "maxUnavailable", json!(1));
+        set_default(&mut strategy["rollingUpdate"], "maxSurge", json!(0));
+    }
+    set_default(spec, "revisionHistoryLimit", json!(10));
+    default_pod_spec(&mut spec["template"]["spec"]);
+}
+
+/// `SetDefaults_HorizontalPodAutoscaler` (autoscaling/v2): one replica at
+/// least, and CPU at 80% when no metric is given.
+fn default_autoscaler(spec: &mut Value) {
+    set_default(spec, "minReplicas", json!(1));
+    if spec["metrics"].as_array().is_none_or(Vec::is_empty) {
+        spec["metrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
+            "target": {"type": "Utilization", "averageUtilization": 80}}}]);
     }
 }
 

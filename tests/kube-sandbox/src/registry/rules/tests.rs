@@ -331,3 +331,64 @@ fn quantities() {
     assert_eq!(parse_quantity("12"), Some(12));
     assert_eq!(parse_quantity("1X"), None);
 }
+
+#[test]
+fn daemon_sets_and_replication_controllers_get_their_defaults_and_checks() {
+    let template = json!({"metadata": {"labels": {"app": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    let mut ds = json!({"metadata": {"name": "d"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}}, "template": template}});
+    default_object(get("daemonsets"), &mut ds, None);
+    assert_eq!(
+        ds["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+    );
+    assert_eq!(ds["spec"]["revisionHistoryLimit"], 10);
+    assert!(validate_create(get("daemonsets"), &ds).is_ok());
+    let mut other = ds.clone();
+    other["spec"]["selector"] = json!({"matchLabels": {"app": "b"}});
+    assert!(validate_update(get("daemonsets"), &ds, &other)
+        .expect_err("selector")
+        .to_string()
+        .ends_with("spec.selector: Invalid value: field is immutable"));
+    let mut never = ds.clone();
+    never["spec"]["template"]["spec"]["restartPolicy"] = json!("Never");
+    assert_eq!(
+        validate_create(get("daemonsets"), &never).map_err(|e| e.to_string()),
+        Err("DaemonSet.apps \"d\" is invalid: spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"".into())
+    );
+
+    // No selector: the template's labels, which also label the object.
+    let mut rc = json!({"metadata": {"name": "r"}, "spec": {"template": template}});
+    default_object(get("replicationcontrollers"), &mut rc, None);
+    assert_eq!(rc["spec"]["selector"], json!({"app": "a"}));
+    assert_eq!(rc["metadata"]["labels"], json!({"app": "a"}));
+    assert_eq!(rc["spec"]["replicas"], 1);
+    assert!(validate_create(get("replicationcontrollers"), &rc).is_ok());
+    rc["spec"]["selector"] = json!({"app": "b"});
+    assert_eq!(
+        validate_create(get("replicationcontrollers"), &rc).map_err(|e| e.to_string()),
+        Err("ReplicationController \"r\" is invalid: spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`".into())
+    );
+    let bare = json!({"metadata": {"name": "r"}, "spec": {"replicas": 1}});
+    assert_eq!(
+        validate_create(get("replicationcontrollers"), &bare).map_err(|e| e.to_string()),
+        Err("ReplicationController \"r\" is invalid: spec.selector: Required value".into())
+    );
+}
+
+#[test]
+fn autoscalers_name_a_target_and_sane_bounds() {
+    let hpa = |spec: Value| json!({"metadata": {"name": "h"}, "spec": spec});
+    let mut ok =
+        hpa(json!({"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 3}));
+    default_object(get("horizontalpodautoscalers"), &mut ok, None);
+    assert_eq!(ok["spec"]["minReplicas"], 1);
+    assert!(validate_create(get("horizontalpodautoscalers"), &ok).is_ok());
+    let bad =
+        hpa(json!({"scaleTargetRef": {"kind": "Deployment"}, "minReplicas": 3, "maxReplicas": 2}));
+    assert_eq!(
+        validate_create(get("horizontalpodautoscalers"), &bad).map_err(|e| e.to_string()),
+        Err("HorizontalPodAutoscaler.autoscaling \"h\" is invalid: [spec.scaleTargetRef.name: Required value, spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`]".into())
+    );
+}
