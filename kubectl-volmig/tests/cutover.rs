@@ -14,6 +14,7 @@ use common::app::{
 };
 use common::{env, object, records, volmig, volume_dir, wait_until};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
@@ -214,6 +215,18 @@ async fn rollback_after_success_keeps_the_writes_made_since() {
     let ns = env.namespace.clone();
     let old_dir = running_app(&client, &ns, "data", "app").await;
     let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
+    // An HPA on the app does not stand in the way: it leaves a target at 0
+    // alone, and the recorded replicas come back, not its minimum.
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), &ns);
+    let hpa = object(json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "app"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "app"},
+                 "minReplicas": 1, "maxReplicas": 3},
+    }));
+    hpas.create(&PostParams::default(), &hpa)
+        .await
+        .expect("hpa");
     let run = volmig(
         &env,
         &[
