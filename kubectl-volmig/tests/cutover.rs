@@ -541,3 +541,110 @@ async fn update_owner_gives_the_stateful_set_the_new_class_and_rollback_takes_it
         run.stderr
     );
 }
+
+/// `abort` once the app is stopped means rollback; `rollback
+/// --discard-new-writes --delete-new` after success goes back without the
+/// new writes and removes the new volume.
+#[tokio::test(flavor = "multi_thread")]
+async fn abort_after_the_stop_rolls_back_and_delete_new_removes_the_new_volume() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let old_dir = running_app(&client, &ns, "data1", "app1").await;
+    let old_volume = bound_volume(&claim_of(&client, &ns, "data1").await);
+    let run = common::volmig_with(
+        &env,
+        &[(volmig::driver::cutover::CRASH_AT, "step:FinalSync")],
+        &[
+            "migrate",
+            "data1",
+            "--to-storage-class",
+            "local",
+            "--cutover",
+        ],
+    )
+    .await;
+    assert!(run.stderr.contains("crash point"), "{}", run.stderr);
+    assert_eq!(
+        replicas(&client, &ns, "app1").await,
+        0,
+        "the app is stopped"
+    );
+    let op = operation(&client, &ns).await.metadata.name;
+    let run = volmig(&env, &["abort", &op]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("aborting means rolling back"),
+        "{}",
+        run.stderr
+    );
+    let vm = operation(&client, &ns).await;
+    assert_eq!(
+        vm.status.phase,
+        Phase::RolledBack,
+        "{:?}",
+        vm.status.message
+    );
+    assert_eq!(
+        bound_volume(&claim_of(&client, &ns, "data1").await),
+        old_volume
+    );
+    await_running(&client, &ns, "app1").await;
+    let before = sequence(&old_dir).len();
+    assert_gapless(
+        &await_sequence_past(&old_dir, before + 5).await,
+        "after abort",
+    );
+
+    let old_dir = running_app(&client, &ns, "data2", "app2").await;
+    let old_volume = bound_volume(&claim_of(&client, &ns, "data2").await);
+    let run = volmig(
+        &env,
+        &[
+            "migrate",
+            "data2",
+            "--to-storage-class",
+            "local",
+            "--cutover",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation().metadata.name;
+    let new_volume = bound_volume(&claim_of(&client, &ns, "data2").await);
+    await_running(&client, &ns, "app2").await;
+    let run = volmig(
+        &env,
+        &[
+            "rollback",
+            &op,
+            "--discard-new-writes",
+            "--delete-new",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let r = cutover_of(&run.operation())
+        .rollback
+        .clone()
+        .expect("rollback");
+    assert!(!r.sync_back && r.delete_new, "{r:?}");
+    assert_eq!(
+        bound_volume(&claim_of(&client, &ns, "data2").await),
+        old_volume
+    );
+    wait_until("the new volume deleted", || async {
+        volume(&client, &new_volume).await.is_none().then_some(())
+    })
+    .await;
+    await_running(&client, &ns, "app2").await;
+    let before = sequence(&old_dir).len();
+    assert_gapless(
+        &await_sequence_past(&old_dir, before + 5).await,
+        "after the rollback",
+    );
+}

@@ -14,6 +14,8 @@ use common::app::{
     assert_gapless, await_running, await_sequence_past, sequence, sequence_app, user_claim,
 };
 use common::{env, volmig, volume_dir};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
 
 /// Writes `gib` GiB of incompressible data in 4 MiB files.
 fn fill(dir: &std::path::Path, gib: usize) {
@@ -97,5 +99,24 @@ async fn cutover_downtime() {
         "  a tool that stops the app for the whole copy is down at least {:.1}s (round 1, the full copy)\n",
         c.rounds.first().map_or(0.0, |r| r.seconds)
     );
+    // When each step began, from the Events' times (microseconds).
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let mut steps: Vec<(jiff::Timestamp, String)> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("Cutover")))
+        .filter_map(|e| Some((e.event_time?.0, e.reason?)))
+        .collect();
+    steps.sort();
+    if let Some(down) = c.quiesced_at {
+        out += "  steps, from the first scale-down:\n";
+        for (at, reason) in &steps {
+            let s = at.duration_since(down).as_secs_f64();
+            out += &format!("    {s:>6.2}s {reason}\n");
+        }
+    }
     mover::stdio::out(&out);
 }

@@ -302,6 +302,26 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
             DriverError::Refused(m) => CliError::Usage(m),
             e => e.into(),
         })?;
+    if vm
+        .status
+        .cutover
+        .as_ref()
+        .is_some_and(|c| c.rollback.is_some())
+    {
+        // Past PreCopy the app has been touched: abort is a rollback,
+        // driven here unless the client that drives the cutover takes it.
+        say!("operation {op} has stopped the app: aborting means rolling back");
+        let again = ResumeArgs {
+            operation: op.clone(),
+            detach: false,
+            force: false,
+            start_timeout: 300,
+        };
+        return match Box::pin(resume(cluster, again, output)).await? {
+            exit::ROLLED_BACK => Ok(exit::OK),
+            code => Ok(code),
+        };
+    }
     say!(
         "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
         cluster.namespace

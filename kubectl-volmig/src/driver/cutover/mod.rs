@@ -18,7 +18,7 @@
 //!
 //! - [`machine`]: the decisions, pure;
 //! - [`rebind`]: binding a claim name to a given volume, one idempotent
-//!   change at a time (pure decisions, I/O here);
+//!   change at a time (pure decisions; I/O in `rebind_io`);
 //! - [`workload`]: reading, scaling and awaiting the app's owners;
 //! - [`owner`]: `--update-owner`, a StatefulSet re-created with the new
 //!   class in its claim template (pure decisions; I/O in `owner_io`);
@@ -29,6 +29,7 @@ pub mod machine;
 pub mod owner;
 mod owner_io;
 pub mod rebind;
+mod rebind_io;
 pub mod request;
 mod rollback;
 mod steps;
@@ -69,8 +70,9 @@ pub(crate) fn crash_point(point: &str) {
     }
 }
 
-/// How often waits look at the cluster again.
-const POLL: Duration = Duration::from_secs(1);
+/// How often waits look at the cluster again: most of them run while the
+/// app is down, where every second counts.
+const POLL: Duration = Duration::from_millis(250);
 /// How often a wait refreshes the heartbeat.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 /// How long a claim may stay Terminating before the consumer still

@@ -3,19 +3,18 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use tokio::time::Instant;
 
 use super::machine;
-use super::rebind::{self, Action, Observed};
+use super::rebind;
 use super::workload;
-use super::{crash_point, Cutover, Flow, POLL, READY_LIMIT, TERMINATING_LIMIT};
+use super::{crash_point, Cutover, Flow, READY_LIMIT};
 use crate::driver::{DriverError, Outcome};
 use crate::events::Severity;
 use crate::names;
 use crate::plan::quiesce;
-use crate::record::cutover::{ClaimCutover, ClaimShape, PassKind, Rollback, Step};
+use crate::record::cutover::{ClaimCutover, PassKind, Rollback, Step};
 use crate::record::Phase;
 
 /// How long the pods of a scaled-down owner may take to go.
@@ -304,206 +303,6 @@ impl Cutover {
         self.post(Severity::Normal, "CutoverSwapped", &msg).await;
         self.advance(Step::Restore, |_| {}).await?;
         Ok(Flow::Next)
-    }
-
-    /// Binds the claim to `target`, one written-ahead change at a time.
-    pub(super) async fn rebind(
-        &mut self,
-        meta: &ClaimShape,
-        spec: &ClaimShape,
-        target: &str,
-        remove: &[String],
-        keep: &[String],
-    ) -> Result<(), DriverError> {
-        let claim = self.claim().clone();
-        self.rebind_claim(&claim.name, meta, spec, target, remove, keep)
-            .await
-    }
-
-    /// Binds claim `name` (in the claim's namespace) to `target`.
-    pub(super) async fn rebind_claim(
-        &mut self,
-        name: &str,
-        meta: &ClaimShape,
-        spec: &ClaimShape,
-        target: &str,
-        remove: &[String],
-        keep: &[String],
-    ) -> Result<(), DriverError> {
-        let ns = self.claim().namespace.clone();
-        let mut waiting: Option<(Action, Instant)> = None;
-        loop {
-            let seen = self.observe(name, remove, target, keep).await?;
-            let action =
-                rebind::next(&ns, name, &seen).map_err(|b| DriverError::Refused(b.to_string()))?;
-            if action == Action::Done {
-                return Ok(());
-            }
-            if action.changes_the_cluster() {
-                waiting = None;
-                let label = action.label();
-                let cutover_claim = self.claim().name.clone();
-                self.write(|vm| {
-                    let c = vm.status.cutover.get_or_insert_with(Default::default);
-                    if let Some(claim) = c.claim_mut(&cutover_claim) {
-                        claim.swap = Some(label.clone());
-                    }
-                })
-                .await?;
-                let step = self.cutover().step;
-                let side = if step == Step::RollingBack {
-                    "rollback"
-                } else {
-                    "swap"
-                };
-                crash_point(&format!("{side}:{}", action.kind()));
-                crash_point(&format!("{side}:{label}"));
-                crash_point(&format!("{side}:{} {name}", action.kind()));
-                self.apply(&ns, name, meta, spec, &action, seen.target.as_ref())
-                    .await?;
-                continue;
-            }
-            let since = match &waiting {
-                Some((a, t)) if *a == action => *t,
-                _ => {
-                    waiting = Some((action.clone(), Instant::now()));
-                    Instant::now()
-                }
-            };
-            if since.elapsed() >= TERMINATING_LIMIT {
-                return Err(self.stuck(&ns, &action).await);
-            }
-            self.keep_alive().await?;
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    async fn observe(
-        &self,
-        name: &str,
-        remove: &[String],
-        target: &str,
-        keep: &[String],
-    ) -> Result<Observed, DriverError> {
-        let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &self.claim().namespace);
-        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
-        let get_claim = |n: String| {
-            let claims = claims.clone();
-            async move {
-                claims
-                    .get_opt(&n)
-                    .await
-                    .map_err(|e| DriverError::kube(format!("get claim {n}"), e))
-            }
-        };
-        let get_volume = |n: String| {
-            let volumes = volumes.clone();
-            async move {
-                volumes
-                    .get_opt(&n)
-                    .await
-                    .map_err(|e| DriverError::kube(format!("get volume {n}"), e))
-            }
-        };
-        let mut seen = Observed {
-            claim: get_claim(name.to_string()).await?,
-            target_name: target.to_string(),
-            target: get_volume(target.to_string()).await?,
-            ..Observed::default()
-        };
-        for r in remove {
-            seen.remove.push((r.clone(), get_claim(r.clone()).await?));
-        }
-        for k in keep {
-            seen.keep.push((k.clone(), get_volume(k.clone()).await?));
-        }
-        Ok(seen)
-    }
-
-    async fn apply(
-        &self,
-        ns: &str,
-        name: &str,
-        meta: &ClaimShape,
-        spec: &ClaimShape,
-        action: &Action,
-        target: Option<&PersistentVolume>,
-    ) -> Result<(), DriverError> {
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
-        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
-        let params = PatchParams::default();
-        let ignore_gone = |r: Result<(), kube::Error>, what: String| match r {
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(DriverError::kube(what, e)),
-            Ok(()) => Ok(()),
-        };
-        match action {
-            Action::Retain(v) => {
-                let patch = json!({"spec": {"persistentVolumeReclaimPolicy": rebind::RETAIN}});
-                let r = volumes.patch(v, &params, &Patch::Merge(&patch)).await;
-                ignore_gone(r.map(drop), format!("set Retain on volume {v}"))
-            }
-            Action::DeleteClaim { name, uid } => {
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid.clone()),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                let r = claims.delete(name, &dp).await;
-                match r {
-                    // The uid changed: another claim took the name; look again.
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    r => ignore_gone(r.map(drop), format!("delete claim {name}")),
-                }
-            }
-            Action::FreeVolume(v) => {
-                let patch = json!({"spec": {"claimRef": {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "namespace": ns,
-                    "name": name,
-                    "uid": null,
-                    "resourceVersion": null,
-                }}});
-                let r = volumes.patch(v, &params, &Patch::Merge(&patch)).await;
-                ignore_gone(r.map(drop), format!("free volume {v} for claim {name}"))
-            }
-            Action::CreateClaim => {
-                let target = target
-                    .ok_or_else(|| DriverError::Refused("the target volume is gone".into()))?;
-                let claim = rebind::claim_for(ns, name, meta, spec, target);
-                match claims.create(&PostParams::default(), &claim).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    Err(e) => Err(DriverError::kube(format!("create claim {ns}/{name}"), e)),
-                }
-            }
-            Action::AwaitClaimGone(_) | Action::AwaitBound | Action::Done => Ok(()),
-        }
-    }
-
-    /// A wait that did not end: say who holds what.
-    async fn stuck(&self, ns: &str, action: &Action) -> DriverError {
-        match action {
-            Action::AwaitClaimGone(claim) => {
-                let pods = workload::consumers(&self.client, ns, claim)
-                    .await
-                    .unwrap_or_default();
-                DriverError::Refused(format!(
-                    "claim {ns}/{claim} stays Terminating: pvc-protection keeps it while a pod uses it ({}); stop {}, then resume",
-                    if pods.is_empty() { "none is listed now".to_string() } else { pods.join(", ") },
-                    if pods.is_empty() { "its consumer" } else { "them" }
-                ))
-            }
-            other => DriverError::Refused(format!(
-                "{} did not happen in {}s; see kubectl describe pvc -n {ns}",
-                other.label(),
-                TERMINATING_LIMIT.as_secs()
-            )),
-        }
     }
 
     pub(super) async fn restore(&mut self) -> Result<Flow, DriverError> {
