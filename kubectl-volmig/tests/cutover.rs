@@ -9,11 +9,11 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::app::{
-    assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, policy,
-    running_app, sequence, user_claim, volume, watch_app_down, SEQUENCE_SCRIPT,
+    assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, cutover, policy,
+    replicas, running_app, sequence, user_claim, volume, watch_app_down, SEQUENCE_SCRIPT,
 };
 use common::{env, object, records, volmig, volume_dir, wait_until};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::api::{Api, ListParams, PostParams};
@@ -21,14 +21,6 @@ use kube::Client;
 use serde_json::json;
 use volmig::record::cutover::Step;
 use volmig::record::{Phase, VolumeMigration};
-
-async fn replicas(client: &Client, ns: &str, name: &str) -> i32 {
-    let d = Api::<Deployment>::namespaced(client.clone(), ns)
-        .get(name)
-        .await
-        .expect("deployment");
-    d.spec.and_then(|s| s.replicas).unwrap_or(1)
-}
 
 /// The claim as the user made it: name, labels, annotations kept, no
 /// binding annotation of the old binding carried over.
@@ -77,14 +69,11 @@ async fn cutover_moves_the_app_and_commit_deletes_the_old_volume() {
         stop.clone(),
     );
 
-    let run = volmig(
+    let run = cutover(
         &env,
+        &[],
+        "data",
         &[
-            "migrate",
-            "data",
-            "--to-storage-class",
-            "local",
-            "--cutover",
             "--max-downtime",
             "0s",
             "--precopy-rounds",
@@ -227,19 +216,7 @@ async fn rollback_after_success_keeps_the_writes_made_since() {
     hpas.create(&PostParams::default(), &hpa)
         .await
         .expect("hpa");
-    let run = volmig(
-        &env,
-        &[
-            "migrate",
-            "data",
-            "--to-storage-class",
-            "local",
-            "--cutover",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
+    let run = cutover(&env, &[], "data", &["-o", "json"]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     let op = run.operation().metadata.name;
     await_running(&client, &ns, "app").await;
@@ -298,17 +275,7 @@ async fn consumers_scaling_cannot_stop_are_refused_before_anything_changes() {
     let ns = env.namespace.clone();
     user_claim(&client, &ns, "data").await;
     common::app_pod(&client, &ns, "lonely", "data", json!({})).await;
-    let run = volmig(
-        &env,
-        &[
-            "migrate",
-            "data",
-            "--to-storage-class",
-            "local",
-            "--cutover",
-        ],
-    )
-    .await;
+    let run = cutover(&env, &[], "data", &[]).await;
     assert_ne!(run.code, 0);
     assert!(run.stderr.contains("Pod lonely"), "{}", run.stderr);
     assert!(run.stderr.contains("nothing was changed"), "{}", run.stderr);
@@ -350,17 +317,7 @@ async fn consumers_scaling_cannot_stop_are_refused_before_anything_changes() {
     pods.delete("lonely", &Default::default())
         .await
         .expect("delete pod");
-    let run = volmig(
-        &env,
-        &[
-            "migrate",
-            "data",
-            "--to-storage-class",
-            "local",
-            "--cutover",
-        ],
-    )
-    .await;
+    let run = cutover(&env, &[], "data", &[]).await;
     assert_ne!(run.code, 0);
     assert!(run.stderr.contains("DaemonSet agent"), "{}", run.stderr);
     assert!(records(&client, &ns).await.is_empty());
@@ -552,16 +509,11 @@ async fn abort_after_the_stop_rolls_back_and_delete_new_removes_the_new_volume()
     let ns = env.namespace.clone();
     let old_dir = running_app(&client, &ns, "data1", "app1").await;
     let old_volume = bound_volume(&claim_of(&client, &ns, "data1").await);
-    let run = common::volmig_with(
+    let run = cutover(
         &env,
         &[(volmig::driver::cutover::CRASH_AT, "step:FinalSync")],
-        &[
-            "migrate",
-            "data1",
-            "--to-storage-class",
-            "local",
-            "--cutover",
-        ],
+        "data1",
+        &[],
     )
     .await;
     assert!(run.stderr.contains("crash point"), "{}", run.stderr);
@@ -598,19 +550,7 @@ async fn abort_after_the_stop_rolls_back_and_delete_new_removes_the_new_volume()
 
     let old_dir = running_app(&client, &ns, "data2", "app2").await;
     let old_volume = bound_volume(&claim_of(&client, &ns, "data2").await);
-    let run = volmig(
-        &env,
-        &[
-            "migrate",
-            "data2",
-            "--to-storage-class",
-            "local",
-            "--cutover",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
+    let run = cutover(&env, &[], "data2", &["-o", "json"]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     let op = run.operation().metadata.name;
     let new_volume = bound_volume(&claim_of(&client, &ns, "data2").await);

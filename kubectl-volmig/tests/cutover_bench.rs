@@ -11,9 +11,9 @@ mod common;
 use std::io::Write;
 
 use common::app::{
-    assert_gapless, await_running, await_sequence_past, sequence, sequence_app, user_claim,
+    assert_gapless, await_running, await_sequence_past, cutover, sequence, sequence_app, user_claim,
 };
-use common::{env, volmig, volume_dir};
+use common::{env, volume_dir};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 
@@ -51,19 +51,7 @@ async fn cutover_downtime() {
     await_sequence_past(&dir, 20).await;
 
     let started = std::time::Instant::now();
-    let run = volmig(
-        &env,
-        &[
-            "migrate",
-            "data",
-            "--to-storage-class",
-            "local",
-            "--cutover",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
+    let run = cutover(&env, &[], "data", &["-o", "json"]).await;
     let total = started.elapsed().as_secs_f64();
     assert_eq!(run.code, 0, "{}", run.stderr);
     let vm = run.operation();
@@ -107,7 +95,11 @@ async fn cutover_downtime() {
         .expect("events")
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("Cutover")))
+        .filter(|e| {
+            e.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("Cutover"))
+        })
         .filter_map(|e| Some((e.event_time?.0, e.reason?)))
         .collect();
     steps.sort();

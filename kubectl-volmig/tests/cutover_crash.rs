@@ -9,12 +9,10 @@ mod common;
 use std::path::PathBuf;
 
 use common::app::{
-    assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, policy,
-    running_app, sequence, volume,
+    assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, cutover, policy,
+    replicas, running_app, sequence, volume,
 };
 use common::{env, records, volmig, volmig_with, volume_dir, Env};
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
 use kube::Client;
 use volmig::driver::cutover::CRASH_AT;
 use volmig::record::cutover::Step;
@@ -52,18 +50,7 @@ async fn crashed_cutover(env: &Env, client: &Client, n: usize, point: &str) -> C
     let old_dir = running_app(client, ns, &claim, &app).await;
     let old_volume = bound_volume(&claim_of(client, ns, &claim).await);
     let point = point.replace("{claim}", &claim);
-    let run = volmig_with(
-        env,
-        &[(CRASH_AT, point.as_str())],
-        &[
-            "migrate",
-            &claim,
-            "--to-storage-class",
-            "local",
-            "--cutover",
-        ],
-    )
-    .await;
+    let run = cutover(env, &[(CRASH_AT, point.as_str())], &claim, &[]).await;
     assert_ne!(run.code, 0, "killed at {point}: {}", run.stderr);
     assert!(
         run.stderr.contains("crash point"),
@@ -88,14 +75,6 @@ async fn crashed_cutover(env: &Env, client: &Client, n: usize, point: &str) -> C
         old_volume,
         op,
     }
-}
-
-async fn replicas(client: &Client, ns: &str, name: &str) -> i32 {
-    let d = Api::<Deployment>::namespaced(client.clone(), ns)
-        .get(name)
-        .await
-        .expect("deployment");
-    d.spec.and_then(|s| s.replicas).unwrap_or(1)
 }
 
 /// Resume finishes the move (the killed client's lease is taken over at
@@ -201,19 +180,7 @@ async fn a_rollback_killed_half_way_finishes_when_asked_again() {
         let claim = format!("data{n}");
         let app = format!("app{n}");
         let old_dir = running_app(&client, &ns, &claim, &app).await;
-        let run = volmig(
-            &env,
-            &[
-                "migrate",
-                &claim,
-                "--to-storage-class",
-                "local",
-                "--cutover",
-                "-o",
-                "json",
-            ],
-        )
-        .await;
+        let run = cutover(&env, &[], &claim, &["-o", "json"]).await;
         assert_eq!(run.code, 0, "{}", run.stderr);
         let op = run.operation().metadata.name;
         await_running(&client, &ns, &app).await;

@@ -117,14 +117,7 @@ pub async fn user_claim(client: &Client, ns: &str, name: &str) -> PathBuf {
         },
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
     }));
-    api.create(&PostParams::default(), &pvc)
-        .await
-        .expect("claim");
-    wait_until(&format!("claim {name} Bound"), || async {
-        let phase = api.get(name).await.ok()?.status?.phase;
-        phase.filter(|p| p == "Bound")
-    })
-    .await;
+    super::create_bound(&api, pvc).await;
     volume_dir(client, ns, name).await
 }
 
@@ -211,4 +204,26 @@ pub fn watch_app_down(
         }
         (wrong, checked)
     })
+}
+
+/// `kubectl-volmig migrate CLAIM --to-storage-class local --cutover EXTRA`,
+/// with environment variables `vars`.
+pub async fn cutover(
+    env: &super::Env,
+    vars: &[(&str, &str)],
+    claim: &str,
+    extra: &[&str],
+) -> super::Run {
+    let mut args = vec!["migrate", claim, "--to-storage-class", "local", "--cutover"];
+    args.extend_from_slice(extra);
+    super::volmig_with(env, vars, &args).await
+}
+
+/// Deployment `name`'s `spec.replicas`.
+pub async fn replicas(client: &Client, ns: &str, name: &str) -> i32 {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("deployment");
+    d.spec.and_then(|s| s.replicas).unwrap_or(1)
 }

@@ -212,11 +212,17 @@ pub async fn claim(client: &Client, ns: &str, name: &str, mode: &str, size: &str
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
         "spec": {"accessModes": [mode], "resources": {"requests": {"storage": size}}},
     }));
+    create_bound(&api, pvc).await;
+}
+
+/// Creates `pvc` and waits until it is Bound (Immediate classes).
+pub async fn create_bound(api: &Api<PersistentVolumeClaim>, pvc: PersistentVolumeClaim) {
+    let name = pvc.metadata.name.clone().expect("a name");
     api.create(&PostParams::default(), &pvc)
         .await
         .expect("claim");
     wait_until(&format!("claim {name} Bound"), || async {
-        let phase = api.get(name).await.ok()?.status?.phase;
+        let phase = api.get(&name).await.ok()?.status?.phase;
         phase.filter(|p| p == "Bound")
     })
     .await;

@@ -96,35 +96,19 @@ impl Cutover {
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(self.client.clone(), &self.claim().namespace);
         let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
-        let get_claim = |n: String| {
-            let claims = claims.clone();
-            async move {
-                claims
-                    .get_opt(&n)
-                    .await
-                    .map_err(|e| DriverError::kube(format!("get claim {n}"), e))
-            }
-        };
-        let get_volume = |n: String| {
-            let volumes = volumes.clone();
-            async move {
-                volumes
-                    .get_opt(&n)
-                    .await
-                    .map_err(|e| DriverError::kube(format!("get volume {n}"), e))
-            }
-        };
         let mut seen = Observed {
-            claim: get_claim(name.to_string()).await?,
+            claim: get_opt(&claims, name, "claim").await?,
             target_name: target.to_string(),
-            target: get_volume(target.to_string()).await?,
+            target: get_opt(&volumes, target, "volume").await?,
             ..Observed::default()
         };
         for r in remove {
-            seen.remove.push((r.clone(), get_claim(r.clone()).await?));
+            seen.remove
+                .push((r.clone(), get_opt(&claims, r, "claim").await?));
         }
         for k in keep {
-            seen.keep.push((k.clone(), get_volume(k.clone()).await?));
+            seen.keep
+                .push((k.clone(), get_opt(&volumes, k, "volume").await?));
         }
         Ok(seen)
     }
@@ -213,4 +197,14 @@ impl Cutover {
             )),
         }
     }
+}
+
+/// `api.get_opt(name)`, its error saying what was read.
+async fn get_opt<K>(api: &Api<K>, name: &str, what: &str) -> Result<Option<K>, DriverError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name)
+        .await
+        .map_err(|e| DriverError::kube(format!("get {what} {name}"), e))
 }

@@ -81,6 +81,18 @@ pub async fn consumers(client: &Client, ns: &str, claim: &str) -> Result<Vec<Str
         .collect())
 }
 
+/// The API of `kind` in `ns`, untyped: scaling and readiness read the same
+/// fields of every scalable kind.
+fn api_for(client: &Client, ns: &str, kind: ScalableKind) -> Api<DynamicObject> {
+    let resource = match kind {
+        ScalableKind::Deployment => ApiResource::erase::<Deployment>(&()),
+        ScalableKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+        ScalableKind::ReplicaSet => ApiResource::erase::<ReplicaSet>(&()),
+        ScalableKind::ReplicationController => ApiResource::erase::<ReplicationController>(&()),
+    };
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
 /// Sets `target`'s replicas through its `scale` subresource (idempotent).
 pub async fn scale(
     client: &Client,
@@ -89,38 +101,19 @@ pub async fn scale(
     replicas: i32,
 ) -> Result<(), DriverError> {
     let patch = Patch::Merge(json!({"spec": {"replicas": replicas}}));
-    let params = PatchParams::default();
-    let name = target.name.as_str();
-    let result = match target.kind {
-        ScalableKind::Deployment => Api::<Deployment>::namespaced(client.clone(), ns)
-            .patch_scale(name, &params, &patch)
-            .await
-            .map(drop),
-        ScalableKind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), ns)
-            .patch_scale(name, &params, &patch)
-            .await
-            .map(drop),
-        ScalableKind::ReplicaSet => Api::<ReplicaSet>::namespaced(client.clone(), ns)
-            .patch_scale(name, &params, &patch)
-            .await
-            .map(drop),
-        ScalableKind::ReplicationController => {
-            Api::<ReplicationController>::namespaced(client.clone(), ns)
-                .patch_scale(name, &params, &patch)
-                .await
-                .map(drop)
-        }
-    };
-    result.map_err(|e| {
-        DriverError::kube(
-            format!("scale {:?} {ns}/{name} to {replicas}", target.kind),
-            e,
-        )
-    })
+    api_for(client, ns, target.kind)
+        .patch_scale(&target.name, &PatchParams::default(), &patch)
+        .await
+        .map(drop)
+        .map_err(|e| {
+            let what = format!("scale {:?} {ns}/{} to {replicas}", target.kind, target.name);
+            DriverError::kube(what, e)
+        })
 }
 
-/// Whether `target` runs `replicas` Ready pods (of its current template,
-/// for a Deployment and a StatefulSet).
+/// Whether `target` runs `replicas` Ready pods (of its current template:
+/// `updatedReplicas` where the kind has it). The API server leaves zero
+/// counts out of a status.
 pub async fn ready(
     client: &Client,
     ns: &str,
@@ -130,42 +123,18 @@ pub async fn ready(
     if replicas == 0 {
         return Ok(true);
     }
-    let name = target.name.as_str();
-    let read = |e| DriverError::kube(format!("read {:?} {ns}/{name}", target.kind), e);
-    let counts = match target.kind {
-        ScalableKind::Deployment => {
-            let d = Api::<Deployment>::namespaced(client.clone(), ns)
-                .get(name)
-                .await
-                .map_err(read)?;
-            let s = d.status.unwrap_or_default();
-            (s.ready_replicas, s.updated_replicas.or(s.replicas))
-        }
-        ScalableKind::StatefulSet => {
-            let d = Api::<StatefulSet>::namespaced(client.clone(), ns)
-                .get(name)
-                .await
-                .map_err(read)?;
-            let s = d.status.unwrap_or_default();
-            (s.ready_replicas, Some(s.replicas))
-        }
-        ScalableKind::ReplicaSet => {
-            let d = Api::<ReplicaSet>::namespaced(client.clone(), ns)
-                .get(name)
-                .await
-                .map_err(read)?;
-            let s = d.status.unwrap_or_default();
-            (s.ready_replicas, Some(s.replicas))
-        }
-        ScalableKind::ReplicationController => {
-            let d = Api::<ReplicationController>::namespaced(client.clone(), ns)
-                .get(name)
-                .await
-                .map_err(read)?;
-            let s = d.status.unwrap_or_default();
-            (s.ready_replicas, Some(s.replicas))
-        }
+    let object = api_for(client, ns, target.kind)
+        .get(&target.name)
+        .await
+        .map_err(|e| {
+            DriverError::kube(format!("read {:?} {ns}/{}", target.kind, target.name), e)
+        })?;
+    let status = &object.data["status"];
+    let count = |field: &str| status[field].as_i64().unwrap_or(0);
+    let current = match status.get("updatedReplicas") {
+        Some(_) => count("updatedReplicas"),
+        None => count("replicas"),
     };
-    let (ready, current) = counts;
-    Ok(ready.unwrap_or(0) >= replicas && current.unwrap_or(0) >= replicas)
+    let want = i64::from(replicas);
+    Ok(count("readyReplicas") >= want && current >= want)
 }

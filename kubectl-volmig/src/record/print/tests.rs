@@ -296,3 +296,41 @@ fn what_changed_during_the_copy_is_named_with_what_to_do() {
          differences move)"
     );
 }
+
+#[test]
+fn a_cutover_reads_as_its_step_rounds_and_downtime() {
+    use crate::record::cutover::{CutoverStatus, Round, Step};
+    let at = |s: i64| Timestamp::from_second(1_780_000_000 + s).expect("time");
+    let mut c = CutoverStatus {
+        step: Step::FinalSync,
+        rounds: vec![
+            Round {
+                number: 1,
+                seconds: 41.5,
+                ..Round::default()
+            },
+            Round {
+                number: 2,
+                seconds: 3.25,
+                ..Round::default()
+            },
+        ],
+        quiesced_at: Some(at(0)),
+        ..CutoverStatus::default()
+    };
+    assert_eq!(
+        cutover_line(&c, at(7)),
+        "step FinalSync, 2 pre-copy round(s), the last 3.2s, down for 7s so far"
+    );
+    c.step = Step::AwaitingCommit;
+    c.final_sync_seconds = Some(2.0);
+    c.restored_at = Some(at(4));
+    assert_eq!(
+        cutover_line(&c, at(600)),
+        "step AwaitingCommit, 2 pre-copy round(s), the last 3.2s, final sync 2.0s, downtime 4.0s"
+    );
+    let mut vm = running();
+    vm.status.cutover = Some(c);
+    let table = table(&[vm], now(), false);
+    assert!(table.contains("Running (AwaitingCommit)"), "{table}");
+}
