@@ -29,6 +29,8 @@ pub enum Component {
     Receiver,
     Sender,
     Destination,
+    /// The in-cluster driver and its RBAC objects.
+    Driver,
 }
 
 impl Component {
@@ -40,6 +42,7 @@ impl Component {
             Component::Receiver => "receiver",
             Component::Sender => "sender",
             Component::Destination => "destination",
+            Component::Driver => "driver",
         }
     }
 }

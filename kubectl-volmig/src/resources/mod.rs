@@ -5,11 +5,14 @@
 //! - [`keys`]: the Secret with the operation's TLS key material, in each
 //!   namespace a mover pod runs in;
 //! - [`service`]: the receiver's ClusterIP Service;
-//! - [`pods`]: the receiver and sender pods of one attempt.
+//! - [`pods`]: the receiver and sender pods of one attempt;
+//! - [`access`]: what the driver asks of the API server, as one list, and
+//!   the in-cluster driver's Role and ClusterRole derived from it.
 //!
 //! Every object carries [`names::labels`] for its component, so that the
 //! operation's objects can be found (and cleaned up) by label from anywhere.
 
+pub mod access;
 mod claim;
 mod keys;
 mod pods;

@@ -1,0 +1,323 @@
+//! What the driver does to the cluster, as one list: each (API group,
+//! resource, verbs) with its scope and the code that needs it. The in-cluster
+//! driver's Role and ClusterRole (issue 17) are derived from this list and
+//! from nothing else, and `docs/kubectl-volmig.md#permissions` quotes it, so
+//! a new request in the driver means a new row here.
+//!
+//! Pure: no I/O.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::names;
+
+/// Where a grant applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// In the operation's namespaces (a Role in each).
+    Namespaced,
+    /// Cluster-scoped objects: a ClusterRole.
+    Cluster,
+}
+
+/// One grant the driver needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    /// `""` is the core group.
+    pub group: &'static str,
+    /// With a subresource: `pods/log`, `deployments/scale`.
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+    pub scope: Scope,
+    /// What needs it.
+    pub why: &'static str,
+}
+
+const fn namespaced(
+    group: &'static str,
+    resource: &'static str,
+    verbs: &'static [&'static str],
+    why: &'static str,
+) -> Access {
+    Access {
+        group,
+        resource,
+        verbs,
+        scope: Scope::Namespaced,
+        why,
+    }
+}
+
+const fn cluster(
+    group: &'static str,
+    resource: &'static str,
+    verbs: &'static [&'static str],
+    why: &'static str,
+) -> Access {
+    Access {
+        group,
+        resource,
+        verbs,
+        scope: Scope::Cluster,
+        why,
+    }
+}
+
+/// Everything the driver (attempts and cutover) asks of the API server.
+pub const DRIVER_ACCESS: &[Access] = &[
+    namespaced(
+        "",
+        "pods",
+        &["get", "list", "watch", "create", "delete"],
+        "mover pods; the app's pods (placement, quiesce)",
+    ),
+    namespaced(
+        "",
+        "pods/log",
+        &["get"],
+        "progress and results from the movers' logs",
+    ),
+    namespaced(
+        "",
+        "services",
+        &["get", "list", "create", "patch", "delete"],
+        "the receiver's Service",
+    ),
+    namespaced(
+        "",
+        "secrets",
+        &["get", "list", "create", "delete"],
+        "the key Secrets",
+    ),
+    namespaced(
+        "",
+        "configmaps",
+        &["get", "list", "update"],
+        "the operation record",
+    ),
+    namespaced("", "events", &["create"], "Events on the claims"),
+    namespaced(
+        "",
+        "persistentvolumeclaims",
+        &["get", "create", "delete"],
+        "the destination claim; the cutover's swap",
+    ),
+    namespaced(
+        "",
+        "replicationcontrollers",
+        &["get", "list"],
+        "the app's owners",
+    ),
+    namespaced(
+        "",
+        "replicationcontrollers/scale",
+        &["patch"],
+        "quiesce and restore",
+    ),
+    namespaced("apps", "deployments", &["get", "list"], "the app's owners"),
+    namespaced("apps", "replicasets", &["get", "list"], "the app's owners"),
+    namespaced(
+        "apps",
+        "statefulsets",
+        &["get", "list", "create", "delete"],
+        "the app's owners; --update-owner",
+    ),
+    namespaced(
+        "apps",
+        "deployments/scale",
+        &["patch"],
+        "quiesce and restore",
+    ),
+    namespaced(
+        "apps",
+        "replicasets/scale",
+        &["patch"],
+        "quiesce and restore",
+    ),
+    namespaced(
+        "apps",
+        "statefulsets/scale",
+        &["patch"],
+        "quiesce and restore",
+    ),
+    namespaced(
+        "autoscaling",
+        "horizontalpodautoscalers",
+        &["list"],
+        "who would scale the app back",
+    ),
+    namespaced(
+        "keda.sh",
+        "scaledobjects",
+        &["list"],
+        "who would scale the app back",
+    ),
+    cluster(
+        "",
+        "persistentvolumes",
+        &["get", "patch", "delete"],
+        "reclaim policies, claimRef, commit",
+    ),
+    cluster("", "nodes", &["list"], "placement"),
+    cluster("", "namespaces", &["get"], "the destination namespace"),
+    cluster(
+        "storage.k8s.io",
+        "storageclasses",
+        &["list"],
+        "the destination's class",
+    ),
+];
+
+/// The policy rules of `scope`, one per resource, grouped as `kubectl
+/// create role` would write them.
+pub fn rules(scope: Scope) -> Vec<PolicyRule> {
+    let mut by_group: BTreeMap<(&str, Vec<&str>), Vec<&str>> = BTreeMap::new();
+    for a in DRIVER_ACCESS.iter().filter(|a| a.scope == scope) {
+        let mut verbs = a.verbs.to_vec();
+        verbs.sort_unstable();
+        by_group
+            .entry((a.group, verbs))
+            .or_default()
+            .push(a.resource);
+    }
+    by_group
+        .into_iter()
+        .map(|((group, verbs), mut resources)| {
+            resources.sort_unstable();
+            PolicyRule {
+                api_groups: Some(vec![group.to_string()]),
+                resources: Some(resources.into_iter().map(str::to_string).collect()),
+                verbs: verbs.into_iter().map(str::to_string).collect(),
+                ..PolicyRule::default()
+            }
+        })
+        .collect()
+}
+
+/// The name of the driver's RBAC objects for operation `op`.
+pub fn driver_rbac_name(op: &str) -> String {
+    format!("volmig-{op}-driver")
+}
+
+/// The Role the in-cluster driver of `op` gets in `namespace`.
+pub fn driver_role(op: &str, namespace: &str) -> Role {
+    Role {
+        metadata: ObjectMeta {
+            name: Some(driver_rbac_name(op)),
+            namespace: Some(namespace.to_string()),
+            labels: Some(names::labels(op, names::Component::Driver)),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules(Scope::Namespaced)),
+    }
+}
+
+/// The ClusterRole for the cluster-scoped objects it reads and changes.
+pub fn driver_cluster_role(op: &str) -> ClusterRole {
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(driver_rbac_name(op)),
+            labels: Some(names::labels(op, names::Component::Driver)),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules(Scope::Cluster)),
+        aggregation_rule: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_grant_is_in_exactly_one_rule_of_its_scope() {
+        for scope in [Scope::Namespaced, Scope::Cluster] {
+            let rules = rules(scope);
+            for a in DRIVER_ACCESS.iter().filter(|a| a.scope == scope) {
+                let holding: Vec<&PolicyRule> = rules
+                    .iter()
+                    .filter(|r| {
+                        r.api_groups.as_deref() == Some(&[a.group.to_string()])
+                            && r.resources.iter().flatten().any(|x| x == a.resource)
+                    })
+                    .collect();
+                assert_eq!(holding.len(), 1, "{a:?}");
+                let mut want: Vec<String> = a.verbs.iter().map(|v| v.to_string()).collect();
+                want.sort();
+                assert_eq!(holding[0].verbs, want, "{a:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn no_wildcards_and_no_escalation() {
+        for a in DRIVER_ACCESS {
+            assert!(
+                !a.verbs.contains(&"*") && a.resource != "*" && a.group != "*",
+                "{a:?}"
+            );
+            for verb in a.verbs {
+                assert!(
+                    ["get", "list", "watch", "create", "update", "patch", "delete"].contains(verb),
+                    "{a:?}"
+                );
+            }
+            // The driver never touches RBAC, nodes or namespaces beyond reads.
+            assert!(!a.group.starts_with("rbac."), "{a:?}");
+            if matches!(a.resource, "nodes" | "namespaces" | "storageclasses") {
+                assert!(
+                    a.verbs.iter().all(|v| matches!(*v, "get" | "list")),
+                    "{a:?}"
+                );
+            }
+        }
+        let cluster: Vec<&str> = DRIVER_ACCESS
+            .iter()
+            .filter(|a| a.scope == Scope::Cluster)
+            .map(|a| a.resource)
+            .collect();
+        assert_eq!(
+            cluster,
+            ["persistentvolumes", "nodes", "namespaces", "storageclasses"]
+        );
+    }
+
+    #[test]
+    fn the_permissions_doc_names_every_resource() {
+        let doc = include_str!("../../../docs/kubectl-volmig.md");
+        let section = doc
+            .split("## Permissions")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("a Permissions section");
+        for a in DRIVER_ACCESS {
+            assert!(
+                section.contains(&format!("`{}`", a.resource)),
+                "{} missing",
+                a.resource
+            );
+        }
+    }
+
+    #[test]
+    fn the_roles_carry_the_operation_s_labels() {
+        let role = driver_role("data-x7k2p", "apps");
+        assert_eq!(
+            role.metadata.name.as_deref(),
+            Some("volmig-data-x7k2p-driver")
+        );
+        let labels = role.metadata.labels.expect("labels");
+        assert_eq!(
+            labels.get(names::OPERATION_KEY).map(String::as_str),
+            Some("data-x7k2p")
+        );
+        let cr = driver_cluster_role("data-x7k2p");
+        assert!(cr
+            .rules
+            .expect("rules")
+            .iter()
+            .all(|r| r.verbs.iter().all(|v| v != "create")));
+    }
+}
