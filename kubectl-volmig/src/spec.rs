@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 /// The default mover image; its tag follows the plugin's version.
 pub const DEFAULT_MOVER_IMAGE: &str = concat!("ghcr.io/volmig/mover:", env!("CARGO_PKG_VERSION"));
 
+/// The in-cluster driver's image (`kubectl-volmig` alone, `FROM scratch`);
+/// its tag follows the plugin's version.
+pub const DEFAULT_DRIVER_IMAGE: &str = concat!("ghcr.io/volmig/driver:", env!("CARGO_PKG_VERSION"));
+
 /// Attempts after the first that a failure may cost before the operation
 /// fails (as a Job's `backoffLimit`).
 pub const DEFAULT_BACKOFF_LIMIT: u32 = 6;

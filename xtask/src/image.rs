@@ -1,8 +1,12 @@
-//! The mover's image: an OCI image layout (image-spec v1.1) in one tar
+//! The release's images: an OCI image layout (image-spec v1.1) in one tar
 //! file, the form `skopeo copy oci-archive:FILE docker://...` pushes and
-//! kube-sandbox runs. Its root holds the static `mover` and the LICENSE,
-//! nothing else (`FROM scratch`); written here from the OCI types of
-//! `oci-spec`, with no container daemon and nothing pulled.
+//! kube-sandbox runs. Each root holds one static binary and the LICENSE,
+//! nothing else (`FROM scratch`): [`MOVER`], which the mover pods run on
+//! every node that holds a volume, and [`DRIVER`], `kubectl-volmig` for
+//! the driver pod of `migrate --detach`. Two images, so that the one every
+//! node pulls stays small and carries no code that talks to the API
+//! server. Written here from the OCI types of `oci-spec`, with no
+//! container daemon and nothing pulled.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -18,9 +22,36 @@ use oci_spec::image::{
 use crate::archive::{self, ArchiveError, Entry};
 use crate::project::Project;
 
-/// Where the mover image is published; `REPOSITORY:X.Y.Z` is the plugin's
-/// default `--mover-image`.
-pub const REPOSITORY: &str = "ghcr.io/volmig/mover";
+/// One of the release's images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Image {
+    /// Where it is published; `REPOSITORY:X.Y.Z` is the plugin's default.
+    pub repository: &'static str,
+    /// The archive's name starts with it: `NAME_vX.Y.Z_linux_ARCH.oci.tar`.
+    pub name: &'static str,
+    /// The binary at its root, and its entrypoint.
+    pub binary: &'static str,
+    pub description: &'static str,
+}
+
+/// The mover pods' image (`--mover-image`).
+pub const MOVER: Image = Image {
+    repository: "ghcr.io/volmig/mover",
+    name: "mover",
+    binary: "mover",
+    description: "volmig's data mover: resumable rsync-style transfer of a volume's tree",
+};
+
+/// The in-cluster driver's image (`migrate --detach`).
+pub const DRIVER: Image = Image {
+    repository: "ghcr.io/volmig/driver",
+    name: "driver",
+    binary: "kubectl-volmig",
+    description: "volmig's operation driver: kubectl volmig run in the cluster",
+};
+
+/// Every image of a Linux release, in the order they are built.
+pub const IMAGES: [Image; 2] = [MOVER, DRIVER];
 
 /// The annotation naming a manifest in `index.json` (the tag).
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
@@ -54,19 +85,20 @@ pub struct Built {
     pub sha256: String,
 }
 
-/// Writes the mover image for `project` to `path` from the static binary
-/// `mover` and the `license` text.
+/// Writes `image` for `project` to `path` from its static `binary` and
+/// the `license` text.
 pub fn write(
     project: &Project,
     arch: Arch,
-    mover: &Path,
+    image: &Image,
+    binary: &Path,
     license: &[u8],
     path: &Path,
 ) -> Result<Built, ImageError> {
     let created = rfc3339(project.epoch);
     let layer_tar = archive::tar_bytes(
         &[
-            Entry::executable("mover", mover)?,
+            Entry::executable(image.binary, binary)?,
             Entry::file("LICENSE", 0o644, license.to_vec()),
         ],
         project.epoch,
@@ -75,10 +107,10 @@ pub fn write(
     let layer = archive::gzip(&layer_tar);
 
     let labels: HashMap<String, String> = [
-        ("org.opencontainers.image.title", "mover".to_string()),
+        ("org.opencontainers.image.title", image.binary.to_string()),
         (
             "org.opencontainers.image.description",
-            "volmig's data mover: resumable rsync-style transfer of a volume's tree".to_string(),
+            image.description.to_string(),
         ),
         ("org.opencontainers.image.version", project.version.clone()),
         (
@@ -105,7 +137,7 @@ pub fn write(
         .os(Os::Linux)
         .config(
             ConfigBuilder::default()
-                .entrypoint(vec!["/mover".to_string()])
+                .entrypoint(vec![format!("/{}", image.binary)])
                 .labels(labels.clone())
                 .build()
                 .map_err(spec("config"))?,
@@ -119,7 +151,10 @@ pub fn write(
         )
         .history(vec![HistoryBuilder::default()
             .created(created)
-            .created_by("cargo xtask dist: the static mover and its LICENSE")
+            .created_by(format!(
+                "cargo xtask dist: the static {} and its LICENSE",
+                image.binary
+            ))
             .build()
             .map_err(spec("history"))?])
         .build()
@@ -135,8 +170,8 @@ pub fn write(
         .build()
         .map_err(spec("manifest"))?;
     let manifest_json = canonical_json(&manifest)?;
-    // The image's tag is the bare version, as in the plugin's default
-    // `--mover-image` (`ghcr.io/volmig/mover:0.1.0`).
+    // The image's tag is the bare version, as in the plugin's defaults
+    // (`ghcr.io/volmig/mover:0.1.0`).
     let tag = project.version.clone();
     let manifest_descriptor = descriptor(
         MediaType::ImageManifest,
@@ -318,8 +353,8 @@ mod tests {
         };
         let one = dir.path().join("one.oci.tar");
         let two = dir.path().join("two.oci.tar");
-        let a = write(&project, Arch::Amd64, &bin, b"license", &one).expect("image");
-        let b = write(&project, Arch::Amd64, &bin, b"license", &two).expect("image");
+        let a = write(&project, Arch::Amd64, &MOVER, &bin, b"license", &one).expect("image");
+        let b = write(&project, Arch::Amd64, &MOVER, &bin, b"license", &two).expect("image");
         assert_eq!(a.sha256, b.sha256);
         assert_eq!(a.manifest_digest, b.manifest_digest);
         let seen = inspect(&one).expect("inspect");

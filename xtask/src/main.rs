@@ -143,17 +143,26 @@ fn dist(root: &Path, target: Option<&str>, out: &Path, release: bool) -> anyhow:
             "arm64" => oci_spec::image::Arch::ARM64,
             _ => oci_spec::image::Arch::Amd64,
         };
-        let image_path = out.join(platform.image_name(&tag));
-        let built = image::write(&project, arch, &exe("mover"), &license, &image_path)?;
-        summary.push(format!(
-            "{:>8}  {} (layer {} compressed; {}:{}@{})",
-            size(&image_path),
-            image_path.display(),
-            human(built.compressed_size),
-            image::REPOSITORY,
-            project.version,
-            built.manifest_digest
-        ));
+        for kind in image::IMAGES {
+            let image_path = out.join(platform.image_name(kind.name, &tag));
+            let built = image::write(
+                &project,
+                arch.clone(),
+                &kind,
+                &exe(kind.binary),
+                &license,
+                &image_path,
+            )?;
+            summary.push(format!(
+                "{:>8}  {} (layer {} compressed; {}:{}@{})",
+                size(&image_path),
+                image_path.display(),
+                human(built.compressed_size),
+                kind.repository,
+                project.version,
+                built.manifest_digest
+            ));
+        }
     }
     let manifest_path = manifest(&project, out, release)?;
     summary.push(format!(

@@ -59,9 +59,9 @@ impl Platform {
         format!("kubectl-volmig_{tag}_{}_{}.tar.gz", self.os, self.arch)
     }
 
-    /// The mover image's archive: `mover_v0.1.0_linux_amd64.oci.tar`.
-    pub fn image_name(&self, tag: &str) -> String {
-        format!("mover_{tag}_{}_{}.oci.tar", self.os, self.arch)
+    /// An image's archive: `mover_v0.1.0_linux_amd64.oci.tar`.
+    pub fn image_name(&self, image: &str, tag: &str) -> String {
+        format!("{image}_{tag}_{}_{}.oci.tar", self.os, self.arch)
     }
 }
 

@@ -167,7 +167,11 @@ fn the_archive_installs_as_a_kubectl_plugin() {
     assert_eq!(info["revision"], p.revision);
     assert_eq!(
         info["moverImage"],
-        format!("{}:{}", image::REPOSITORY, p.version)
+        format!("{}:{}", image::MOVER.repository, p.version)
+    );
+    assert_eq!(
+        info["driverImage"],
+        format!("{}:{}", image::DRIVER.repository, p.version)
     );
     assert_eq!(info["platform"], format!("{}/{}", host().os, host().arch));
 
@@ -183,37 +187,41 @@ fn the_archive_installs_as_a_kubectl_plugin() {
 }
 
 #[test]
-fn the_mover_image_holds_only_the_static_mover() {
+fn each_image_holds_only_its_static_binary() {
     let p = project();
-    let path = dist().join(host().image_name(&p.tag()));
-    let seen = image::inspect(&path).expect("a valid OCI archive");
-    let config = seen.config.config().as_ref().expect("a config");
-    assert_eq!(
-        config.entrypoint().as_deref(),
-        Some(&["/mover".to_string()][..])
-    );
-    let labels = config.labels().as_ref().expect("labels");
-    assert_eq!(labels["org.opencontainers.image.version"], p.version);
-    assert_eq!(labels["org.opencontainers.image.revision"], p.revision);
-    assert_eq!(
-        labels["org.opencontainers.image.source"],
-        "https://github.com/volmig/volmig"
-    );
-    assert_eq!(seen.config.os().to_string(), "linux");
-    assert_eq!(
-        seen.root,
-        [("mover".to_string(), 0o755), ("LICENSE".to_string(), 0o644)]
-    );
-    let layer = &seen.manifest.layers()[0];
-    assert!(
-        layer.size() <= 10 * 1024 * 1024,
-        "the compressed layer is {} bytes, over 10 MiB",
-        layer.size()
-    );
-    assert_eq!(
-        archive::read_checksum(&path).expect("the .sha256 beside it"),
-        archive::sha256_file(&path).expect("hash")
-    );
+    for kind in image::IMAGES {
+        let path = dist().join(host().image_name(kind.name, &p.tag()));
+        let seen = image::inspect(&path).expect("a valid OCI archive");
+        let config = seen.config.config().as_ref().expect("a config");
+        let entrypoint = format!("/{}", kind.binary);
+        assert_eq!(config.entrypoint().as_deref(), Some(&[entrypoint][..]));
+        let labels = config.labels().as_ref().expect("labels");
+        assert_eq!(labels["org.opencontainers.image.version"], p.version);
+        assert_eq!(labels["org.opencontainers.image.revision"], p.revision);
+        assert_eq!(
+            labels["org.opencontainers.image.source"],
+            "https://github.com/volmig/volmig"
+        );
+        assert_eq!(seen.config.os().to_string(), "linux");
+        assert_eq!(
+            seen.root,
+            [
+                (kind.binary.to_string(), 0o755),
+                ("LICENSE".to_string(), 0o644)
+            ]
+        );
+        let layer = &seen.manifest.layers()[0];
+        assert!(
+            layer.size() <= 10 * 1024 * 1024,
+            "{}: the compressed layer is {} bytes, over 10 MiB",
+            kind.name,
+            layer.size()
+        );
+        assert_eq!(
+            archive::read_checksum(&path).expect("the .sha256 beside it"),
+            archive::sha256_file(&path).expect("hash")
+        );
+    }
 }
 
 #[test]

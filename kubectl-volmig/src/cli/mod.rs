@@ -150,6 +150,8 @@ pub struct VersionInfo {
     pub revision: &'static str,
     /// The image `migrate` runs unless `--mover-image` says otherwise.
     pub mover_image: &'static str,
+    /// The image the in-cluster driver runs (`migrate --detach`).
+    pub driver_image: &'static str,
     /// `os/arch` of this binary.
     pub platform: String,
 }
@@ -160,6 +162,7 @@ impl VersionInfo {
             version: env!("CARGO_PKG_VERSION"),
             revision: option_env!("VOLMIG_GIT_REVISION").unwrap_or("unknown"),
             mover_image: crate::spec::DEFAULT_MOVER_IMAGE,
+            driver_image: crate::spec::DEFAULT_DRIVER_IMAGE,
             // As kubectl and krew name platforms (Go's GOOS/GOARCH).
             platform: format!(
                 "{}/{}",
@@ -181,8 +184,8 @@ fn version(output: Output) -> Result<i32, CliError> {
     let info = VersionInfo::this();
     let text = match output {
         Output::Table => format!(
-            "kubectl-volmig {} ({}, revision {})\ndefault mover image: {}\n",
-            info.version, info.platform, info.revision, info.mover_image
+            "kubectl-volmig {} ({}, revision {})\ndefault mover image: {}\ndriver image: {}\n",
+            info.version, info.platform, info.revision, info.mover_image, info.driver_image
         ),
         Output::Json => serde_json::to_string_pretty(&info)
             .map(|j| j + "\n")
