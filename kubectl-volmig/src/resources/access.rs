@@ -11,8 +11,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::names;
-
 /// Where a grant applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scope {
@@ -31,6 +29,8 @@ pub struct Access {
     pub resource: &'static str,
     pub verbs: &'static [&'static str],
     pub scope: Scope,
+    /// Only on the driver's own objects (`resourceNames`).
+    pub own: bool,
     /// What needs it.
     pub why: &'static str,
 }
@@ -46,6 +46,7 @@ const fn namespaced(
         resource,
         verbs,
         scope: Scope::Namespaced,
+        own: false,
         why,
     }
 }
@@ -61,6 +62,7 @@ const fn cluster(
         resource,
         verbs,
         scope: Scope::Cluster,
+        own: false,
         why,
     }
 }
@@ -168,13 +170,43 @@ pub const DRIVER_ACCESS: &[Access] = &[
         &["list"],
         "the destination's class",
     ),
+    // Its last act: its roles go, and with them (owned) the bindings and
+    // the ServiceAccount. Nothing else of RBAC, and only these names.
+    Access {
+        group: "rbac.authorization.k8s.io",
+        resource: "roles",
+        verbs: &["delete"],
+        scope: Scope::Namespaced,
+        own: true,
+        why: "the driver removes its own Role when the operation ends",
+    },
+    Access {
+        group: "rbac.authorization.k8s.io",
+        resource: "clusterroles",
+        verbs: &["delete"],
+        scope: Scope::Cluster,
+        own: true,
+        why: "the driver removes its own ClusterRole when the operation ends",
+    },
 ];
 
-/// The policy rules of `scope`, one per resource, grouped as `kubectl
-/// create role` would write them.
-pub fn rules(scope: Scope) -> Vec<PolicyRule> {
+/// The policy rules of `scope` for operation `op`, grouped by API group
+/// and verbs as `kubectl create role` would write them; grants on the
+/// driver's own objects name them.
+pub fn rules(op: &str, scope: Scope) -> Vec<PolicyRule> {
     let mut by_group: BTreeMap<(&str, Vec<&str>), Vec<&str>> = BTreeMap::new();
+    let mut own = Vec::new();
     for a in DRIVER_ACCESS.iter().filter(|a| a.scope == scope) {
+        if a.own {
+            own.push(PolicyRule {
+                api_groups: Some(vec![a.group.to_string()]),
+                resources: Some(vec![a.resource.to_string()]),
+                resource_names: Some(vec![driver_rbac_name(op)]),
+                verbs: a.verbs.iter().map(|v| v.to_string()).collect(),
+                ..PolicyRule::default()
+            });
+            continue;
+        }
         let mut verbs = a.verbs.to_vec();
         verbs.sort_unstable();
         by_group
@@ -193,6 +225,7 @@ pub fn rules(scope: Scope) -> Vec<PolicyRule> {
                 ..PolicyRule::default()
             }
         })
+        .chain(own)
         .collect()
 }
 
@@ -207,10 +240,10 @@ pub fn driver_role(op: &str, namespace: &str) -> Role {
         metadata: ObjectMeta {
             name: Some(driver_rbac_name(op)),
             namespace: Some(namespace.to_string()),
-            labels: Some(names::labels(op, names::Component::Driver)),
+            labels: Some(super::driver::labels(op)),
             ..ObjectMeta::default()
         },
-        rules: Some(rules(Scope::Namespaced)),
+        rules: Some(rules(op, Scope::Namespaced)),
     }
 }
 
@@ -219,10 +252,10 @@ pub fn driver_cluster_role(op: &str) -> ClusterRole {
     ClusterRole {
         metadata: ObjectMeta {
             name: Some(driver_rbac_name(op)),
-            labels: Some(names::labels(op, names::Component::Driver)),
+            labels: Some(super::driver::labels(op)),
             ..ObjectMeta::default()
         },
-        rules: Some(rules(Scope::Cluster)),
+        rules: Some(rules(op, Scope::Cluster)),
         aggregation_rule: None,
     }
 }
@@ -234,7 +267,7 @@ mod tests {
     #[test]
     fn every_grant_is_in_exactly_one_rule_of_its_scope() {
         for scope in [Scope::Namespaced, Scope::Cluster] {
-            let rules = rules(scope);
+            let rules = rules("op", scope);
             for a in DRIVER_ACCESS.iter().filter(|a| a.scope == scope) {
                 let holding: Vec<&PolicyRule> = rules
                     .iter()
@@ -264,8 +297,11 @@ mod tests {
                     "{a:?}"
                 );
             }
-            // The driver never touches RBAC, nodes or namespaces beyond reads.
-            assert!(!a.group.starts_with("rbac."), "{a:?}");
+            // Of RBAC, the driver only deletes its own roles; it reads
+            // nodes, namespaces and classes.
+            if a.group.starts_with("rbac.") {
+                assert!(a.own && a.verbs == ["delete"], "{a:?}");
+            }
             if matches!(a.resource, "nodes" | "namespaces" | "storageclasses") {
                 assert!(
                     a.verbs.iter().all(|v| matches!(*v, "get" | "list")),
@@ -280,7 +316,13 @@ mod tests {
             .collect();
         assert_eq!(
             cluster,
-            ["persistentvolumes", "nodes", "namespaces", "storageclasses"]
+            [
+                "persistentvolumes",
+                "nodes",
+                "namespaces",
+                "storageclasses",
+                "clusterroles"
+            ]
         );
     }
 
@@ -310,7 +352,9 @@ mod tests {
         );
         let labels = role.metadata.labels.expect("labels");
         assert_eq!(
-            labels.get(names::OPERATION_KEY).map(String::as_str),
+            labels
+                .get(super::super::driver::DRIVER_OF_KEY)
+                .map(String::as_str),
             Some("data-x7k2p")
         );
         let cr = driver_cluster_role("data-x7k2p");

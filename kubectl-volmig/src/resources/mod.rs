@@ -7,13 +7,15 @@
 //! - [`service`]: the receiver's ClusterIP Service;
 //! - [`pods`]: the receiver and sender pods of one attempt;
 //! - [`access`]: what the driver asks of the API server, as one list, and
-//!   the in-cluster driver's Role and ClusterRole derived from it.
+//!   the in-cluster driver's Role and ClusterRole derived from it;
+//! - [`driver`]: the in-cluster driver's Job, ServiceAccount and bindings.
 //!
 //! Every object carries [`names::labels`] for its component, so that the
 //! operation's objects can be found (and cleaned up) by label from anywhere.
 
 pub mod access;
 mod claim;
+pub mod driver;
 mod keys;
 mod pods;
 mod service;
