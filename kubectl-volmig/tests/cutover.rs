@@ -40,6 +40,16 @@ fn assert_same_claim(claim: &PersistentVolumeClaim) {
     );
 }
 
+/// The storage a claim requests.
+fn request(claim: &PersistentVolumeClaim) -> String {
+    let resources = claim.spec.as_ref().and_then(|s| s.resources.clone());
+    let requests = resources.and_then(|r| r.requests).unwrap_or_default();
+    requests
+        .get("storage")
+        .map(|q| q.0.clone())
+        .unwrap_or_default()
+}
+
 fn cutover_of(vm: &VolumeMigration) -> &volmig::record::cutover::CutoverStatus {
     vm.status.cutover.as_ref().expect("status.cutover")
 }
@@ -216,12 +226,16 @@ async fn rollback_after_success_keeps_the_writes_made_since() {
     hpas.create(&PostParams::default(), &hpa)
         .await
         .expect("hpa");
-    let run = cutover(&env, &[], "data", &["-o", "json"]).await;
+    // A bigger volume: the claim asks for what the new volume holds, and
+    // for its own size again after the rollback.
+    let run = cutover(&env, &[], "data", &["--to-size", "2Gi", "-o", "json"]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     let op = run.operation().metadata.name;
     await_running(&client, &ns, "app").await;
     let new_dir = volume_dir(&client, &ns, "data").await;
-    let new_volume = bound_volume(&claim_of(&client, &ns, "data").await);
+    let moved = claim_of(&client, &ns, "data").await;
+    assert_eq!(request(&moved), "2Gi");
+    let new_volume = bound_volume(&moved);
     let on_old = sequence(&old_dir).len();
     // The app writes on the new volume for a while.
     await_sequence_past(&new_dir, on_old + 30).await;
@@ -243,6 +257,7 @@ async fn rollback_after_success_keeps_the_writes_made_since() {
     let claim = claim_of(&client, &ns, "data").await;
     assert_same_claim(&claim);
     assert_eq!(bound_volume(&claim), old_volume);
+    assert_eq!(request(&claim), "1Gi");
     let old = volume(&client, &old_volume).await.expect("old volume");
     assert_eq!(
         policy(&old),
