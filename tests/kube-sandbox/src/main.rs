@@ -20,7 +20,8 @@ use tokio::signal::unix::{signal, SignalKind};
     about = "A local Kubernetes for volmig's end-to-end tests (API emulator, controllers, kubelets running pods as processes)"
 )]
 struct Args {
-    /// Where to write the kubeconfig (server on http://127.0.0.1:PORT)
+    /// Where to write the kubeconfig (server on https://127.0.0.1:PORT, with
+    /// the cluster CA and the admin token)
     #[arg(long)]
     kubeconfig: PathBuf,
     /// Number of nodes, named node-1 .. node-N

@@ -2,7 +2,7 @@
 //! kubelets and service forwarders, plus the objects a fresh cluster has
 //! (namespaces, nodes, storage classes).
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -10,7 +10,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::api::{self, Api};
+use base64::prelude::{Engine as _, BASE64_STANDARD};
+use tokio_rustls::TlsAcceptor;
+
+use crate::api::{self, Api, AuditEntry, AuditLog};
+use crate::auth::Authority;
 use crate::controllers::{self, volumes, Ctx};
 use crate::kubelet::{self, ImageMapping, Images, Kubelet, LogIndex, OciArchive, Shared};
 use crate::registry;
@@ -91,6 +95,7 @@ impl Default for SandboxConfig {
 pub struct Sandbox {
     store: Arc<Store>,
     addr: SocketAddr,
+    api: Arc<Api>,
     data_dir: PathBuf,
     kubeconfig: PathBuf,
     kubelets: Vec<Kubelet>,
@@ -130,20 +135,35 @@ impl Sandbox {
         std::fs::create_dir_all(data_dir.join("pods"))?;
         let (block, reservation) = claim_block()?;
         let store = Store::with_block(config.watch_history, block);
-        bootstrap(&store, &config, block).map_err(|e| std::io::Error::other(e.to_string()))?;
         let listener = TcpListener::bind(("127.0.0.1", config.port)).await?;
         let addr = listener.local_addr()?;
+        let service_ip = bootstrap(&store, &config, block, addr.port())
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let authority = Arc::new(Authority::generate(service_ip).map_err(std::io::Error::other)?);
+        let tls = authority
+            .ca
+            .server_config()
+            .map_err(std::io::Error::other)?;
         let logs = Arc::new(LogIndex::default());
         let api = Arc::new(Api {
             store: store.clone(),
             logs: logs.clone(),
             addr,
+            authority: authority.clone(),
+            audit: AuditLog::default(),
         });
-        let mut tasks = vec![api::serve(listener, api)];
-        let ctx = Arc::new(Ctx::new(store.clone(), data_dir.clone()));
+        let mut tasks = vec![api::serve(listener, TlsAcceptor::from(tls), api.clone())];
+        let ctx = Arc::new(Ctx::new(store.clone(), data_dir.clone(), authority.clone()));
         tasks.extend(controllers::spawn_all(ctx));
         tasks.push(crate::services::spawn(store.clone()));
-        let shared = Shared::new(store.clone(), logs, data_dir.clone(), images, block);
+        let shared = Shared::new(
+            store.clone(),
+            logs,
+            data_dir.clone(),
+            images,
+            block,
+            authority.clone(),
+        );
         let kubelets = (0..config.nodes)
             .map(|i| Kubelet::spawn(shared.clone(), node_name(i), kubelet::node_ip(block, i)))
             .collect();
@@ -151,10 +171,11 @@ impl Sandbox {
             .kubeconfig
             .clone()
             .unwrap_or_else(|| data_dir.join("kubeconfig"));
-        write_kubeconfig(&kubeconfig, addr)?;
+        write_kubeconfig(&kubeconfig, addr, &authority)?;
         Ok(Sandbox {
             store,
             addr,
+            api,
             data_dir,
             kubeconfig,
             kubelets,
@@ -168,8 +189,25 @@ impl Sandbox {
         &self.kubeconfig
     }
 
+    /// `https://127.0.0.1:PORT`; the certificate is the cluster CA's
+    /// ([`Sandbox::ca_pem`]).
     pub fn server_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("https://{}", self.addr)
+    }
+
+    /// The cluster CA's certificate (PEM), which signed the API server's.
+    pub fn ca_pem(&self) -> &str {
+        self.api.authority.ca.ca_pem()
+    }
+
+    /// The bearer token of the kubeconfig's user, the cluster admin.
+    pub fn admin_token(&self) -> &str {
+        self.api.authority.admin_token()
+    }
+
+    /// The latest requests with the identity each was made as.
+    pub fn audit(&self) -> Vec<AuditEntry> {
+        self.api.audit.entries()
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -282,7 +320,14 @@ pub fn node_name(index: usize) -> String {
     format!("node-{}", index + 1)
 }
 
-fn bootstrap(store: &Store, config: &SandboxConfig, block: u8) -> Result<(), crate::ApiError> {
+/// The objects of a fresh cluster; returns the `kubernetes` Service's
+/// ClusterIP.
+fn bootstrap(
+    store: &Store,
+    config: &SandboxConfig,
+    block: u8,
+    api_port: u16,
+) -> Result<IpAddr, crate::ApiError> {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         store.create(
             registry::get("namespaces"),
@@ -290,6 +335,7 @@ fn bootstrap(store: &Store, config: &SandboxConfig, block: u8) -> Result<(), cra
             json!({"metadata": {"name": ns}}),
         )?;
     }
+    let service_ip = master_service(store, api_port)?;
     for i in 0..config.nodes {
         let name = node_name(i);
         let taints: Vec<Value> = config
@@ -327,7 +373,42 @@ fn bootstrap(store: &Store, config: &SandboxConfig, block: u8) -> Result<(), cra
     ] {
         store.create(registry::get("storageclasses"), "", c)?;
     }
-    Ok(())
+    Ok(service_ip)
+}
+
+/// The `kubernetes` Service in `default` and its Endpoints, the API
+/// server's address, as kube-apiserver's controlplane controllers
+/// reconcile them (pkg/controlplane/controller/kubernetesservice and the
+/// master endpoint reconciler): port 443 named `https`, no selector. It is
+/// the first Service, so it gets the block's first Service address, as a
+/// real one gets the first address of the service CIDR.
+fn master_service(store: &Store, api_port: u16) -> Result<IpAddr, crate::ApiError> {
+    let labels = json!({"component": "apiserver", "provider": "kubernetes"});
+    let service = store.create(
+        registry::get("services"),
+        "default",
+        json!({
+            "metadata": {"name": "kubernetes", "labels": labels},
+            "spec": {"type": "ClusterIP", "sessionAffinity": "None", "ports": [
+                {"name": "https", "port": 443, "protocol": "TCP", "targetPort": api_port},
+            ]},
+        }),
+    )?;
+    store.create(
+        registry::get("endpoints"),
+        "default",
+        json!({
+            "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{
+                "addresses": [{"ip": "127.0.0.1"}],
+                "ports": [{"name": "https", "port": api_port, "protocol": "TCP"}],
+            }],
+        }),
+    )?;
+    service["spec"]["clusterIP"]
+        .as_str()
+        .and_then(|ip| ip.parse().ok())
+        .ok_or_else(|| crate::ApiError::Internal("the kubernetes Service got no ClusterIP".into()))
 }
 
 fn node_object(name: &str, index: usize, ip: Ipv4Addr, taints: Vec<Value>) -> Value {
@@ -362,12 +443,16 @@ fn node_object(name: &str, index: usize, ip: Ipv4Addr, taints: Vec<Value>) -> Va
     })
 }
 
-fn write_kubeconfig(path: &Path, addr: SocketAddr) -> std::io::Result<()> {
+/// The kubeconfig: the server's `https://` URL with the cluster CA as
+/// `certificate-authority-data`, and the admin's bearer token.
+fn write_kubeconfig(path: &Path, addr: SocketAddr, authority: &Authority) -> std::io::Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
+    let ca = BASE64_STANDARD.encode(authority.ca.ca_pem());
+    let token = authority.admin_token();
     let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: kube-sandbox\n    namespace: default\ncurrent-context: kube-sandbox\nusers:\n- name: kube-sandbox\n  user: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: kube-sandbox\n    namespace: default\ncurrent-context: kube-sandbox\nusers:\n- name: kube-sandbox\n  user:\n    token: {token}\n"
     );
     std::fs::write(path, text)
 }

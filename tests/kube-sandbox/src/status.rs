@@ -26,6 +26,10 @@ pub enum ApiError {
     },
     #[error("{0}")]
     Forbidden(String),
+    /// 401: credentials the server does not accept (kube-apiserver says
+    /// only "Unauthorized"; the log says why).
+    #[error("Unauthorized")]
+    Unauthorized,
     #[error("{0}")]
     BadRequest(String),
     #[error("the server does not allow this method on the requested resource")]
@@ -56,6 +60,7 @@ impl ApiError {
             ApiError::AlreadyExists { .. } | ApiError::Conflict(_) => 409,
             ApiError::Invalid { .. } => 422,
             ApiError::Forbidden(_) => 403,
+            ApiError::Unauthorized => 401,
             ApiError::BadRequest(_) => 400,
             ApiError::MethodNotAllowed => 405,
             ApiError::Gone(_) => 410,
@@ -71,6 +76,7 @@ impl ApiError {
             ApiError::Conflict(_) => "Conflict",
             ApiError::Invalid { .. } => "Invalid",
             ApiError::Forbidden(_) => "Forbidden",
+            ApiError::Unauthorized => "Unauthorized",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::Gone(_) => "Expired",

@@ -75,7 +75,8 @@ async fn a_pod_runs_its_image_entrypoint_in_the_image_root() {
     let log = log_of_finished(&sb, "probe").await;
     assert_eq!(
         log,
-        "root: bin dev etc lib lib64 probe.sh proc sys tls tmp\n\
+        // `var`: the mount point of the service-account token volume.
+        "root: bin dev etc lib lib64 probe.sh proc sys tls tmp var\n\
          host os-release: absent\n\
          image release: probe 1.0\n\
          secret: s3cret\n\

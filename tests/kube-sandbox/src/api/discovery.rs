@@ -8,7 +8,7 @@ use axum::response::Response;
 use serde_json::{json, Value};
 
 use super::{error, json, Api};
-use crate::registry::{group_versions, RESOURCES, VERBS};
+use crate::registry::{group_versions, RESOURCES};
 use crate::status::ApiError;
 
 /// The Kubernetes version the sandbox answers `/version` with.
@@ -100,7 +100,7 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": VERBS,
+            "verbs": r.verbs,
         });
         if !r.short_names.is_empty() {
             entry["shortNames"] = json!(r.short_names);
@@ -169,13 +169,22 @@ mod tests {
     }
 
     #[test]
-    fn groups_list_apps_autoscaling_and_storage() {
+    fn groups_list_apps_autoscaling_storage_rbac_and_authorization() {
         let names: Vec<String> = groups()["groups"]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|g| g["name"].as_str().map(str::to_string))
             .collect();
-        assert_eq!(names, ["apps", "autoscaling", "storage.k8s.io"]);
+        assert_eq!(
+            names,
+            [
+                "apps",
+                "autoscaling",
+                "storage.k8s.io",
+                "rbac.authorization.k8s.io",
+                "authorization.k8s.io"
+            ]
+        );
     }
 }

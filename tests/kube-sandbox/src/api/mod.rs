@@ -1,6 +1,10 @@
-//! The HTTP API server: discovery, CRUD, watch, patch and pod logs over
-//! plain HTTP/1.1 on loopback, answering in JSON the way kube-apiserver does.
+//! The API server: discovery, CRUD, watch, patch and pod logs over
+//! HTTPS (HTTP/1.1 over TLS, with the cluster CA's serving certificate) on
+//! loopback, answering in JSON the way kube-apiserver does. Each request is
+//! authenticated ([`crate::auth`]) and its identity recorded ([`audit`]).
 
+mod access_review;
+pub mod audit;
 mod discovery;
 pub use discovery::{MAJOR, MINOR};
 mod filter;
@@ -19,9 +23,16 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
 use serde_json::Value;
 use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
+pub use audit::{AuditEntry, AuditLog};
+
+use crate::auth::Authority;
 use crate::kubelet::LogIndex;
 use crate::status::ApiError;
 use crate::store::Store;
@@ -34,19 +45,53 @@ pub struct Api {
     pub logs: Arc<LogIndex>,
     /// Where the server listens, for discovery's serverAddressByClientCIDRs.
     pub addr: SocketAddr,
+    /// Credentials: the serving certificate, tokens, the admin's token.
+    pub authority: Arc<Authority>,
+    pub audit: AuditLog,
 }
 
-/// Serves the API on `listener` until the returned task is dropped.
-pub fn serve(listener: TcpListener, api: Arc<Api>) -> Owned {
+/// Serves the API over TLS on `listener` until the returned task is
+/// dropped, which closes every connection too.
+pub fn serve(listener: TcpListener, tls: TlsAcceptor, api: Arc<Api>) -> Owned {
     let app = Router::new()
         .fallback(handle)
         .layer(DefaultBodyLimit::max(16 << 20))
         .with_state(api);
     Owned::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!("API server stopped: {e}");
+        let mut connections = JoinSet::new();
+        loop {
+            while connections.try_join_next().is_some() {}
+            let tcp = match listener.accept().await {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    tracing::debug!("API server: accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            connections.spawn(connection(tcp, tls.clone(), app.clone()));
         }
     })
+}
+
+/// One client connection: the TLS handshake, then HTTP/1.1 requests (and
+/// upgrades) until the client closes it.
+async fn connection(tcp: tokio::net::TcpStream, tls: TlsAcceptor, app: Router) {
+    let stream = match tls.accept(tcp).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::debug!("API server: TLS handshake: {e}");
+            return;
+        }
+    };
+    let service = TowerToHyperService::new(app);
+    let served = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = served {
+        tracing::debug!("API server: connection: {e}");
+    }
 }
 
 async fn handle(
@@ -67,7 +112,22 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
-    tracing::debug!("{method} {uri}");
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let identity = match api.authority.authenticate(&api.store, authorization) {
+        Ok(identity) => identity,
+        Err(e) => return error(&e),
+    };
+    tracing::debug!("{method} {uri} as {}", identity.username());
+    api.audit.record(AuditEntry {
+        identity: identity.clone(),
+        method: method.to_string(),
+        uri: uri.to_string(),
+    });
+    if let Some(response) = access_review::route(&method, uri.path(), &identity, &body) {
+        return response;
+    }
     if let Some(response) = discovery::route(&api, &method, uri.path()) {
         return response;
     }

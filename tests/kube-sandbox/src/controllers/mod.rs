@@ -11,6 +11,7 @@ pub mod gc;
 pub mod namespaces;
 pub mod ownership;
 pub mod placement;
+pub mod root_ca;
 pub mod scheduler;
 pub mod volumes;
 pub mod workloads;
@@ -22,12 +23,15 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::auth::Authority;
 use crate::store::Store;
 use crate::task::Owned;
 
 /// What the controllers share.
 pub struct Ctx {
     pub store: Arc<Store>,
+    /// The cluster CA, which the root CA publisher copies into namespaces.
+    pub authority: Arc<Authority>,
     /// Provisioned volumes are directories under `<data_dir>/volumes`.
     pub data_dir: PathBuf,
     /// The scheduler's pods waiting for their claims (PreBind).
@@ -37,9 +41,10 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    pub fn new(store: Arc<Store>, data_dir: PathBuf) -> Ctx {
+    pub fn new(store: Arc<Store>, data_dir: PathBuf, authority: Arc<Authority>) -> Ctx {
         Ctx {
             store,
+            authority,
             data_dir,
             assumed: Default::default(),
             daemon_backoff: Default::default(),
@@ -77,6 +82,7 @@ pub fn spawn(name: &'static str, ctx: Arc<Ctx>, reconcile: Reconcile) -> Owned {
 pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
     vec![
         spawn("namespaces", ctx.clone(), namespaces::reconcile),
+        spawn("root-ca-cert-publisher", ctx.clone(), root_ca::reconcile),
         spawn("garbage-collector", ctx.clone(), gc::reconcile),
         spawn("persistentvolume-binder", ctx.clone(), volumes::reconcile),
         spawn("scheduler", ctx.clone(), scheduler::reconcile),

@@ -1,6 +1,7 @@
 //! A container's environment, as the kubelet and the runtime build it: the
 //! runtime's default `PATH`, the image's `Env` (the `base`), `HOSTNAME`,
-//! then the kubelet's: `envFrom` sources, then `env` entries in order
+//! then the kubelet's: the Services' variables ([`super::service_env`]),
+//! `envFrom` sources, then `env` entries in order
 //! (values expanded with `$(VAR)` from the ones before), with `fieldRef`,
 //! `secretKeyRef` and `configMapKeyRef`. A later definition wins.
 
@@ -32,6 +33,9 @@ pub fn build(
             .unwrap_or_default()
             .to_string(),
     );
+    for (name, value) in super::service_env::vars(store, pod) {
+        set(&mut env, &name, value);
+    }
     for source in container["envFrom"].as_array().into_iter().flatten() {
         let prefix = source["prefix"].as_str().unwrap_or_default();
         let (plural, reference) = if source["secretRef"].is_object() {
@@ -133,7 +137,7 @@ fn value_from(store: &Store, pod: &Value, from: &Value) -> Result<Option<String>
 }
 
 /// The downward API's fields.
-fn field(pod: &Value, path: &str) -> Result<String, String> {
+pub(super) fn field(pod: &Value, path: &str) -> Result<String, String> {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     let keyed = |prefix: &str| {
         path.strip_prefix(prefix)

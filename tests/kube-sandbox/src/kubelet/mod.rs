@@ -11,7 +11,9 @@ mod launch;
 pub mod logs;
 mod pod;
 mod probe;
+mod projected;
 pub mod runtime;
+mod service_env;
 mod status;
 mod volumes;
 
@@ -23,6 +25,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::auth::Authority;
 use crate::store::Store;
 use crate::task::Owned;
 
@@ -34,6 +37,8 @@ pub struct Shared {
     pub logs: Arc<LogIndex>,
     pub data_dir: PathBuf,
     pub images: Images,
+    /// Issues the service-account tokens of projected volumes.
+    pub authority: Arc<Authority>,
     ips: Mutex<IpPool>,
 }
 
@@ -45,12 +50,14 @@ impl Shared {
         data_dir: PathBuf,
         images: Images,
         block: u8,
+        authority: Arc<Authority>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             store,
             logs,
             data_dir,
             images,
+            authority,
             ips: Mutex::new(IpPool {
                 block,
                 next: 0,

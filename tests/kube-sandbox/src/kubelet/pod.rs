@@ -275,7 +275,14 @@ impl Worker {
                 message,
             }));
         }
-        volumes::prepare(&self.shared.store, pod, &node, &self.dir).map_err(Some)
+        volumes::prepare(
+            &self.shared.store,
+            &self.shared.authority,
+            pod,
+            &node,
+            &self.dir,
+        )
+        .map_err(Some)
     }
 
     fn node_ready(&self) -> bool {

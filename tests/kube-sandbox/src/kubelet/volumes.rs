@@ -1,5 +1,6 @@
 //! Pod volumes on the node: a claim's volume directory, a Secret's or
-//! ConfigMap's keys written as files, an emptyDir, a hostPath. The result
+//! ConfigMap's keys written as files, a projected volume
+//! ([`super::projected`]), an emptyDir, a hostPath. The result
 //! is a host directory per volume name, which container mounts bind.
 
 use std::collections::{BTreeMap, HashMap};
@@ -10,6 +11,7 @@ use base64::prelude::{Engine as _, BASE64_STANDARD};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::Value;
 
+use crate::auth::Authority;
 use crate::controllers::placement;
 use crate::registry;
 use crate::store::Store;
@@ -32,6 +34,7 @@ pub struct HostVolume {
 /// emptyDirs under `pod_dir/volumes`.
 pub fn prepare(
     store: &Store,
+    authority: &Authority,
     pod: &Value,
     node: &Value,
     pod_dir: &Path,
@@ -56,6 +59,14 @@ pub fn prepare(
                 path: own_dir,
                 read_only: true,
             }
+        } else if volume["projected"].is_object() {
+            let node_name = node["metadata"]["name"].as_str().unwrap_or_default();
+            let projected = &volume["projected"];
+            super::projected::write(store, authority, pod, node_name, projected, &own_dir, name)?;
+            HostVolume {
+                path: own_dir,
+                read_only: true,
+            }
         } else if volume["emptyDir"].is_object() {
             make_dir(&own_dir, name)?;
             HostVolume {
@@ -74,7 +85,7 @@ pub fn prepare(
         } else {
             return Err(NotReady {
                 reason: "FailedMount",
-                message: format!("volume {name:?}: only persistentVolumeClaim, secret, configMap, emptyDir and hostPath volumes are supported by kube-sandbox"),
+                message: format!("volume {name:?}: only persistentVolumeClaim, secret, configMap, projected, emptyDir and hostPath volumes are supported by kube-sandbox"),
             });
         };
         out.insert(name.to_string(), hv);
@@ -99,14 +110,14 @@ fn keys_source(volume: &Value) -> Option<(&'static str, &Value, &str)> {
     ))
 }
 
-fn mount_failed(volume: &str, why: impl std::fmt::Display) -> NotReady {
+pub(super) fn mount_failed(volume: &str, why: impl std::fmt::Display) -> NotReady {
     NotReady {
         reason: "FailedMount",
         message: format!("MountVolume.SetUp failed for volume \"{volume}\" : {why}"),
     }
 }
 
-fn make_dir(dir: &Path, volume: &str) -> Result<(), NotReady> {
+pub(super) fn make_dir(dir: &Path, volume: &str) -> Result<(), NotReady> {
     std::fs::create_dir_all(dir).map_err(|e| mount_failed(volume, e))
 }
 
@@ -164,7 +175,7 @@ fn claim_path(
 }
 
 /// Writes a Secret's or ConfigMap's keys (or the listed `items`) as files.
-fn write_keys(
+pub(super) fn write_keys(
     store: &Store,
     plural: &str,
     ns: &str,

@@ -20,6 +20,9 @@ pub struct Resource {
     /// Subresources besides the object itself ("status", "log", "scale").
     pub subresources: &'static [&'static str],
     pub categories: &'static [&'static str],
+    /// The verbs discovery lists ([`VERBS`] for stored kinds; `create`
+    /// only for reviews, which are answered, never stored).
+    pub verbs: &'static [&'static str],
 }
 
 impl Resource {
@@ -68,6 +71,7 @@ const fn core(
         namespaced,
         subresources,
         categories: &[],
+        verbs: VERBS,
     }
 }
 
@@ -177,6 +181,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         subresources: &["status"],
         categories: ALL,
+        verbs: VERBS,
     },
     Resource {
         group: "storage.k8s.io",
@@ -188,8 +193,47 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: false,
         subresources: &[],
         categories: &[],
+        verbs: VERBS,
+    },
+    rbac("roles", "role", "Role", true),
+    rbac("rolebindings", "rolebinding", "RoleBinding", true),
+    rbac("clusterroles", "clusterrole", "ClusterRole", false),
+    rbac(
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        false,
+    ),
+    Resource {
+        group: "authorization.k8s.io",
+        verbs: &["create"],
+        ..core(
+            SELF_SUBJECT_ACCESS_REVIEWS,
+            "selfsubjectaccessreview",
+            "SelfSubjectAccessReview",
+            &[],
+            false,
+            &[],
+        )
     },
 ];
+
+/// The review the API server answers for the requesting identity.
+pub const SELF_SUBJECT_ACCESS_REVIEWS: &str = "selfsubjectaccessreviews";
+
+/// A kind of `rbac.authorization.k8s.io/v1`: stored and returned (the
+/// sandbox does not enforce it).
+const fn rbac(
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+) -> Resource {
+    Resource {
+        group: "rbac.authorization.k8s.io",
+        ..core(plural, singular, kind, &[], namespaced, &[])
+    }
+}
 
 /// The group versions served, in discovery order ("" = core).
 pub fn group_versions() -> Vec<(&'static str, &'static str)> {
@@ -250,5 +294,10 @@ mod tests {
         assert!(by_kind("v1", "StatefulSet").is_none());
         assert_eq!(group_versions()[0], ("", "v1"));
         assert!(group_versions().contains(&("storage.k8s.io", "v1")));
+        assert_eq!(
+            by_kind("rbac.authorization.k8s.io/v1", "ClusterRoleBinding").map(|r| r.namespaced),
+            Some(false)
+        );
+        assert_eq!(get(SELF_SUBJECT_ACCESS_REVIEWS).verbs, ["create"]);
     }
 }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
+use crate::registry::rules::service_accounts;
 use crate::registry::{self, Resource};
 use crate::status::ApiError;
 
@@ -231,6 +232,12 @@ impl Store {
         let default_class = inner.default_class();
         registry::default_object(res, &mut obj, default_class.as_deref());
         registry::admit(res, &mut obj);
+        if res.kind == "Pod" {
+            let accounts = registry::get("serviceaccounts");
+            service_accounts::admit_pod(&mut obj, |name| {
+                inner.objects.get(&key(accounts, namespace, name)).cloned()
+            })?;
+        }
         if res.kind == "Service" {
             inner.allocate_cluster_ip(&mut obj);
         }

@@ -10,6 +10,13 @@ fn store() -> Arc<Store> {
         json!({"metadata": {"name": "default"}}),
     )
     .expect("namespace");
+    // The namespace controller's, which ServiceAccount admission needs.
+    s.create(
+        registry::get("serviceaccounts"),
+        "default",
+        json!({"metadata": {"name": "default"}}),
+    )
+    .expect("service account");
     s
 }
 
@@ -29,7 +36,8 @@ fn create_fills_server_metadata() {
     assert_eq!(meta["namespace"], "default");
     assert_eq!(meta["uid"].as_str().map(str::len), Some(36));
     assert!(meta["creationTimestamp"].is_string());
-    assert_eq!(meta["resourceVersion"], "2");
+    // After the namespace's and its ServiceAccount's writes.
+    assert_eq!(meta["resourceVersion"], "3");
     let err = s
         .create(pods(), "default", pod("a"))
         .expect_err("duplicate");

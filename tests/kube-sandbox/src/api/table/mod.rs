@@ -248,6 +248,7 @@ macro_rules! cells {
 // per column, in order. Declared after `cells!`, which they use.
 mod core_v1;
 mod pods;
+mod rbac;
 mod storage;
 mod workloads;
 
@@ -284,6 +285,7 @@ fn printer_for(plural: &str) -> Printer {
         "configmaps" => (CONFIG_MAP_COLUMNS, config_map_cells),
         "serviceaccounts" => (SERVICE_ACCOUNT_COLUMNS, service_account_cells),
         "events" => (EVENT_COLUMNS, event_cells),
+        "rolebindings" | "clusterrolebindings" => (rbac::BINDING_COLUMNS, rbac::binding_cells),
         _ => return DEFAULT,
     };
     Printer { columns, cells }

@@ -11,6 +11,7 @@ mod defaults;
 mod metadata;
 mod quantity;
 mod secrets;
+pub mod service_accounts;
 #[cfg(test)]
 mod tests;
 mod update;

@@ -1,0 +1,123 @@
+//! Projected volumes, as the kubelet's projected volume plugin writes them
+//! (pkg/volume/projected): one directory holding each source's files —
+//! `serviceAccountToken` (a token for the pod's ServiceAccount, bound to
+//! the pod, as the kubelet gets one from the TokenRequest API), `configMap`
+//! and `secret` keys, and `downwardAPI` fields — with the volume's
+//! `defaultMode` unless an item says otherwise. This is what the injected
+//! `kube-api-access-*` volume needs. Written once at start, like the other
+//! volumes here: the token is never refreshed (it lives a year).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::volumes::{make_dir, mount_failed, write_keys, NotReady};
+use crate::auth::{Authority, Subject};
+use crate::registry;
+use crate::store::Store;
+
+/// Writes the projected volume `volume` of `pod` (on `node`) into `dir`.
+pub fn write(
+    store: &Store,
+    authority: &Authority,
+    pod: &Value,
+    node: &str,
+    projected: &Value,
+    dir: &Path,
+    volume: &str,
+) -> Result<(), NotReady> {
+    let default_mode = projected["defaultMode"].as_u64().unwrap_or(0o644);
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    make_dir(dir, volume)?;
+    for source in projected["sources"].as_array().into_iter().flatten() {
+        if let Some(token) = source["serviceAccountToken"].as_object() {
+            let path = token.get("path").and_then(Value::as_str).unwrap_or("token");
+            let text = service_account_token(store, authority, pod, node)
+                .map_err(|e| mount_failed(volume, e))?;
+            write_file(dir, path, text.as_bytes(), default_mode, volume)?;
+        } else if let Some((plural, object)) = keyed(source) {
+            let mut keys = object.clone();
+            keys["defaultMode"] = json!(default_mode);
+            let name = object["name"].as_str().unwrap_or_default();
+            write_keys(store, plural, ns, name, &keys, dir, volume)?;
+        } else if source["downwardAPI"].is_object() {
+            for item in source["downwardAPI"]["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let path = item["path"].as_str().unwrap_or_default();
+                let field = item["fieldRef"]["fieldPath"].as_str().unwrap_or_default();
+                let value = super::env::field(pod, field).map_err(|e| mount_failed(volume, e))?;
+                let mode = item["mode"].as_u64().unwrap_or(default_mode);
+                write_file(dir, path, value.as_bytes(), mode, volume)?;
+            }
+        } else {
+            return Err(mount_failed(
+                volume,
+                "kube-sandbox projects serviceAccountToken, configMap, secret and downwardAPI sources only",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A `configMap` or `secret` projection: the resource and the source.
+fn keyed(source: &Value) -> Option<(&'static str, &Value)> {
+    if source["configMap"].is_object() {
+        Some(("configmaps", &source["configMap"]))
+    } else if source["secret"].is_object() {
+        Some(("secrets", &source["secret"]))
+    } else {
+        None
+    }
+}
+
+/// A token bound to the pod, for its ServiceAccount.
+fn service_account_token(
+    store: &Store,
+    authority: &Authority,
+    pod: &Value,
+    node: &str,
+) -> Result<String, String> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = pod["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap_or("default");
+    let account = store
+        .get(registry::get("serviceaccounts"), ns, name)
+        .map_err(|_| format!("failed to fetch token: serviceaccounts \"{name}\" not found"))?;
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let subject = Subject {
+        namespace: ns.to_string(),
+        service_account: name.to_string(),
+        service_account_uid: text(&account["metadata"]["uid"]),
+        pod: text(&pod["metadata"]["name"]),
+        pod_uid: text(&pod["metadata"]["uid"]),
+        node: node.to_string(),
+    };
+    authority
+        .issue(&subject)
+        .map_err(|e| format!("failed to fetch token: {e}"))
+}
+
+fn write_file(
+    dir: &Path,
+    path: &str,
+    bytes: &[u8],
+    mode: u64,
+    volume: &str,
+) -> Result<(), NotReady> {
+    if path.is_empty() || path.starts_with('/') || path.split('/').any(|c| c == "..") {
+        return Err(mount_failed(volume, format!("invalid path {path:?}")));
+    }
+    let file = dir.join(path);
+    if let Some(parent) = file.parent() {
+        make_dir(parent, volume)?;
+    }
+    std::fs::write(&file, bytes).map_err(|e| mount_failed(volume, e))?;
+    let mode = u32::try_from(mode & 0o777).unwrap_or(0o644);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| mount_failed(volume, e))
+}
