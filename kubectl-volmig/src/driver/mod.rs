@@ -86,7 +86,7 @@ impl DriverError {
     pub fn is_retryable(&self) -> bool {
         match self {
             DriverError::Kube { source, .. } => match source.as_ref() {
-                kube::Error::Api(e) => e.code >= 500 || e.code == 429,
+                kube::Error::Api(e) => e.code >= 500 || e.code == 429 || service_account_not_yet(e),
                 _ => true,
             },
             DriverError::Record(e) => e.is_retryable(),
@@ -97,4 +97,12 @@ impl DriverError {
             | DriverError::TakenOver(_) => false,
         }
     }
+}
+
+/// The ServiceAccount admission plugin refuses a pod (403) while its
+/// ServiceAccount does not exist: in a namespace just created, `default`
+/// comes a moment later from the serviceaccounts controller
+/// (plugin/pkg/admission/serviceaccount: "error looking up service account").
+fn service_account_not_yet(e: &kube::core::Status) -> bool {
+    e.code == 403 && e.message.contains("error looking up service account")
 }
