@@ -35,7 +35,8 @@ pub struct Access {
     pub why: &'static str,
 }
 
-const fn namespaced(
+const fn grant(
+    scope: Scope,
     group: &'static str,
     resource: &'static str,
     verbs: &'static [&'static str],
@@ -45,10 +46,19 @@ const fn namespaced(
         group,
         resource,
         verbs,
-        scope: Scope::Namespaced,
+        scope,
         own: false,
         why,
     }
+}
+
+const fn namespaced(
+    group: &'static str,
+    resource: &'static str,
+    verbs: &'static [&'static str],
+    why: &'static str,
+) -> Access {
+    grant(Scope::Namespaced, group, resource, verbs, why)
 }
 
 const fn cluster(
@@ -57,14 +67,7 @@ const fn cluster(
     verbs: &'static [&'static str],
     why: &'static str,
 ) -> Access {
-    Access {
-        group,
-        resource,
-        verbs,
-        scope: Scope::Cluster,
-        own: false,
-        why,
-    }
+    grant(Scope::Cluster, group, resource, verbs, why)
 }
 
 /// Everything the driver (attempts and cutover) asks of the API server.

@@ -21,9 +21,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
-    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext,
-    ServiceAccount,
+    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SecurityContext, ServiceAccount,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -199,13 +198,7 @@ pub fn job(op: &str, namespace: &str, image: &str) -> Job {
                     automount_service_account_token: Some(true),
                     restart_policy: Some("Never".to_string()),
                     enable_service_links: Some(false),
-                    security_context: Some(PodSecurityContext {
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_string(),
-                            localhost_profile: None,
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(super::pods::runtime_default_seccomp()),
                     ..PodSpec::default()
                 }),
             },

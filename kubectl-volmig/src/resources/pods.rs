@@ -282,13 +282,7 @@ fn pod(
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             // No fsGroup: the kubelet would re-own every file of the volume.
-            security_context: Some(PodSecurityContext {
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".to_string(),
-                    localhost_profile: None,
-                }),
-                ..PodSecurityContext::default()
-            }),
+            security_context: Some(runtime_default_seccomp()),
             ..PodSpec::default()
         }),
         ..Pod::default()
@@ -317,4 +311,16 @@ fn affinity(placement: &NodePlacement) -> Option<Affinity> {
         }),
         ..Affinity::default()
     })
+}
+
+/// A pod security context with the container runtime's default seccomp
+/// profile and nothing else.
+pub(super) fn runtime_default_seccomp() -> PodSecurityContext {
+    PodSecurityContext {
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            localhost_profile: None,
+        }),
+        ..PodSecurityContext::default()
+    }
 }
