@@ -26,6 +26,16 @@ pub enum ApiError {
     },
     #[error("{0}")]
     Forbidden(String),
+    /// 403 from the authorizer, as `apierrors.NewForbidden` makes it:
+    /// `pods "x" is forbidden: User "..." cannot get resource ...`, with
+    /// the resource in the details' `kind`.
+    #[error("{} is forbidden: {message}", forbidden_subject(resource, group, name))]
+    Denied {
+        group: String,
+        resource: String,
+        name: String,
+        message: String,
+    },
     /// 401: credentials the server does not accept (kube-apiserver says
     /// only "Unauthorized"; the log says why).
     #[error("Unauthorized")]
@@ -59,7 +69,7 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::NoRoute(_) => 404,
             ApiError::AlreadyExists { .. } | ApiError::Conflict(_) => 409,
             ApiError::Invalid { .. } => 422,
-            ApiError::Forbidden(_) => 403,
+            ApiError::Forbidden(_) | ApiError::Denied { .. } => 403,
             ApiError::Unauthorized => 401,
             ApiError::BadRequest(_) => 400,
             ApiError::MethodNotAllowed => 405,
@@ -75,7 +85,7 @@ impl ApiError {
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict(_) => "Conflict",
             ApiError::Invalid { .. } => "Invalid",
-            ApiError::Forbidden(_) => "Forbidden",
+            ApiError::Forbidden(_) | ApiError::Denied { .. } => "Forbidden",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
@@ -127,12 +137,40 @@ impl ApiError {
                 }
                 Some(details)
             }
+            ApiError::Denied {
+                group,
+                resource,
+                name,
+                ..
+            } => {
+                let mut details = json!({"kind": resource});
+                if !name.is_empty() {
+                    details["name"] = json!(name);
+                }
+                if !group.is_empty() {
+                    details["group"] = json!(group);
+                }
+                Some(details)
+            }
             _ => None,
         };
         if let Some(details) = details {
             status["details"] = details;
         }
         status
+    }
+}
+
+/// `pods "x"`, `deployments.apps`: the qualified resource, with the name
+/// when the request has one.
+fn forbidden_subject(resource: &str, group: &str, name: &str) -> String {
+    let qualified = match group {
+        "" => resource.to_string(),
+        group => format!("{resource}.{group}"),
+    };
+    match name {
+        "" => qualified,
+        name => format!("{qualified} \"{name}\""),
     }
 }
 

@@ -27,6 +27,19 @@ fn host_kubectl() -> String {
     found.to_string_lossy().into_owned()
 }
 
+/// Lets the `default` ServiceAccount of `default` read pods: the sandbox
+/// enforces RBAC for service accounts, which start with no grants.
+async fn grant_pod_reading(sb: &Sandbox) {
+    let rbac = r#"{"apiVersion": "v1", "kind": "List", "items": [
+      {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "pod-reader"},
+       "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+      {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "pod-reader"},
+       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+       "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}]}]}"#;
+    let out = create(sb, rbac).await;
+    assert!(out.ok, "{}", out.stderr);
+}
+
 /// The logs of a pod that ran to completion.
 async fn finished_logs(sb: &Sandbox, pod: &str) -> String {
     wait_for(sb, &["get", "pod", pod], "{.status.phase}", "Succeeded").await;
@@ -130,6 +143,7 @@ async fn the_kubernetes_service_points_at_the_api_server() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_in_a_pod_reaches_the_api_server_with_in_cluster_config() {
     let sb = sandbox().await;
+    grant_pod_reading(&sb).await;
     let script = format!(
         "cd /var/run/secrets/kubernetes.io/serviceaccount && ls && cat namespace && echo && \
          env | grep '^KUBERNETES_' | sort && \
@@ -265,6 +279,7 @@ async fn admission_injects_the_token_volume_unless_automount_is_off() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_token_stops_working_when_its_pod_is_gone() {
     let sb = sandbox().await;
+    grant_pod_reading(&sb).await;
     let manifest = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder"},
         "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}}"#;
     assert!(create(&sb, manifest).await.ok);

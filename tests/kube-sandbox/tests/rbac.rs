@@ -1,5 +1,5 @@
-//! RBAC objects stored and returned (not enforced), and
-//! SelfSubjectAccessReview answered for the requesting identity.
+//! RBAC objects stored and returned, and SelfSubjectAccessReview answered
+//! for the admin (enforcement for service accounts: `rbac_enforced.rs`).
 
 mod common;
 

@@ -1,11 +1,14 @@
 //! Who made which request: a bounded log of the authenticated identity of
 //! every request, as kube-apiserver's audit log records `user` with the
-//! verb and URI. Tests read it to see whom the server took a client for;
-//! RBAC enforcement, when it comes, decides from the same identity.
+//! verb and URI, and for resource requests the attributes the authorizer
+//! decided on (`objectRef` and `verb` in a real audit event) with its
+//! answer. Tests read it to see whom the server took a client for and
+//! which (group, resource, verb) an identity used or was refused.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use crate::auth::rbac::Attributes;
 use crate::auth::Identity;
 
 /// One request.
@@ -16,6 +19,16 @@ pub struct AuditEntry {
     pub method: String,
     /// The request URI's path and query.
     pub uri: String,
+    /// For a resource request (not discovery): what was asked and whether
+    /// it was allowed.
+    pub authorization: Option<Authorization>,
+}
+
+/// The authorizer's question and answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorization {
+    pub attributes: Attributes,
+    pub allowed: bool,
 }
 
 /// The latest [`AuditLog::CAPACITY`] requests.
@@ -52,6 +65,7 @@ mod tests {
                 identity: Identity::Anonymous,
                 method: "GET".into(),
                 uri: format!("/api/{i}"),
+                authorization: None,
             });
         }
         let entries = log.entries();

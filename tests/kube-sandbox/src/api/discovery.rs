@@ -169,7 +169,7 @@ mod tests {
     }
 
     #[test]
-    fn groups_list_apps_autoscaling_storage_rbac_and_authorization() {
+    fn groups_list_apps_batch_autoscaling_storage_rbac_and_authorization() {
         let names: Vec<String> = groups()["groups"]
             .as_array()
             .into_iter()
@@ -180,6 +180,7 @@ mod tests {
             names,
             [
                 "apps",
+                "batch",
                 "autoscaling",
                 "storage.k8s.io",
                 "rbac.authorization.k8s.io",

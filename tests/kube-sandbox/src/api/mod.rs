@@ -5,6 +5,7 @@
 
 mod access_review;
 pub mod audit;
+mod authz;
 mod discovery;
 pub use discovery::{MAJOR, MINOR};
 mod filter;
@@ -30,7 +31,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-pub use audit::{AuditEntry, AuditLog};
+pub use audit::{AuditEntry, AuditLog, Authorization};
 
 use crate::auth::Authority;
 use crate::kubelet::LogIndex;
@@ -120,21 +121,38 @@ async fn handle(
         Err(e) => return error(&e),
     };
     tracing::debug!("{method} {uri} as {}", identity.username());
-    api.audit.record(AuditEntry {
+    let entry = |authorization| AuditEntry {
         identity: identity.clone(),
         method: method.to_string(),
         uri: uri.to_string(),
-    });
-    if let Some(response) = access_review::route(&method, uri.path(), &identity, &body) {
+        authorization,
+    };
+    if let Some(response) = access_review::route(&api, &method, uri.path(), &identity, &body) {
+        api.audit
+            .record(entry(Some(access_review::audit_attributes())));
         return response;
     }
     if let Some(response) = discovery::route(&api, &method, uri.path()) {
+        api.audit.record(entry(None));
         return response;
     }
     let path = match Path::parse(uri.path()) {
         Ok(path) => path,
-        Err(e) => return error(&e),
+        Err(e) => {
+            api.audit.record(entry(None));
+            return error(&e);
+        }
     };
+    let attributes = authz::attributes(&method, &path, &query);
+    let decision = crate::auth::rbac::authorize(&api.store, &identity, &attributes);
+    api.audit.record(entry(Some(Authorization {
+        attributes: attributes.clone(),
+        allowed: decision.allowed,
+    })));
+    if !decision.allowed {
+        let denied = authz::denied(&identity.username(), &attributes, &decision.reason);
+        return error(&denied);
+    }
     let request = objects::Request {
         api: &api,
         path,

@@ -13,6 +13,7 @@
 //! the uids it names.
 
 pub mod pki;
+pub mod rbac;
 pub mod token;
 
 use std::net::IpAddr;

@@ -8,11 +8,13 @@ pub mod autoscaler;
 pub mod daemonsets;
 pub mod endpoints;
 pub mod gc;
+pub mod jobs;
 pub mod namespaces;
 pub mod ownership;
 pub mod placement;
 pub mod root_ca;
 pub mod scheduler;
+pub mod ttl;
 pub mod volumes;
 pub mod workloads;
 mod workloads_sts;
@@ -38,6 +40,8 @@ pub struct Ctx {
     pub(crate) assumed: scheduler::Assumptions,
     /// When the DaemonSet controller may next delete a failed pod.
     pub(crate) daemon_backoff: daemonsets::Backoff,
+    /// When the Job controller may next make a pod for a Job.
+    pub(crate) job_backoff: jobs::Backoff,
 }
 
 impl Ctx {
@@ -48,6 +52,7 @@ impl Ctx {
             data_dir,
             assumed: Default::default(),
             daemon_backoff: Default::default(),
+            job_backoff: Default::default(),
         }
     }
 }
@@ -88,6 +93,8 @@ pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
         spawn("scheduler", ctx.clone(), scheduler::reconcile),
         spawn("workloads", ctx.clone(), workloads::reconcile),
         spawn("daemonset-controller", ctx.clone(), daemonsets::reconcile),
+        spawn("job-controller", ctx.clone(), jobs::reconcile),
+        spawn("ttl-after-finished-controller", ctx.clone(), ttl::reconcile),
         spawn(
             "horizontal-pod-autoscaler",
             ctx.clone(),

@@ -172,6 +172,18 @@ pub static RESOURCES: &[Resource] = &[
         ..apps("daemonsets", "daemonset", "DaemonSet", &["ds"])
     },
     Resource {
+        group: "batch",
+        version: "v1",
+        plural: "jobs",
+        singular: "job",
+        kind: "Job",
+        short_names: &[],
+        namespaced: true,
+        subresources: &["status"],
+        categories: ALL,
+        verbs: VERBS,
+    },
+    Resource {
         group: "autoscaling",
         version: "v2",
         plural: "horizontalpodautoscalers",

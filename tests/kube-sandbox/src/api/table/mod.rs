@@ -247,6 +247,7 @@ macro_rules! cells {
 // The printers, one module per resource family, each with its column lists and one cell
 // per column, in order. Declared after `cells!`, which they use.
 mod core_v1;
+mod jobs;
 mod pods;
 mod rbac;
 mod storage;
@@ -279,6 +280,7 @@ fn printer_for(plural: &str) -> Printer {
         "replicasets" => (REPLICA_SET_COLUMNS, replica_set_cells),
         "statefulsets" => (STATEFUL_SET_COLUMNS, stateful_set_cells),
         "daemonsets" => (DAEMON_SET_COLUMNS, daemon_set_cells),
+        "jobs" => (jobs::JOB_COLUMNS, jobs::job_cells),
         "horizontalpodautoscalers" => (AUTOSCALER_COLUMNS, autoscaler_cells),
         "replicationcontrollers" => (REPLICATION_CONTROLLER_COLUMNS, replication_controller_cells),
         "secrets" => (SECRET_COLUMNS, secret_cells),

@@ -417,3 +417,26 @@ fn wants_table_negotiates_like_the_api_server() {
         "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
     ));
 }
+
+#[test]
+fn jobs() {
+    let template = json!({"spec": {"containers": [{"name": "driver", "image": "volmig:1"}]}});
+    let selector = json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}});
+    let running = json!({"metadata": meta("drive"),
+        "spec": {"completions": 1, "parallelism": 1, "template": template, "selector": selector},
+        "status": {"startTime": "2026-11-21T11:58:00Z", "active": 1}});
+    assert_eq!(
+        shown("jobs", running.clone()),
+        "drive|Running|0/1|2m|5m|driver|volmig:1|batch.kubernetes.io/controller-uid=u-1"
+    );
+    let mut done = running.clone();
+    done["status"] = json!({"startTime": "2026-11-21T11:58:00Z", "completionTime": "2026-11-21T11:58:30Z",
+        "succeeded": 1, "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}]});
+    assert_eq!(&shown("jobs", done)[..30], "drive|Complete|1/1|30s|5m|driv");
+    let mut failed = running;
+    failed["status"]["conditions"] = json!([{"type": "FailureTarget", "status": "True"}]);
+    assert_eq!(cells("jobs", failed.clone())[1], "FailureTarget");
+    failed["status"]["conditions"] =
+        json!([{"type": "FailureTarget", "status": "True"}, {"type": "Failed", "status": "True"}]);
+    assert_eq!(cells("jobs", failed)[1], "Failed");
+}

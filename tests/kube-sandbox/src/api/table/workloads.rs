@@ -204,14 +204,14 @@ fn replicas(obj: &Value) -> i64 {
 }
 
 /// Names and images of a workload's pod template containers, comma separated.
-fn container_cells(obj: &Value) -> (String, String) {
+pub(super) fn container_cells(obj: &Value) -> (String, String) {
     let containers = list(obj, "spec.template.spec.containers");
     let join = |field| Vec::from_iter(containers.iter().map(|c| text(c, field))).join(",");
     (join("name"), join("image"))
 }
 
 /// A `LabelSelector` in selector syntax (`app=web,tier in (a,b),!legacy`), sorted by key.
-fn selector_string(selector: &Value) -> String {
+pub(super) fn selector_string(selector: &Value) -> String {
     let mut requirements = Vec::new();
     for (key, value) in selector["matchLabels"].as_object().into_iter().flatten() {
         let value = value.as_str().unwrap_or_default();

@@ -41,6 +41,7 @@ pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
             causes.extend(validate_workload(res.kind, &obj["spec"]));
         }
         "HorizontalPodAutoscaler" => causes.extend(autoscaler_causes(&obj["spec"])),
+        "Job" => causes.extend(super::jobs::job_causes(&obj["spec"])),
         "Secret" => causes.extend(secret_causes(obj)),
         "ConfigMap" => causes.extend(config_map_causes(obj)),
         _ => {}

@@ -102,6 +102,10 @@ pub fn default_object(res: &Resource, obj: &mut Value, default_class: Option<&st
             default_pod_spec(&mut obj["spec"]["template"]["spec"]);
         }
         "ReplicationController" => default_replication_controller(obj),
+        "Job" => {
+            super::jobs::default_job(obj);
+            default_pod_spec(&mut obj["spec"]["template"]["spec"]);
+        }
         "DaemonSet" => default_daemon_set(&mut obj["spec"]),
         "HorizontalPodAutoscaler" => default_autoscaler(&mut obj["spec"]),
         _ => {}

@@ -8,6 +8,7 @@
 mod create;
 mod decode;
 mod defaults;
+pub mod jobs;
 mod metadata;
 mod quantity;
 mod secrets;

@@ -23,6 +23,7 @@ pub fn validate_update(res: &Resource, old: &Value, new: &Value) -> Result<(), A
             &["replicas", "ordinals", "template", "updateStrategy", "persistentVolumeClaimRetentionPolicy", "minReadySeconds"],
         )
         .then(|| "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden".to_string()),
+        "Job" => super::jobs::job_update_problem(&old["spec"], &new["spec"]),
         "Deployment" | "ReplicaSet" | "DaemonSet" => (old["spec"]["selector"] != new["spec"]["selector"])
             .then(|| "spec.selector: Invalid value: field is immutable".to_string()),
         "StorageClass" => ["provisioner", "parameters", "reclaimPolicy", "volumeBindingMode"]
