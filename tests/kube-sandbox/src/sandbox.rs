@@ -334,6 +334,15 @@ fn bootstrap(
             "",
             json!({"metadata": {"name": ns}}),
         )?;
+        // A cluster handed to its user already has these (the
+        // serviceaccounts controller's first pass): without one, the
+        // ServiceAccount admission plugin refuses every pod of the
+        // namespace. Namespaces made later get theirs from the controller.
+        store.create(
+            registry::get("serviceaccounts"),
+            ns,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}),
+        )?;
     }
     let service_ip = master_service(store, api_port)?;
     for i in 0..config.nodes {
