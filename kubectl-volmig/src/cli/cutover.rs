@@ -47,12 +47,12 @@ pub async fn commit(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i
     let released = cutover.release().await;
     result.map_err(refused_as_usage)?;
     released?;
-    let vm = store.get(op).await?;
+    let vm = cutover.record();
     say!(
         "operation {op}: {}",
         vm.status.message.as_deref().unwrap_or("committed")
     );
-    show::print_one(&vm, output)?;
+    show::print_one(vm, output)?;
     Ok(exit::OK)
 }
 

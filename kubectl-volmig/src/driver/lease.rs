@@ -76,23 +76,9 @@ impl Driver {
 
     /// Gives up the lease: another client may drive now.
     pub(super) async fn release(&mut self) -> Result<(), DriverError> {
-        let holder = self.options.holder.clone();
-        let vm = self
-            .store
-            .update(&self.plan.operation, |vm| {
-                if vm
-                    .status
-                    .driver
-                    .as_ref()
-                    .is_some_and(|d| d.holder == holder)
-                {
-                    vm.status.driver = None;
-                }
-                Ok(())
-            })
-            .await?;
+        self.record =
+            release_lease(&self.store, &self.plan.operation, &self.options.holder).await?;
         self.holds_lease = false;
-        self.record = vm;
         Ok(())
     }
 
@@ -180,8 +166,13 @@ impl LeaseHolder<'_> {
     }
 }
 
-/// Releases `holder`'s lease on `op` (after Ctrl-C), if it still holds it.
-pub async fn release_lease(store: &RecordStore, op: &str, holder: &str) -> Result<(), StoreError> {
+/// Releases `holder`'s lease on `op` (after Ctrl-C), if it still holds it;
+/// the record as written.
+pub async fn release_lease(
+    store: &RecordStore,
+    op: &str,
+    holder: &str,
+) -> Result<VolumeMigration, StoreError> {
     store
         .update(op, |vm| {
             if vm
@@ -195,5 +186,4 @@ pub async fn release_lease(store: &RecordStore, op: &str, holder: &str) -> Resul
             Ok(())
         })
         .await
-        .map(|_| ())
 }

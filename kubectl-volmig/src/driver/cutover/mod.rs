@@ -233,13 +233,18 @@ impl Cutover {
         Ok(())
     }
 
-    /// Gives the lease up (another client may drive now) and re-reads the record.
+    /// Gives the lease up: another client may drive now.
     pub async fn release(&mut self) -> Result<(), DriverError> {
-        super::lease::release_lease(&self.store, &self.plan.operation, &self.options.holder)
-            .await?;
+        self.record =
+            super::lease::release_lease(&self.store, &self.plan.operation, &self.options.holder)
+                .await?;
         self.holds_lease = false;
-        self.record = self.store.get(&self.plan.operation).await?;
         Ok(())
+    }
+
+    /// The record as this driver last wrote or read it.
+    pub fn record(&self) -> &VolumeMigration {
+        &self.record
     }
 
     /// An Event on the claim, and a line for the user.
@@ -286,7 +291,11 @@ impl Cutover {
             self.updates.clone(),
         );
         let outcome = driver.run().await?;
-        self.record = self.store.get(&self.plan.operation).await?;
+        // Every outcome carries the record as the pass left it.
+        self.record = match &outcome {
+            Outcome::Finished(vm) | Outcome::Detached(vm) => (**vm).clone(),
+            Outcome::PassEnded { record, .. } => (**record).clone(),
+        };
         Ok(outcome)
     }
 
