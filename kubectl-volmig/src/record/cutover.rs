@@ -229,6 +229,10 @@ pub struct OwnerUpdate {
     pub original: serde_json::Value,
 }
 
+/// What `claims[].swap` says once `commit` has begun: from then on the old
+/// volume is going, and no rollback may start.
+pub const COMMIT: &str = "Commit";
+
 /// A rollback in flight or done.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -35,6 +35,7 @@ mod rollback;
 mod steps;
 #[cfg(test)]
 mod tests;
+mod volumes;
 pub mod workload;
 
 use std::time::Duration;
@@ -198,6 +199,19 @@ impl Cutover {
         self.holds_lease = true;
         self.heartbeat_at = Instant::now();
         Ok(())
+    }
+
+    /// Writes ahead, in the claim's part of the record, the change about
+    /// to be made (`claims[].swap`).
+    pub(super) async fn note_change(&mut self, change: &str) -> Result<(), DriverError> {
+        let claim = self.claim().name.clone();
+        self.write(|vm| {
+            let c = vm.status.cutover.get_or_insert_with(CutoverStatus::default);
+            if let Some(claim) = c.claim_mut(&claim) {
+                claim.swap = Some(change.to_string());
+            }
+        })
+        .await
     }
 
     /// Refreshes the heartbeat if it is due (during waits).

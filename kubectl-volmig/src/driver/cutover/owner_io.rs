@@ -110,7 +110,7 @@ impl Cutover {
                     tokio::time::sleep(POLL).await;
                 }
                 OwnerAction::Delete { uid } => {
-                    self.note_owner_change("DeleteOwner").await?;
+                    self.note_change("DeleteOwner").await?;
                     crash_point(&format!("{side}:Delete"));
                     let params = DeleteParams {
                         propagation_policy: Some(PropagationPolicy::Orphan),
@@ -131,7 +131,7 @@ impl Cutover {
                     }
                 }
                 OwnerAction::Create(sts) => {
-                    self.note_owner_change("CreateOwner").await?;
+                    self.note_change("CreateOwner").await?;
                     crash_point(&format!("{side}:Create"));
                     match api.create(&PostParams::default(), &sts).await {
                         Ok(_) => {}
@@ -153,16 +153,5 @@ impl Cutover {
         self.post(Severity::Normal, "CutoverOwnerUpdated", &msg)
             .await;
         Ok(())
-    }
-
-    async fn note_owner_change(&mut self, what: &str) -> Result<(), DriverError> {
-        let claim = self.claim().name.clone();
-        self.write(|vm| {
-            let c = vm.status.cutover.get_or_insert_with(Default::default);
-            if let Some(claim) = c.claim_mut(&claim) {
-                claim.swap = Some(what.to_string());
-            }
-        })
-        .await
     }
 }

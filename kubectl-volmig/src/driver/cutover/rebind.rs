@@ -72,16 +72,15 @@ pub enum Action {
 }
 
 impl Action {
-    /// A name for the record, the events and the tests' crash points.
+    /// A name for the record, the events and the tests' crash points:
+    /// the kind, and the object when the action names one.
     pub fn label(&self) -> String {
         match self {
-            Action::Retain(v) => format!("Retain {v}"),
-            Action::DeleteClaim { name, .. } => format!("DeleteClaim {name}"),
-            Action::AwaitClaimGone(c) => format!("AwaitClaimGone {c}"),
-            Action::FreeVolume(v) => format!("FreeVolume {v}"),
-            Action::CreateClaim => "CreateClaim".into(),
-            Action::AwaitBound => "AwaitBound".into(),
-            Action::Done => "Done".into(),
+            Action::Retain(object)
+            | Action::DeleteClaim { name: object, .. }
+            | Action::AwaitClaimGone(object)
+            | Action::FreeVolume(object) => format!("{} {object}", self.kind()),
+            Action::CreateClaim | Action::AwaitBound | Action::Done => self.kind().to_string(),
         }
     }
 

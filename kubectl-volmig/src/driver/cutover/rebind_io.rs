@@ -3,7 +3,7 @@
 //! decisions are [`super::rebind`]'s.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -50,14 +50,7 @@ impl Cutover {
             if action.changes_the_cluster() {
                 waiting = None;
                 let label = action.label();
-                let cutover_claim = self.claim().name.clone();
-                self.write(|vm| {
-                    let c = vm.status.cutover.get_or_insert_with(Default::default);
-                    if let Some(claim) = c.claim_mut(&cutover_claim) {
-                        claim.swap = Some(label.clone());
-                    }
-                })
-                .await?;
+                self.note_change(&label).await?;
                 let step = self.cutover().step;
                 let side = if step == Step::RollingBack {
                     "rollback"
@@ -99,7 +92,6 @@ impl Cutover {
         let mut seen = Observed {
             claim: get_opt(&claims, name, "claim").await?,
             target_name: target.to_string(),
-            target: get_opt(&volumes, target, "volume").await?,
             ..Observed::default()
         };
         for r in remove {
@@ -110,6 +102,11 @@ impl Cutover {
             seen.keep
                 .push((k.clone(), get_opt(&volumes, k, "volume").await?));
         }
+        // The target is one of the volumes kept (read once), or read alone.
+        seen.target = match seen.keep.iter().find(|(k, _)| k == target) {
+            Some((_, v)) => v.clone(),
+            None => get_opt(&volumes, target, "volume").await?,
+        };
         Ok(seen)
     }
 
@@ -123,19 +120,8 @@ impl Cutover {
         target: Option<&PersistentVolume>,
     ) -> Result<(), DriverError> {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
-        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
-        let params = PatchParams::default();
-        let ignore_gone = |r: Result<(), kube::Error>, what: String| match r {
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(DriverError::kube(what, e)),
-            Ok(()) => Ok(()),
-        };
         match action {
-            Action::Retain(v) => {
-                let patch = json!({"spec": {"persistentVolumeReclaimPolicy": rebind::RETAIN}});
-                let r = volumes.patch(v, &params, &Patch::Merge(&patch)).await;
-                ignore_gone(r.map(drop), format!("set Retain on volume {v}"))
-            }
+            Action::Retain(v) => self.set_policy(v, rebind::RETAIN).await,
             Action::DeleteClaim { name, uid } => {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions {
@@ -144,11 +130,12 @@ impl Cutover {
                     }),
                     ..DeleteParams::default()
                 };
-                let r = claims.delete(name, &dp).await;
-                match r {
-                    // The uid changed: another claim took the name; look again.
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    r => ignore_gone(r.map(drop), format!("delete claim {name}")),
+                match claims.delete(name, &dp).await {
+                    // Gone already; or the uid changed, another claim took
+                    // the name: either way, look again.
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+                    Err(e) => Err(DriverError::kube(format!("delete claim {name}"), e)),
                 }
             }
             Action::FreeVolume(v) => {
@@ -160,8 +147,8 @@ impl Cutover {
                     "uid": null,
                     "resourceVersion": null,
                 }}});
-                let r = volumes.patch(v, &params, &Patch::Merge(&patch)).await;
-                ignore_gone(r.map(drop), format!("free volume {v} for claim {name}"))
+                let what = format!("free for claim {name} the");
+                self.patch_volume(v, &patch, &what).await
             }
             Action::CreateClaim => {
                 let target = target

@@ -7,7 +7,7 @@ use kube::Client;
 
 use super::machine;
 use crate::driver::DriverError;
-use crate::record::cutover::Step;
+use crate::record::cutover::{Step, COMMIT};
 use crate::record::store::{RecordStore, StoreError};
 use crate::record::{Phase, VolumeMigration};
 
@@ -45,7 +45,7 @@ pub async fn request_rollback(
                 now,
             )
             .map_err(|why| StoreError::Changed(format!("operation {op}: {why}")))?;
-            if c.claims.iter().any(|c| c.swap.as_deref() == Some("Commit")) {
+            if c.claims.iter().any(|c| c.swap.as_deref() == Some(COMMIT)) {
                 return Err(StoreError::Changed(format!(
                     "operation {op} is being committed: its old volume is going"
                 )));

@@ -7,7 +7,7 @@
 //! (labelled with the operation) unless `--delete-new`.
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, DeleteParams};
 
 use super::machine;
@@ -241,17 +241,8 @@ impl Cutover {
             Err(e) => return Err(DriverError::kube(format!("delete claim {temporary}"), e)),
         }
         if let (Some(v), Some(c)) = (&new_volume, claim) {
-            match c.new_policy.as_deref() {
-                Some("Delete") | None => self.set_policy(v, "Delete").await?,
-                Some(_) => {
-                    let api: Api<PersistentVolume> = Api::all(self.client.clone());
-                    match api.delete(v, &DeleteParams::default()).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(e)) if e.code == 404 => {}
-                        Err(e) => return Err(DriverError::kube(format!("delete volume {v}"), e)),
-                    }
-                }
-            }
+            let policy = c.new_policy.as_deref().unwrap_or("Delete");
+            self.discard_volume(v, policy).await?;
         }
         Ok(())
     }

@@ -3,8 +3,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use serde_json::json;
+use kube::api::Api;
 
 use super::machine;
 use super::rebind;
@@ -12,9 +11,8 @@ use super::workload;
 use super::{crash_point, Cutover, Flow, READY_LIMIT};
 use crate::driver::{DriverError, Outcome};
 use crate::events::Severity;
-use crate::names;
 use crate::plan::quiesce;
-use crate::record::cutover::{ClaimCutover, PassKind, Rollback, Step};
+use crate::record::cutover::{ClaimCutover, PassKind, Rollback, Step, COMMIT};
 use crate::record::Phase;
 
 /// How long the pods of a scaled-down owner may take to go.
@@ -348,36 +346,6 @@ impl Cutover {
         .await
     }
 
-    pub(super) async fn set_policy(&self, volume: &str, policy: &str) -> Result<(), DriverError> {
-        let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        let patch = json!({"spec": {"persistentVolumeReclaimPolicy": policy}});
-        match api
-            .patch(volume, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(DriverError::kube(
-                format!("set {policy} on volume {volume}"),
-                e,
-            )),
-        }
-    }
-
-    /// Labels a kept volume with the operation, so it can be found.
-    pub(super) async fn label_volume(&self, volume: &str) -> Result<(), DriverError> {
-        let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        let patch = json!({"metadata": {"labels": {names::OPERATION_KEY: self.plan.operation}}});
-        match api
-            .patch(volume, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(DriverError::kube(format!("label volume {volume}"), e)),
-        }
-    }
-
     /// The move is done: the operation Succeeded (again, if a crash came
     /// between), and with `--commit` the old volume goes at once.
     pub(super) async fn settle(&mut self) -> Result<Flow, DriverError> {
@@ -418,32 +386,10 @@ impl Cutover {
             )));
         }
         let claim = c.claim(&self.claim().name).cloned().unwrap_or_default();
-        let cutover_claim = claim.name.clone();
-        self.write(|vm| {
-            if let Some(c) = vm
-                .status
-                .cutover
-                .as_mut()
-                .and_then(|c| c.claim_mut(&cutover_claim))
-            {
-                c.swap = Some("Commit".into());
-            }
-        })
-        .await?;
+        self.note_change(COMMIT).await?;
         crash_point("commit");
         let old = &claim.source_volume;
-        let data = if claim.source_policy == "Delete" {
-            self.set_policy(old, "Delete").await?;
-            "its data with it, as its Delete policy says"
-        } else {
-            let api: Api<PersistentVolume> = Api::all(self.client.clone());
-            match api.delete(old, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(DriverError::kube(format!("delete volume {old}"), e)),
-            }
-            "its data stays on the storage, as its Retain policy says"
-        };
+        let data = self.discard_volume(old, &claim.source_policy).await?;
         self.advance(Step::Committed, |_| {}).await?;
         let msg = format!("committed: the old volume {old} is deleted, {data}");
         self.write(|vm| vm.status.message = Some(msg.clone()))
