@@ -11,7 +11,7 @@ use crate::driver::DriverOptions;
 use crate::names;
 use crate::plan::quiesce::{self, Quiesce, ScalableKind};
 use crate::plan::Refusal;
-use crate::plan::{self, ClaimAction, NodePlacement, Plan};
+use crate::plan::{self, ClaimAction, Inputs, NodePlacement, Plan};
 use crate::record::{configmap, store::RecordStore};
 use crate::resources;
 use crate::spec::{
@@ -31,7 +31,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     refuse_busy_destination(cluster, &spec).await?;
     let plan = plan::plan(&spec, &operation, &inputs)?;
     let quiesce = match &spec.cutover {
-        Some(_) => Some(quiesce_plan(cluster, &spec).await?),
+        Some(_) => Some(quiesce_plan(cluster, &spec, &inputs).await?),
         None => None,
     };
     if args.dry_run {
@@ -71,9 +71,15 @@ fn check_cutover_flags(spec: &MigrationSpec, detach: bool) -> Result<(), CliErro
 
 /// Who must stop for the cutover and how, or every consumer that scaling
 /// cannot stop (refused before anything is created).
-async fn quiesce_plan(cluster: &Cluster, spec: &MigrationSpec) -> Result<Quiesce, CliError> {
+async fn quiesce_plan(
+    cluster: &Cluster,
+    spec: &MigrationSpec,
+    inputs: &Inputs,
+) -> Result<Quiesce, CliError> {
     let claim = &spec.source;
-    let workloads = workload::gather(&cluster.client, &claim.namespace).await?;
+    // The source namespace's pods are read already, for the plan.
+    let workloads =
+        workload::gather_with(&cluster.client, &claim.namespace, inputs.pods.clone()).await?;
     let plan = quiesce::plan(&claim.name, &workloads).map_err(|unstoppable| {
         CliError::from(Refusal::Unquiescable {
             namespace: claim.namespace.clone(),
@@ -82,14 +88,8 @@ async fn quiesce_plan(cluster: &Cluster, spec: &MigrationSpec) -> Result<Quiesce
         })
     })?;
     let update_owner = spec.cutover.as_ref().is_some_and(|c| c.update_owner);
-    let made_by_template = workloads.stateful_sets.iter().any(|sts| {
-        let name = sts.metadata.name.as_deref().unwrap_or_default();
-        let stopped = plan
-            .targets
-            .iter()
-            .any(|t| t.kind == ScalableKind::StatefulSet && t.name == name);
-        stopped && owner::template_of(&claim.name, sts).is_some()
-    });
+    let made_by_template =
+        owner::template_owner(&claim.name, &plan.targets, &workloads.stateful_sets).is_some();
     if update_owner && !made_by_template {
         return Err(Refusal::NoOwnerTemplate {
             namespace: claim.namespace.clone(),

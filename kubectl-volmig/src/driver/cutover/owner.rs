@@ -14,6 +14,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{json, Value};
 
+use crate::plan::quiesce::{ScalableKind, ScaleTarget};
 use crate::record::cutover::OwnerUpdate;
 
 /// The next change to the StatefulSet.
@@ -43,6 +44,23 @@ pub fn template_of(claim: &str, sts: &StatefulSet) -> Option<String> {
                 .strip_prefix(&format!("{t}-{name}-"))
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         })
+}
+
+/// The StatefulSet among the `stopped` owners whose claim template made
+/// `claim`, with that template's name.
+pub fn template_owner<'a>(
+    claim: &str,
+    stopped: &[ScaleTarget],
+    sets: &'a [StatefulSet],
+) -> Option<(&'a StatefulSet, String)> {
+    sets.iter()
+        .filter(|sts| {
+            let name = sts.metadata.name.as_deref().unwrap_or_default();
+            stopped
+                .iter()
+                .any(|t| t.kind == ScalableKind::StatefulSet && t.name == name)
+        })
+        .find_map(|sts| Some((sts, template_of(claim, sts)?)))
 }
 
 /// The class template `template` of `sts` names (`None`: the default).

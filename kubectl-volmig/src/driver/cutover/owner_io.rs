@@ -4,13 +4,12 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions, PropagationPolicy};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions, PropagationPolicy};
 
 use super::owner::{self, OwnerAction};
 use super::{crash_point, Cutover, POLL, TERMINATING_LIMIT};
 use crate::driver::DriverError;
 use crate::events::Severity;
-use crate::plan::quiesce::ScalableKind;
 use crate::record::cutover::OwnerUpdate;
 
 impl Cutover {
@@ -30,26 +29,13 @@ impl Cutover {
         let ns = self.claim().namespace.clone();
         let claim = self.claim().name.clone();
         let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &ns);
-        let mut found = None;
-        for t in self
-            .cutover()
-            .quiesce
-            .iter()
-            .filter(|t| t.kind == ScalableKind::StatefulSet)
-        {
-            let Some(sts) = api
-                .get_opt(&t.name)
-                .await
-                .map_err(|e| DriverError::kube(format!("get StatefulSet {}", t.name), e))?
-            else {
-                continue;
-            };
-            if let Some(template) = owner::template_of(&claim, &sts) {
-                found = Some((sts, template));
-                break;
-            }
-        }
-        let Some((sts, template)) = found else {
+        let sets = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| DriverError::kube(format!("list StatefulSets in {ns}"), e))?
+            .items;
+        let Some((sts, template)) = owner::template_owner(&claim, &self.cutover().quiesce, &sets)
+        else {
             return Err(DriverError::Refused(format!(
                 "--update-owner: no StatefulSet that was stopped made claim {ns}/{claim} from its volumeClaimTemplates"
             )));
@@ -63,9 +49,9 @@ impl Cutover {
             .and_then(|s| s.storage_class_name);
         let update = OwnerUpdate {
             name: sts.metadata.name.clone().unwrap_or_default(),
-            from_class: owner::template_class(&sts, &template),
+            from_class: owner::template_class(sts, &template),
             to_class,
-            original: owner::original_of(&sts),
+            original: owner::original_of(sts),
             template,
         };
         self.write(|vm| {
@@ -90,6 +76,7 @@ impl Cutover {
         let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &ns);
         let side = if forward { "owner" } else { "rollback-owner" };
         let mut waited = None;
+        let mut changed = false;
         loop {
             let seen = api
                 .get_opt(&update.name)
@@ -110,6 +97,7 @@ impl Cutover {
                     tokio::time::sleep(POLL).await;
                 }
                 OwnerAction::Delete { uid } => {
+                    changed = true;
                     self.note_change("DeleteOwner").await?;
                     crash_point(&format!("{side}:Delete"));
                     let params = DeleteParams {
@@ -131,6 +119,7 @@ impl Cutover {
                     }
                 }
                 OwnerAction::Create(sts) => {
+                    changed = true;
                     self.note_change("CreateOwner").await?;
                     crash_point(&format!("{side}:Create"));
                     match api.create(&PostParams::default(), &sts).await {
@@ -143,6 +132,9 @@ impl Cutover {
                     }
                 }
             }
+        }
+        if !changed {
+            return Ok(());
         }
         let msg = format!(
             "StatefulSet {} re-created with class {} in its claim template {} (its pods and claims stayed)",

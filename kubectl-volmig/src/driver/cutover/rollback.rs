@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, DeleteParams};
 
 use super::machine;
-use super::workload;
 use super::{crash_point, Cutover, Flow};
 use crate::driver::{gather, objects, DriverError, Outcome};
 use crate::events::Severity;
@@ -56,8 +55,6 @@ impl Cutover {
         }
         let swapped = machine::swap_may_have_started(rollback.from, &c);
         let claim = c.claim(&self.claim().name).cloned();
-        let ns = self.claim().namespace.clone();
-        let name = self.claim().name.clone();
         if c.quiesced_at.is_some() {
             if !rollback.quiesced {
                 self.write(|vm| {
@@ -67,11 +64,7 @@ impl Cutover {
                 })
                 .await?;
             }
-            crash_point("rollback:ScaleDown");
-            for t in &c.quiesce {
-                workload::scale(&self.client, &ns, t, 0).await?;
-            }
-            self.await_no_consumers(&ns, &name).await?;
+            self.stop_app("rollback").await?;
         }
         let back = names::sync_back_claim(&op);
         if let (true, false, Some(claim)) = (rollback.sync_back, rollback.synced_back, &claim) {

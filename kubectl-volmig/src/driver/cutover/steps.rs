@@ -71,18 +71,7 @@ impl Cutover {
                 // Nothing of the app has changed: the operation fails as a
                 // copy does, and resume runs new rounds.
                 let msg = format!("pre-copy round {number} failed: {why}");
-                self.write(|vm| {
-                    vm.status.phase = Phase::Failed;
-                    vm.status.message = Some(msg.clone());
-                    vm.status.completion_time = Some(Timestamp::now());
-                    if let Some(c) = vm.status.cutover.as_mut() {
-                        c.pass = None;
-                    }
-                })
-                .await?;
-                self.post(Severity::Warning, "CutoverFailed", &msg).await;
-                self.release().await?;
-                Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
+                self.fail_untouched("CutoverFailed", &msg).await
             }
             other => self.interrupted(other),
         }
@@ -127,11 +116,7 @@ impl Cutover {
             false => format!("scaling {} to 0", names.join(", ")),
         };
         self.post(Severity::Normal, "CutoverQuiesce", &msg).await;
-        crash_point("quiesce:ScaleDown");
-        for t in &targets {
-            workload::scale(&self.client, &ns, t, 0).await?;
-        }
-        self.await_no_consumers(&ns, &name).await?;
+        self.stop_app("quiesce").await?;
         self.advance(Step::FinalSync, |_| {}).await?;
         Ok(Flow::Next)
     }
@@ -148,25 +133,38 @@ impl Cutover {
             self.claim(),
             list.join("; ")
         );
+        self.fail_untouched("CutoverRefused", &msg).await
+    }
+
+    /// Ends the operation Failed before the app was touched: nothing to
+    /// undo, and `resume` tries again from the step it stopped at.
+    async fn fail_untouched(&mut self, reason: &str, msg: &str) -> Result<Flow, DriverError> {
         self.write(|vm| {
             vm.status.phase = Phase::Failed;
-            vm.status.message = Some(msg.clone());
+            vm.status.message = Some(msg.to_string());
             vm.status.completion_time = Some(Timestamp::now());
+            if let Some(c) = vm.status.cutover.as_mut() {
+                c.pass = None;
+            }
         })
         .await?;
-        self.post(Severity::Warning, "CutoverRefused", &msg).await;
+        self.post(Severity::Warning, reason, msg).await;
         self.release().await?;
         Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
     }
 
-    /// Waits until no pod (but volmig's) mounts the claim.
-    pub(super) async fn await_no_consumers(
-        &mut self,
-        ns: &str,
-        claim: &str,
-    ) -> Result<(), DriverError> {
+    /// Scales every recorded owner to zero and waits until no pod (but
+    /// volmig's) mounts the claim; `side` names the crash point.
+    pub(super) async fn stop_app(&mut self, side: &str) -> Result<(), DriverError> {
+        let ns = self.claim().namespace.clone();
+        let claim = self.claim().name.clone();
+        crash_point(&format!("{side}:ScaleDown"));
+        for t in &self.cutover().quiesce {
+            workload::scale(&self.client, &ns, t, 0).await?;
+        }
         let client = self.client.clone();
         let what = format!("pods still mount {ns}/{claim}");
+        let (ns, claim) = (&ns, &claim);
         self.wait_until(GONE_LIMIT, &what, || {
             let client = client.clone();
             async move { Ok(workload::consumers(&client, ns, claim).await?.is_empty()) }

@@ -18,9 +18,19 @@ use crate::plan::quiesce::{self, ScalableKind, ScaleTarget, Workloads};
 /// Everything the quiesce planner reads in `ns`. KEDA's ScaledObjects are
 /// read when the CRD exists.
 pub async fn gather(client: &Client, ns: &str) -> Result<Workloads, DriverError> {
+    let pods = list::<Pod>(client, ns, "pods").await?;
+    gather_with(client, ns, pods).await
+}
+
+/// [`gather`] around `pods`, the namespace's pods as already read.
+pub async fn gather_with(
+    client: &Client,
+    ns: &str,
+    pods: Vec<Pod>,
+) -> Result<Workloads, DriverError> {
     let all = ListParams::default();
     let mut w = Workloads {
-        pods: list::<Pod>(client, ns, "pods").await?,
+        pods,
         replica_sets: list::<ReplicaSet>(client, ns, "replicasets").await?,
         deployments: list::<Deployment>(client, ns, "deployments").await?,
         stateful_sets: list::<StatefulSet>(client, ns, "statefulsets").await?,
