@@ -302,25 +302,11 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
             DriverError::Refused(m) => CliError::Usage(m),
             e => e.into(),
         })?;
-    if vm
-        .status
-        .cutover
-        .as_ref()
-        .is_some_and(|c| c.rollback.is_some())
-    {
+    if vm.rolling_back() {
         // Past PreCopy the app has been touched: abort is a rollback,
         // driven here unless the client that drives the cutover takes it.
         say!("operation {op} has stopped the app: aborting means rolling back");
-        let again = ResumeArgs {
-            operation: op.clone(),
-            detach: false,
-            force: false,
-            start_timeout: 300,
-        };
-        return match Box::pin(resume(cluster, again, output)).await? {
-            exit::ROLLED_BACK => Ok(exit::OK),
-            code => Ok(code),
-        };
+        return drive_rollback(cluster, op, false, 300, output).await;
     }
     say!(
         "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
@@ -328,6 +314,27 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
     );
     show::print_one(&vm, output)?;
     Ok(exit::OK)
+}
+
+/// Drives a rollback already asked for (or follows the client that
+/// drives it) as `resume` does; rolled back is what was asked, so exit 0.
+pub async fn drive_rollback(
+    cluster: &Cluster,
+    op: &str,
+    force: bool,
+    start_timeout: u64,
+    output: Output,
+) -> Result<i32, CliError> {
+    let args = ResumeArgs {
+        operation: op.to_string(),
+        detach: false,
+        force,
+        start_timeout,
+    };
+    match resume(cluster, args, output).await? {
+        exit::ROLLED_BACK => Ok(exit::OK),
+        code => Ok(code),
+    }
 }
 
 pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliError> {

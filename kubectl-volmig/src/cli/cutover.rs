@@ -1,6 +1,6 @@
 //! `commit` and `rollback`: the two ways a cutover ends.
 
-use super::args::{OpArgs, Output, ResumeArgs, RollbackArgs};
+use super::args::{OpArgs, Output, RollbackArgs};
 use super::{control, exit, plan_of, show, CliError};
 use crate::cluster::Cluster;
 use crate::driver::cutover::request::{request_rollback, RollbackFlags};
@@ -88,17 +88,14 @@ pub async fn rollback(
         args.operation,
         from.as_str()
     );
-    let resume = ResumeArgs {
-        operation: args.operation,
-        detach: false,
-        force: args.force,
-        start_timeout: args.start_timeout,
-    };
-    // Rolled back is what was asked for.
-    match control::resume(cluster, resume, output).await? {
-        exit::ROLLED_BACK => Ok(exit::OK),
-        code => Ok(code),
-    }
+    control::drive_rollback(
+        cluster,
+        &args.operation,
+        args.force,
+        args.start_timeout,
+        output,
+    )
+    .await
 }
 
 fn refused_as_usage(e: DriverError) -> CliError {

@@ -131,12 +131,7 @@ impl LeaseHolder<'_> {
                     if vm.status.phase == Phase::Aborted {
                         return Err(StoreError::Changed("the operation was aborted".into()));
                     }
-                    let rolling_back = vm
-                        .status
-                        .cutover
-                        .as_ref()
-                        .is_some_and(|c| c.rollback.is_some());
-                    if self.stop_on_rollback && rolling_back {
+                    if self.stop_on_rollback && vm.rolling_back() {
                         return Err(StoreError::Changed("a rollback was asked for".into()));
                     }
                     if let Some(other) =

@@ -46,6 +46,12 @@ impl VolumeMigration {
         let last = self.status.attempts.last();
         last.filter(|a| goes_on && !a.phase.is_over())
     }
+
+    /// Whether a cutover rollback has been asked for.
+    pub fn rolling_back(&self) -> bool {
+        let cutover = self.status.cutover.as_ref();
+        cutover.is_some_and(|c| c.rollback.is_some())
+    }
 }
 
 /// The record's identity: name (the operation id) and namespace, plus the

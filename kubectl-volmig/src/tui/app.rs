@@ -119,13 +119,7 @@ fn run_command(client: &Client, command: Command, tx: &UnboundedSender<Msg>) {
             tokio::spawn(async move {
                 let who = WHO.get().cloned().unwrap_or_else(crate::names::holder);
                 let notice = match abort(&client, &namespace, &op, &who).await {
-                    Ok(vm)
-                        if vm
-                            .status
-                            .cutover
-                            .as_ref()
-                            .is_some_and(|c| c.rollback.is_some()) =>
-                    {
+                    Ok(vm) if vm.rolling_back() => {
                         format!("{op} rolls back (the app was stopped); r drives it if no one does")
                     }
                     Ok(_) => format!("{op} aborted; r resumes it"),
