@@ -263,84 +263,6 @@ pub fn driver_cluster_role(op: &str) -> ClusterRole {
     }
 }
 
-/// One thing the user must be allowed to do for `--detach` to work.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Needed {
-    pub group: &'static str,
-    pub resource: &'static str,
-    pub verb: &'static str,
-    /// `None`: cluster-scoped.
-    pub namespace: Option<String>,
-}
-
-impl std::fmt::Display for Needed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // As kubectl auth can-i names it: `deployments.apps/scale`.
-        let (name, sub) = match self.resource.split_once('/') {
-            Some((name, sub)) => (name, format!("/{sub}")),
-            None => (self.resource, String::new()),
-        };
-        let resource = match self.group {
-            "" => format!("{name}{sub}"),
-            g => format!("{name}.{g}{sub}"),
-        };
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {resource} in namespace {ns}", self.verb),
-            None => write!(f, "{} {resource} (cluster-wide)", self.verb),
-        }
-    }
-}
-
-/// What a user needs to start the in-cluster driver of an operation whose
-/// driver lives in `home` and whose pods and claims are in `namespaces`:
-/// creating its objects, and (the API server refuses to grant what the
-/// granter does not hold) every grant of its roles. Each becomes a
-/// SelfSubjectAccessReview before anything is created.
-pub fn needed_to_detach(home: &str, namespaces: &[&str]) -> Vec<Needed> {
-    let mut out = Vec::new();
-    let mut push = |group, resource, verb, namespace: Option<&str>| {
-        let n = Needed {
-            group,
-            resource,
-            verb,
-            namespace: namespace.map(str::to_string),
-        };
-        if !out.contains(&n) {
-            out.push(n);
-        }
-    };
-    push("", "serviceaccounts", "create", Some(home));
-    push("batch", "jobs", "create", Some(home));
-    push("rbac.authorization.k8s.io", "clusterroles", "create", None);
-    push(
-        "rbac.authorization.k8s.io",
-        "clusterrolebindings",
-        "create",
-        None,
-    );
-    for ns in namespaces {
-        push("rbac.authorization.k8s.io", "roles", "create", Some(ns));
-        push(
-            "rbac.authorization.k8s.io",
-            "rolebindings",
-            "create",
-            Some(ns),
-        );
-    }
-    for a in DRIVER_ACCESS {
-        let scopes: Vec<Option<&str>> = match a.scope {
-            Scope::Namespaced => namespaces.iter().map(|n| Some(*n)).collect(),
-            Scope::Cluster => vec![None],
-        };
-        for ns in scopes {
-            for verb in a.verbs {
-                push(a.group, a.resource, verb, ns);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,28 +344,6 @@ mod tests {
                 a.resource
             );
         }
-    }
-
-    #[test]
-    fn detaching_needs_the_objects_and_every_grant_in_every_namespace() {
-        let needed = needed_to_detach("dst", &["dst", "src"]);
-        let said: Vec<String> = needed.iter().map(|n| n.to_string()).collect();
-        for want in [
-            "create serviceaccounts in namespace dst",
-            "create jobs.batch in namespace dst",
-            "create clusterroles.rbac.authorization.k8s.io (cluster-wide)",
-            "create roles.rbac.authorization.k8s.io in namespace src",
-            "patch deployments.apps/scale in namespace src",
-            "get pods/log in namespace dst",
-            "delete persistentvolumes (cluster-wide)",
-        ] {
-            assert!(said.iter().any(|s| s == want), "{want} not in {said:?}");
-        }
-        assert!(!said
-            .iter()
-            .any(|s| s.contains("jobs.batch in namespace src")));
-        let unique: std::collections::BTreeSet<&String> = said.iter().collect();
-        assert_eq!(unique.len(), said.len(), "no review asked twice");
     }
 
     #[test]
