@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 
 use super::ownership::claim;
 use super::placement::daemon_should_run;
-use super::workloads::{owner_ref, template_hash, write_status, REVISION};
+use super::workloads::{pod_from_template, template_hash, write_status, REVISION};
 use super::workloads_sts::{available, ready_condition};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::events::{self, EventType, Source};
@@ -246,17 +246,8 @@ impl Set<'_> {
         for node in nodes {
             let mut spec = spec.clone();
             pin_to_node(&mut spec, node);
-            let pod = json!({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "generateName": format!("{name}-"),
-                    "labels": labels,
-                    "annotations": template["metadata"]["annotations"],
-                    "ownerReferences": [owner_ref(self.ds)],
-                },
-                "spec": spec,
-            });
+            let mut pod = pod_from_template(self.ds, labels.clone(), spec);
+            pod["metadata"]["generateName"] = json!(format!("{name}-"));
             log_err(
                 "create daemon pod",
                 self.ctx.store.create(registry::get("pods"), ns, pod),

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::ownership::{claim, controller_uid};
-use super::workloads::{is_active, is_ready, owner_ref};
+use super::workloads::{is_active, is_ready, pod_from_template};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
 use crate::store::DeleteOptions;
@@ -283,18 +283,10 @@ fn manage(
     }
     let (ns, name) = name_of(job);
     let template = &spec["template"];
-    let pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": format!("{name}-"),
-            "labels": template["metadata"]["labels"],
-            "annotations": template["metadata"]["annotations"],
-            "ownerReferences": [owner_ref(job)],
-            "finalizers": [TRACKING_FINALIZER],
-        },
-        "spec": template["spec"],
-    });
+    let labels = template["metadata"]["labels"].clone();
+    let mut pod = pod_from_template(job, labels, template["spec"].clone());
+    pod["metadata"]["generateName"] = json!(format!("{name}-"));
+    pod["metadata"]["finalizers"] = json!([TRACKING_FINALIZER]);
     (0..missing)
         .filter(|_| {
             log_err(

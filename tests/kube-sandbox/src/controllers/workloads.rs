@@ -67,6 +67,23 @@ pub fn owner_ref(owner: &Value) -> Value {
     })
 }
 
+/// A pod from `owner`'s `spec.template`, as `GetPodFromTemplate` makes
+/// it: the template's annotations, `labels`, `spec` (the template's, or the
+/// controller's edit of it) and `owner` as its controller. The caller names
+/// it (`generateName` or `name`) and adds what else its controller sets.
+pub fn pod_from_template(owner: &Value, labels: Value, spec: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "labels": labels,
+            "annotations": owner["spec"]["template"]["metadata"]["annotations"],
+            "ownerReferences": [owner_ref(owner)],
+        },
+        "spec": spec,
+    })
+}
+
 pub fn owned_by<'a>(owner: &Value, items: &'a [Value]) -> Vec<&'a Value> {
     let uid = &owner["metadata"]["uid"];
     items
@@ -182,17 +199,9 @@ fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: 
     let want = replicas(rs) as usize;
     if active.len() < want {
         let template = &rs["spec"]["template"];
-        let pod = json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "generateName": format!("{name}-"),
-                "labels": template["metadata"]["labels"],
-                "annotations": template["metadata"]["annotations"],
-                "ownerReferences": [owner_ref(rs)],
-            },
-            "spec": template["spec"],
-        });
+        let labels = template["metadata"]["labels"].clone();
+        let mut pod = pod_from_template(rs, labels, template["spec"].clone());
+        pod["metadata"]["generateName"] = json!(format!("{name}-"));
         for _ in active.len()..want {
             log_err("create pod", ctx.store.create(pod_res, ns, pod.clone()));
         }
