@@ -266,8 +266,7 @@ impl Set<'_> {
         }
     }
 
-    /// `updateDaemonSetStatus`, counting the oldest pod of each node; zero
-    /// counts the API omits are left out.
+    /// `updateDaemonSetStatus`, counting the oldest pod of each node.
     fn status(&self, nodes: &[Node]) -> Value {
         let min_ready = self.ds["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
         let (mut desired, mut current, mut misscheduled) = (0, 0, 0);
@@ -289,26 +288,17 @@ impl Set<'_> {
             available_count += usize::from(is_available(pod, min_ready));
             updated += usize::from(pod["metadata"]["labels"][REVISION] == json!(self.hash));
         }
-        let mut status = json!({
+        // Zero counts the API omits are left out by `write_status`.
+        json!({
+            "observedGeneration": self.ds["metadata"]["generation"].as_u64().unwrap_or(0),
             "currentNumberScheduled": current,
             "numberMisscheduled": misscheduled,
             "desiredNumberScheduled": desired,
             "numberReady": ready,
-        });
-        for (field, count) in [
-            (
-                "observedGeneration",
-                self.ds["metadata"]["generation"].as_u64().unwrap_or(0) as usize,
-            ),
-            ("updatedNumberScheduled", updated),
-            ("numberAvailable", available_count),
-            ("numberUnavailable", desired - available_count),
-        ] {
-            if count > 0 {
-                status[field] = json!(count);
-            }
-        }
-        status
+            "updatedNumberScheduled": updated,
+            "numberAvailable": available_count,
+            "numberUnavailable": desired - available_count,
+        })
     }
 
     fn event(&self, kind: EventType, reason: &str, message: &str) {

@@ -361,22 +361,10 @@ fn release_orphans(ctx: &Ctx, jobs: &[Value], pods: &[Value]) {
     }
 }
 
-/// Writes the status, the zero counts Go's `omitempty` drops left out;
-/// None when the write failed.
-fn write_status(ctx: &Ctx, job: &Value, mut status: Value) -> Option<()> {
-    if let Some(fields) = status.as_object_mut() {
-        for field in ["active", "succeeded", "failed"] {
-            if fields.get(field) == Some(&json!(0)) {
-                fields.remove(field);
-            }
-        }
-    }
-    let (ns, name) = name_of(job);
-    let written = ctx.store.modify(registry::get("jobs"), ns, name, |j| {
-        j["status"] = status;
-        true
-    });
-    log_err("job status", written).map(|_| ())
+/// Writes the status (`workloads::write_status`: the zero counts Go's
+/// `omitempty` drops left out); None when the write failed.
+fn write_status(ctx: &Ctx, job: &Value, status: Value) -> Option<()> {
+    super::workloads::write_status(ctx, "jobs", job, status)
 }
 
 #[cfg(test)]

@@ -240,14 +240,21 @@ fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: 
     write_status(ctx, plural, rs, status);
 }
 
+/// Leaves out of `status`, a Go struct `message` (`DeploymentStatus`), the
+/// fields at 0 or false that Go's JSON omits (`omitempty`).
+pub fn drop_unset_zeros(message: &str, status: &mut Value) {
+    if let Some(fields) = status.as_object_mut() {
+        fields.retain(|field, v| v != &json!(0) || !omits_zero(message, field));
+    }
+}
+
 /// Writes a workload's status, the zero counts the API omits
 /// (`omitempty`) left out as a real server returns them: a Deployment
 /// scaled to 0 has no `status.replicas`, a ReplicaSet no `readyReplicas`.
-pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, mut status: Value) {
+/// None when the write failed.
+pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, mut status: Value) -> Option<()> {
     let message = format!("{}Status", obj["kind"].as_str().unwrap_or_default());
-    if let Some(fields) = status.as_object_mut() {
-        fields.retain(|field, v| v != &json!(0) || !omits_zero(&message, field));
-    }
+    drop_unset_zeros(&message, &mut status);
     let (ns, name) = name_of(obj);
     log_err(
         "workload status",
@@ -256,5 +263,6 @@ pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, mut status: Value) {
             o["status"] = status;
             true
         }),
-    );
+    )
+    .map(|_| ())
 }
