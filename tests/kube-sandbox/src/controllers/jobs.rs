@@ -40,11 +40,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::ownership::{claim, controller_uid};
+use super::ownership::claim;
 use super::workloads::{is_active, is_ready, pod_from_template};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
-use crate::store::DeleteOptions;
+use crate::store::{controller_uid, DeleteOptions};
 
 /// Keeps a Job's pod until the controller has counted it.
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";

@@ -16,7 +16,7 @@ use super::ownership::claim;
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::api::protobuf::omits_zero;
 use crate::registry;
-use crate::store::DeleteOptions;
+use crate::store::{controller_uid, DeleteOptions};
 
 pub const TEMPLATE_HASH: &str = "pod-template-hash";
 pub const REVISION: &str = "controller-revision-hash";
@@ -88,13 +88,7 @@ pub fn owned_by<'a>(owner: &Value, items: &'a [Value]) -> Vec<&'a Value> {
     let uid = &owner["metadata"]["uid"];
     items
         .iter()
-        .filter(|i| {
-            i["metadata"]["ownerReferences"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|r| r["uid"] == *uid && r["controller"] == json!(true))
-        })
+        .filter(|i| controller_uid(i) == Some(uid))
         .collect()
 }
 
