@@ -10,6 +10,7 @@
 
 use serde_json::{json, Value};
 
+use crate::controllers::root_ca;
 use crate::status::ApiError;
 
 /// `DefaultAPITokenMountPath`.
@@ -107,7 +108,7 @@ pub fn token_volume_source() -> Value {
         "defaultMode": 0o644,
         "sources": [
             {"serviceAccountToken": {"expirationSeconds": crate::auth::token::REQUESTED_SECONDS, "path": "token"}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"configMap": {"name": root_ca::CONFIG_MAP, "items": [{"key": root_ca::KEY, "path": root_ca::KEY}]}},
             {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
         ],
     })
