@@ -14,9 +14,9 @@ use crate::controllers::root_ca;
 use crate::status::ApiError;
 
 /// `DefaultAPITokenMountPath`.
-pub const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// `ServiceAccountVolumeName`: the prefix of the injected volume's name.
-pub const VOLUME_PREFIX: &str = "kube-api-access-";
+const VOLUME_PREFIX: &str = "kube-api-access-";
 
 /// Admits a new pod; `service_account` looks a ServiceAccount of the pod's
 /// namespace up by name.
@@ -103,7 +103,7 @@ fn mount_token(pod: &mut Value) {
 }
 
 /// `TokenVolumeSource`.
-pub fn token_volume_source() -> Value {
+fn token_volume_source() -> Value {
     json!({
         "defaultMode": 0o644,
         "sources": [
