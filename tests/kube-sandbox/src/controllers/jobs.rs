@@ -242,28 +242,31 @@ fn manage(
     };
     let settled = terminating == 0 && active.is_empty();
     if failed > backoff_limit {
-        delete_pods(ctx, active);
-        let (reason, message) = (
+        let message = "Job has reached the specified backoff limit";
+        let conditions = ["FailureTarget", "Failed"];
+        end(
+            ctx,
+            status,
+            active,
+            settled,
+            conditions,
             "BackoffLimitExceeded",
-            "Job has reached the specified backoff limit",
+            message,
         );
-        set_condition(status, "FailureTarget", reason, message);
-        if settled {
-            set_condition(status, "Failed", reason, message);
-        }
         return 0;
     }
     if done {
-        delete_pods(ctx, active);
-        let (reason, message) = (
+        let message = "Reached expected number of succeeded pods";
+        let conditions = ["SuccessCriteriaMet", "Complete"];
+        end(
+            ctx,
+            status,
+            active,
+            settled,
+            conditions,
             "CompletionsReached",
-            "Reached expected number of succeeded pods",
+            message,
         );
-        set_condition(status, "SuccessCriteriaMet", reason, message);
-        if settled {
-            set_condition(status, "Complete", reason, message);
-            status["completionTime"] = json!(crate::time::now());
-        }
         return 0;
     }
     let wanted = match completions {
@@ -296,6 +299,29 @@ fn manage(
             .is_some()
         })
         .count()
+}
+
+/// The end of a Job: its active pods deleted, the interim condition
+/// (`FailureTarget`, `SuccessCriteriaMet`) set, and once no pod is left
+/// (`settled`) the final one (`Failed`, `Complete`), with `completionTime`
+/// when the Job is `Complete`.
+fn end(
+    ctx: &Ctx,
+    status: &mut Value,
+    active: &[&Value],
+    settled: bool,
+    [interim, last]: [&str; 2],
+    reason: &str,
+    message: &str,
+) {
+    delete_pods(ctx, active);
+    set_condition(status, interim, reason, message);
+    if settled {
+        set_condition(status, last, reason, message);
+        if last == "Complete" {
+            status["completionTime"] = json!(crate::time::now());
+        }
+    }
 }
 
 /// Adds a Job condition (type, True) unless it is there.
