@@ -6,6 +6,8 @@
 
 use serde_json::{json, Map, Value};
 
+use super::create::selector_mismatch;
+
 /// The label the generated selector matches (and the legacy one, which the
 /// strategy still puts on pods for old clients).
 const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
@@ -108,12 +110,7 @@ pub fn job_causes(spec: &Value) -> Vec<String> {
             ));
         }
     }
-    let labels = &spec["template"]["metadata"]["labels"];
-    if let Some(wanted) = spec["selector"]["matchLabels"].as_object() {
-        if wanted.iter().any(|(k, v)| &labels[k] != v) {
-            causes.push("spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`".to_string());
-        }
-    }
+    causes.extend(selector_mismatch(&spec["selector"], &spec["template"]));
     causes
 }
 
