@@ -13,9 +13,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-use common::k8s::{claim_phase, host_path, is_running, pv_phase, volume_name};
+use common::k8s::{
+    self, await_lines, bound_volume, claim_phase, is_running, pv_phase, volume_name,
+};
 use common::{await_event, await_object, client, events_for, object, sandbox};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
@@ -62,70 +62,21 @@ impl Apis {
             .expect("create claim");
     }
 
-    async fn claim(&self, name: &str) -> PersistentVolumeClaim {
-        self.claims.get(name).await.expect("claim")
-    }
-
-    async fn volume(&self, name: &str) -> PersistentVolume {
-        self.volumes.get(name).await.expect("volume")
-    }
-
-    /// Waits for a claim to be Bound: its volume's name and directory.
-    async fn bound(&self, name: &str) -> (String, PathBuf) {
-        await_object(&self.claims, name, "Bound", |c| {
-            claim_phase(c) == Some("Bound")
-        })
-        .await;
-        let pv = volume_name(&self.claim(name).await).expect("volumeName");
-        let dir = host_path(&self.volume(&pv).await);
-        (pv, dir)
-    }
-
-    async fn await_volume_phase(&self, name: &str, want: &'static str) {
-        await_object(&self.volumes, name, want, move |v| {
-            pv_phase(v) == Some(want)
-        })
-        .await;
-    }
-
-    async fn volume_names(&self) -> Vec<String> {
-        let list = self.volumes.list(&ListParams::default()).await;
-        let mut names: Vec<String> = (list.expect("volumes").items.into_iter())
-            .filter_map(|v| v.metadata.name)
-            .collect();
-        names.sort();
-        names
-    }
-
-    async fn patch_volume(&self, name: &str, patch: Patch<Value>) {
-        self.volumes
-            .patch(name, &PatchParams::default(), &patch)
-            .await
-            .expect("patch volume");
-    }
-
     async fn set_policy(&self, name: &str, policy: &str) {
         let patch = json!({"spec": {"persistentVolumeReclaimPolicy": policy}});
-        self.patch_volume(name, Patch::Merge(patch)).await;
-    }
-
-    async fn delete_claim(&self, name: &str) {
-        self.claims
-            .delete(name, &DeleteParams::default())
-            .await
-            .expect("delete claim");
+        k8s::patch_volume(&self.volumes, name, patch).await;
     }
 
     /// Makes sure the PV controller has synced every claim since now: a
     /// new claim is provisioned and bound only by later passes.
     async fn controller_pass(&self, name: &str) {
         self.create_claim(name, None).await;
-        self.bound(name).await;
+        bound_volume(&self.claims, &self.volumes, name).await;
     }
 
     /// `claimRef` of a volume: namespace, name and uid.
     async fn claim_ref(&self, volume: &str) -> (String, String, Option<String>) {
-        let pv = self.volume(volume).await;
+        let pv = k8s::volume(&self.volumes, volume).await;
         let reference = pv.spec.and_then(|s| s.claim_ref).expect("claimRef");
         (
             reference.namespace.unwrap_or_default(),
@@ -137,12 +88,7 @@ impl Apis {
     /// Scales the Deployment through its scale subresource, as the cutover
     /// quiesces and restores owners.
     async fn scale(&self, name: &str, replicas: i32) {
-        let patch = json!({"spec": {"replicas": replicas}});
-        let scale = self
-            .deployments
-            .patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("scale");
+        let scale = k8s::scale(&self.deployments, name, replicas).await;
         assert_eq!(scale.spec.and_then(|s| s.replicas), Some(replicas));
     }
 
@@ -202,19 +148,6 @@ fn app(claim: &str) -> Deployment {
     )
 }
 
-/// The file's lines, once it has `count` of them.
-async fn await_lines(path: &Path, count: usize) -> Vec<String> {
-    for _ in 0..600 {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
-        if lines.len() >= count {
-            return lines;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("{} never had {count} lines", path.display());
-}
-
 fn annotations(claim: &PersistentVolumeClaim) -> Vec<String> {
     let map = claim.metadata.annotations.clone().unwrap_or_default();
     map.into_keys().collect()
@@ -229,19 +162,30 @@ async fn the_swap_moves_a_claim_name_onto_the_new_volume() {
     let sb = sandbox().await;
     let api = Apis::new(&sb).await;
     api.create_claim("data", None).await;
-    let (pv_a, dir_a) = api.bound("data").await;
+    let (pv_a, dir_a) = bound_volume(&api.claims, &api.volumes, "data").await;
     api.create_claim("data-new", None).await;
-    let (pv_b, dir_b) = api.bound("data-new").await;
+    let (pv_b, dir_b) = bound_volume(&api.claims, &api.volumes, "data-new").await;
     std::fs::write(dir_b.join("copied"), "the final sync").expect("seed the new volume");
-    let old_a = api.claim("data").await.metadata.uid.expect("uid");
-    let old_b = api.claim("data-new").await.metadata.uid.expect("uid");
+    let old_a = k8s::claim(&api.claims, "data")
+        .await
+        .metadata
+        .uid
+        .expect("uid");
+    let old_b = k8s::claim(&api.claims, "data-new")
+        .await
+        .metadata
+        .uid
+        .expect("uid");
     api.deployments
         .create(&PostParams::default(), &app("data"))
         .await
         .expect("deployment");
     let first = api.running_pod("app=app").await;
     assert_eq!(
-        await_lines(&dir_a.join("owners"), 1).await,
+        await_lines(&dir_a.join("owners"), 1)
+            .await
+            .lines()
+            .collect::<Vec<_>>(),
         [first.as_str()]
     );
 
@@ -254,18 +198,18 @@ async fn the_swap_moves_a_claim_name_onto_the_new_volume() {
     // claimRef still carrying the deleted claims' uids.
     api.set_policy(&pv_a, "Retain").await;
     api.set_policy(&pv_b, "Retain").await;
-    api.delete_claim("data-new").await;
-    api.delete_claim("data").await;
+    k8s::delete_claim(&api.claims, "data-new").await;
+    k8s::delete_claim(&api.claims, "data").await;
     await_object(&api.claims, "data", "gone", |c| c.is_none()).await;
     await_object(&api.claims, "data-new", "gone", |c| c.is_none()).await;
-    api.await_volume_phase(&pv_a, "Released").await;
-    api.await_volume_phase(&pv_b, "Released").await;
+    k8s::await_volume_phase(&api.volumes, &pv_a, "Released").await;
+    k8s::await_volume_phase(&api.volumes, &pv_b, "Released").await;
     let ns = "default".to_string();
     let reference = (ns.clone(), "data".to_string(), Some(old_a));
     assert_eq!(api.claim_ref(&pv_a).await, reference);
     let reference = (ns.clone(), "data-new".to_string(), Some(old_b.clone()));
     assert_eq!(api.claim_ref(&pv_b).await, reference);
-    let volumes = api.volume_names().await;
+    let volumes = k8s::volume_names(&api.volumes).await;
 
     // `data` again, naming the new volume: refused while its claimRef names
     // another claim (syncUnboundClaim: FailedBinding, claim Pending), and
@@ -276,8 +220,11 @@ async fn the_swap_moves_a_claim_name_onto_the_new_volume() {
         message,
         format!("volume \"{pv_b}\" already bound to a different claim.")
     );
-    assert_eq!(claim_phase(Some(&api.claim("data").await)), Some("Pending"));
-    assert_eq!(api.volume_names().await, volumes);
+    assert_eq!(
+        claim_phase(Some(&k8s::claim(&api.claims, "data").await)),
+        Some("Pending")
+    );
+    assert_eq!(k8s::volume_names(&api.volumes).await, volumes);
 
     // Without uid and resourceVersion the volume is Available again, but
     // still reserved for the claim its claimRef names: `data-new`.
@@ -285,23 +232,26 @@ async fn the_swap_moves_a_claim_name_onto_the_new_volume() {
         {"op": "remove", "path": "/spec/claimRef/resourceVersion"}]"#;
     let patch = ["patch", "pv", &pv_b, "--type=json", "-p", forget_uid];
     common::kubectl_ok(&sb, &patch).await;
-    api.await_volume_phase(&pv_b, "Available").await;
+    k8s::await_volume_phase(&api.volumes, &pv_b, "Available").await;
     api.controller_pass("barrier-1").await;
-    assert_eq!(claim_phase(Some(&api.claim("data").await)), Some("Pending"));
+    assert_eq!(
+        claim_phase(Some(&k8s::claim(&api.claims, "data").await)),
+        Some("Pending")
+    );
     let reference = (ns.clone(), "data-new".to_string(), None);
     assert_eq!(api.claim_ref(&pv_b).await, reference);
 
     // Pre-bound to `data` by name, it binds at once: no provisioning, the
     // claimRef completed with the new claim's uid.
     let rename = json!({"spec": {"claimRef": {"name": "data"}}});
-    api.patch_volume(&pv_b, Patch::Merge(rename)).await;
-    let (bound_to, dir) = api.bound("data").await;
+    k8s::patch_volume(&api.volumes, &pv_b, rename).await;
+    let (bound_to, dir) = bound_volume(&api.claims, &api.volumes, "data").await;
     assert_eq!(
         (bound_to.as_str(), dir.as_path()),
         (pv_b.as_str(), dir_b.as_path())
     );
-    api.await_volume_phase(&pv_b, "Bound").await;
-    let claim = api.claim("data").await;
+    k8s::await_volume_phase(&api.volumes, &pv_b, "Bound").await;
+    let claim = k8s::claim(&api.claims, "data").await;
     let new_uid = claim.metadata.uid.clone();
     assert_eq!(
         api.claim_ref(&pv_b).await,
@@ -317,12 +267,12 @@ async fn the_swap_moves_a_claim_name_onto_the_new_volume() {
         "{reasons:?}"
     );
     let mut expected = volumes.clone();
-    expected.push(volume_name(&api.claim("barrier-1").await).expect("bound"));
+    expected.push(volume_name(&k8s::claim(&api.claims, "barrier-1").await).expect("bound"));
     expected.sort();
-    assert_eq!(api.volume_names().await, expected);
+    assert_eq!(k8s::volume_names(&api.volumes).await, expected);
     // The user named the volume: only bind-completed is the controller's.
     assert_eq!(annotations(&claim), [BIND_COMPLETED]);
-    let pv = api.volume(&pv_b).await;
+    let pv = k8s::volume(&api.volumes, &pv_b).await;
     let pv_annotations = pv.metadata.annotations.unwrap_or_default();
     assert!(
         !pv_annotations.contains_key(BOUND_BY_CONTROLLER),
@@ -335,7 +285,13 @@ async fn the_swap_moves_a_claim_name_onto_the_new_volume() {
     api.scale("app", 1).await;
     let second = api.running_pod("app=app").await;
     assert_ne!(second, first);
-    assert_eq!(await_lines(&dir_b.join("owners"), 1).await, [second]);
+    assert_eq!(
+        await_lines(&dir_b.join("owners"), 1)
+            .await
+            .lines()
+            .collect::<Vec<_>>(),
+        [second]
+    );
     let copied = std::fs::read_to_string(dir_b.join("copied")).expect("copied");
     assert_eq!(copied, "the final sync");
     let old_owners = std::fs::read_to_string(dir_a.join("owners")).expect("owners");
@@ -359,19 +315,22 @@ async fn a_released_volume_takes_its_claim_name_back_only_without_the_old_uid() 
     let sb = sandbox().await;
     let api = Apis::new(&sb).await;
     api.create_claim("data", None).await;
-    let (pv, dir) = api.bound("data").await;
+    let (pv, dir) = bound_volume(&api.claims, &api.volumes, "data").await;
     std::fs::write(dir.join("keep"), "precious").expect("seed");
     api.set_policy(&pv, "Retain").await;
-    api.delete_claim("data").await;
-    api.await_volume_phase(&pv, "Released").await;
+    k8s::delete_claim(&api.claims, "data").await;
+    k8s::await_volume_phase(&api.volumes, &pv, "Released").await;
 
     // The same name without volumeName: FindMatchingVolume skips a volume
     // whose claimRef has another uid, so the class provisions a new one.
     api.create_claim("data", None).await;
-    let (other, _) = api.bound("data").await;
+    let (other, _) = bound_volume(&api.claims, &api.volumes, "data").await;
     assert_ne!(other, pv);
-    assert_eq!(pv_phase(Some(&api.volume(&pv).await)), Some("Released"));
-    api.delete_claim("data").await;
+    assert_eq!(
+        pv_phase(Some(&k8s::volume(&api.volumes, &pv).await)),
+        Some("Released")
+    );
+    k8s::delete_claim(&api.claims, "data").await;
     await_object(&api.volumes, &other, "gone", |v| v.is_none()).await;
 
     // With volumeName: Pending, the same FailedBinding as for a volume of
@@ -382,14 +341,17 @@ async fn a_released_volume_takes_its_claim_name_back_only_without_the_old_uid() 
         message,
         format!("volume \"{pv}\" already bound to a different claim.")
     );
-    assert_eq!(claim_phase(Some(&api.claim("data").await)), Some("Pending"));
+    assert_eq!(
+        claim_phase(Some(&k8s::claim(&api.claims, "data").await)),
+        Some("Pending")
+    );
 
     // The name stays, uid and resourceVersion go: Bound to the new claim.
     let forget_uid = json!({"spec": {"claimRef": {"uid": null, "resourceVersion": null}}});
-    api.patch_volume(&pv, Patch::Merge(forget_uid)).await;
-    let (bound_to, _) = api.bound("data").await;
+    k8s::patch_volume(&api.volumes, &pv, forget_uid).await;
+    let (bound_to, _) = bound_volume(&api.claims, &api.volumes, "data").await;
     assert_eq!(bound_to, pv);
-    let uid = api.claim("data").await.metadata.uid;
+    let uid = k8s::claim(&api.claims, "data").await.metadata.uid;
     assert_eq!(
         api.claim_ref(&pv).await,
         ("default".into(), "data".into(), uid)
@@ -408,7 +370,7 @@ async fn pvc_protection_holds_a_claim_while_scheduled_pods_use_it() {
     let sb = sandbox().await;
     let api = Apis::new(&sb).await;
     api.create_claim("data", None).await;
-    api.bound("data").await;
+    bound_volume(&api.claims, &api.volumes, "data").await;
     let pod = |name: &str, command: Value, extra: Value| -> Pod {
         let mut spec = json!({
             "containers": [{"name": "c", "image": "busybox", "command": command,
@@ -446,7 +408,7 @@ async fn pvc_protection_holds_a_claim_while_scheduled_pods_use_it() {
         Some("Pending")
     );
 
-    api.delete_claim("data").await;
+    k8s::delete_claim(&api.claims, "data").await;
     let held = |c: Option<&PersistentVolumeClaim>| {
         c.is_some_and(|c| c.metadata.deletion_timestamp.is_some())
     };
@@ -455,7 +417,7 @@ async fn pvc_protection_holds_a_claim_while_scheduled_pods_use_it() {
     api.pods.delete("running", &zero).await.expect("delete");
     await_object(&api.pods, "running", "gone", |p| p.is_none()).await;
     api.controller_pass("barrier-1").await;
-    let claim = api.claim("data").await;
+    let claim = k8s::claim(&api.claims, "data").await;
     assert!(claim.metadata.deletion_timestamp.is_some());
     let finalizers = claim.metadata.finalizers.unwrap_or_default();
     assert_eq!(finalizers, ["kubernetes.io/pvc-protection"]);
@@ -530,8 +492,14 @@ async fn a_statefulset_recreated_with_new_claim_templates_adopts_its_pods() {
         pod_state(&api.pods, "db-0").await,
         pod_state(&api.pods, "db-1").await,
     ];
-    let (_, dir_0) = api.bound("data-db-0").await;
-    assert_eq!(await_lines(&dir_0.join("starts"), 1).await, ["db-0"]);
+    let (_, dir_0) = bound_volume(&api.claims, &api.volumes, "data-db-0").await;
+    assert_eq!(
+        await_lines(&dir_0.join("starts"), 1)
+            .await
+            .lines()
+            .collect::<Vec<_>>(),
+        ["db-0"]
+    );
 
     let change = json!({"spec": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
         "spec": {"storageClassName": "standard-wffc", "accessModes": ["ReadWriteOnce"],
@@ -590,7 +558,7 @@ async fn a_statefulset_recreated_with_new_claim_templates_adopts_its_pods() {
     assert_eq!(starts, "db-0\n");
     let class = |c: PersistentVolumeClaim| c.spec.and_then(|s| s.storage_class_name);
     assert_eq!(
-        class(api.claim("data-db-1").await).as_deref(),
+        class(k8s::claim(&api.claims, "data-db-1").await).as_deref(),
         Some("standard")
     );
 
@@ -601,7 +569,7 @@ async fn a_statefulset_recreated_with_new_claim_templates_adopts_its_pods() {
         .expect("scale");
     await_ready_set(&sets, 3).await;
     assert_eq!(
-        class(api.claim("data-db-2").await).as_deref(),
+        class(k8s::claim(&api.claims, "data-db-2").await).as_deref(),
         Some("standard-wffc")
     );
 }

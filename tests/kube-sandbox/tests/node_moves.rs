@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::k8s::{claim_phase, node_of, pv_phase, volume_name};
+use common::k8s::{await_lines, claim_phase, node_of, pv_phase, volume_name};
 use common::{await_object, client, object, sandbox};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -41,17 +41,6 @@ fn app(name: &str, node: Option<&str>) -> Pod {
 fn affinity_to(node: &str) -> Value {
     json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}})
-}
-
-async fn await_lines(path: &std::path::Path, count: usize) -> String {
-    for _ in 0..600 {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().count() >= count {
-            return text;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("{} never had {count} lines", path.display());
 }
 
 #[tokio::test(flavor = "multi_thread")]

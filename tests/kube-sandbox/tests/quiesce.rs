@@ -5,10 +5,11 @@
 
 mod common;
 
+use common::k8s::scale;
 use common::{await_event, await_object, client, object, sandbox};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 fn web(replicas: i32) -> Deployment {
@@ -22,14 +23,6 @@ fn web(replicas: i32) -> Deployment {
 
 fn replicas_of(d: Option<&Deployment>) -> Option<i32> {
     d?.spec.as_ref()?.replicas
-}
-
-async fn scale(deployments: &Api<Deployment>, replicas: i32) {
-    let patch = json!({"spec": {"replicas": replicas}});
-    deployments
-        .patch_scale("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("scale");
 }
 
 /// The autoscaler's condition of this type: (status, reason).
@@ -65,11 +58,7 @@ async fn a_deployment_undoes_a_scale_of_its_replica_set() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let rs = rs.expect("the Deployment's ReplicaSet");
-    let patch = json!({"spec": {"replicas": 0}});
-    let scaled = sets
-        .patch_scale(&rs, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("scale the ReplicaSet");
+    let scaled = scale(&sets, &rs, 0).await;
     assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(0));
     await_object(&sets, &rs, "back at 2", |r| {
         r.and_then(|r| r.spec.as_ref()?.replicas) == Some(2)
@@ -117,7 +106,7 @@ async fn an_autoscaler_leaves_a_target_at_zero_alone() {
     );
 
     // Quiesced: the autoscaler sees 0 and says scaling is disabled.
-    scale(&deployments, 0).await;
+    scale(&deployments, "web", 0).await;
     await_object(&autoscalers, "web", "ScalingDisabled", |h| {
         condition(h, "ScalingActive") == is("False", "ScalingDisabled")
     })
@@ -144,7 +133,7 @@ async fn an_autoscaler_leaves_a_target_at_zero_alone() {
     );
 
     // Restored below the minimum: raised to it.
-    scale(&deployments, 1).await;
+    scale(&deployments, "web", 1).await;
     await_object(&deployments, "web", "raised to 2", |d| {
         replicas_of(d) == Some(2)
     })
@@ -156,7 +145,7 @@ async fn an_autoscaler_leaves_a_target_at_zero_alone() {
     );
 
     // Above the maximum: lowered to it.
-    scale(&deployments, 6).await;
+    scale(&deployments, "web", 6).await;
     await_object(&deployments, "web", "lowered to 4", |d| {
         replicas_of(d) == Some(4)
     })

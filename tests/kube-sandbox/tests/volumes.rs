@@ -7,12 +7,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::k8s::{claim_phase, host_path, pod_phase, pv_phase, volume_name};
+use common::k8s::{self, claim_phase, host_path, pod_phase, pv_phase, volume_name};
 use common::{await_event, await_object, client, events_for, object, sandbox};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::{json, Value};
 
@@ -102,36 +102,9 @@ impl Apis {
         await_object(&self.pods, name, want, move |p| pod_phase(p) == Some(want)).await;
     }
 
-    async fn claim(&self, name: &str) -> PersistentVolumeClaim {
-        self.claims.get(name).await.expect("claim")
-    }
-
-    async fn volume(&self, name: &str) -> PersistentVolume {
-        self.volumes.get(name).await.expect("volume")
-    }
-
-    async fn volume_names(&self) -> Vec<String> {
-        let list = self
-            .volumes
-            .list(&ListParams::default())
-            .await
-            .expect("list");
-        list.items
-            .into_iter()
-            .filter_map(|v| v.metadata.name)
-            .collect()
-    }
-
     async fn await_claim_phase(&self, name: &str, want: &'static str) {
         await_object(&self.claims, name, want, move |c| {
             claim_phase(c) == Some(want)
-        })
-        .await;
-    }
-
-    async fn await_volume_phase(&self, name: &str, want: &'static str) {
-        await_object(&self.volumes, name, want, move |v| {
-            pv_phase(v) == Some(want)
         })
         .await;
     }
@@ -141,20 +114,13 @@ impl Apis {
         self.create_claim(claim(name, Some("standard"), "1Gi", json!({})))
             .await;
         self.await_claim_phase(name, "Bound").await;
-        volume_name(&self.claim(name).await).expect("volumeName")
-    }
-
-    async fn patch_volume(&self, name: &str, patch: Value) {
-        self.volumes
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .expect("patch volume");
+        volume_name(&k8s::claim(&self.claims, name).await).expect("volumeName")
     }
 
     /// Keeps the volume when its claim goes.
     async fn retain(&self, name: &str) {
         let retain = json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}});
-        self.patch_volume(name, retain).await;
+        k8s::patch_volume(&self.volumes, name, retain).await;
     }
 
     async fn delete_volume(&self, name: &str) {
@@ -163,13 +129,6 @@ impl Apis {
             .await
             .expect("delete volume");
     }
-
-    async fn delete_claim(&self, name: &str) {
-        self.claims
-            .delete(name, &DeleteParams::default())
-            .await
-            .expect("delete claim");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -177,35 +136,39 @@ async fn a_volume_pre_bound_by_claim_ref_rebinds_without_volume_name() {
     let sb = sandbox().await;
     let api = Apis::new(&sb).await;
     let pv = api.bound_claim("old").await;
-    let dir = host_path(&api.volume(&pv).await);
+    let dir = host_path(&k8s::volume(&api.volumes, &pv).await);
     std::fs::write(dir.join("keep.txt"), "precious").expect("write");
     api.retain(&pv).await;
-    api.delete_claim("old").await;
-    api.await_volume_phase(&pv, "Released").await;
+    k8s::delete_claim(&api.claims, "old").await;
+    k8s::await_volume_phase(&api.volumes, &pv, "Released").await;
 
     // volmig's move: point the volume at the next claim by name only.
-    api.patch_volume(
+    k8s::patch_volume(
+        &api.volumes,
         &pv,
         json!({"spec": {"claimRef": {"name": "new", "uid": null, "resourceVersion": null}}}),
     )
     .await;
-    api.await_volume_phase(&pv, "Available").await;
+    k8s::await_volume_phase(&api.volumes, &pv, "Available").await;
     // Neither the class nor delayed binding matters to a pre-bound volume.
     api.create_claim(claim("new", Some("standard-wffc"), "1Gi", json!({})))
         .await;
     api.await_claim_phase("new", "Bound").await;
-    let new = api.claim("new").await;
+    let new = k8s::claim(&api.claims, "new").await;
     assert_eq!(volume_name(&new).as_deref(), Some(pv.as_str()));
-    let reference = api
-        .volume(&pv)
+    let reference = k8s::volume(&api.volumes, &pv)
         .await
         .spec
         .and_then(|s| s.claim_ref)
         .expect("claimRef");
     assert_eq!(reference.name.as_deref(), Some("new"));
     assert_eq!(reference.uid, new.metadata.uid);
-    api.await_volume_phase(&pv, "Bound").await;
-    assert_eq!(api.volume_names().await, vec![pv], "nothing provisioned");
+    k8s::await_volume_phase(&api.volumes, &pv, "Bound").await;
+    assert_eq!(
+        k8s::volume_names(&api.volumes).await,
+        vec![pv],
+        "nothing provisioned"
+    );
     assert_eq!(
         std::fs::read_to_string(dir.join("keep.txt")).expect("data kept"),
         "precious"
@@ -233,9 +196,9 @@ async fn a_completed_pod_holds_its_claim_until_it_is_deleted() {
     ))
     .await;
     api.await_pod_phase("job", "Succeeded").await;
-    api.delete_claim("done").await;
+    k8s::delete_claim(&api.claims, "done").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let held = api.claim("done").await;
+    let held = k8s::claim(&api.claims, "done").await;
     assert!(held.metadata.deletion_timestamp.is_some());
     assert_eq!(
         held.metadata.finalizers.unwrap_or_default(),
@@ -252,7 +215,7 @@ async fn a_completed_pod_holds_its_claim_until_it_is_deleted() {
     let nowhere = json!({"nodeSelector": {"kubernetes.io/hostname": "no-such-node"}});
     api.create_pod(pod("stuck", "idle", "sleep 300", "Always", nowhere))
         .await;
-    api.delete_claim("idle").await;
+    k8s::delete_claim(&api.claims, "idle").await;
     await_object(&api.claims, "idle", "gone", |c| c.is_none()).await;
 }
 
@@ -267,7 +230,7 @@ async fn wait_for_first_consumer_binds_a_static_volume_only_once_a_pod_is_schedu
         "hostPath": {"path": dir.to_string_lossy()}});
     api.create_volume(volume("static-wffc", "1Gi", source))
         .await;
-    api.await_volume_phase("static-wffc", "Available").await;
+    k8s::await_volume_phase(&api.volumes, "static-wffc", "Available").await;
     api.create_claim(claim("wffc", Some("standard-wffc"), "1Gi", json!({})))
         .await;
     let message = await_event(&api.client, "default", "wffc", "WaitForFirstConsumer").await;
@@ -276,10 +239,10 @@ async fn wait_for_first_consumer_binds_a_static_volume_only_once_a_pod_is_schedu
         "waiting for first consumer to be created before binding"
     );
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let waiting = api.claim("wffc").await;
+    let waiting = k8s::claim(&api.claims, "wffc").await;
     assert_eq!(claim_phase(Some(&waiting)), Some("Pending"));
     assert_eq!(volume_name(&waiting), None);
-    let free = api.volume("static-wffc").await;
+    let free = k8s::volume(&api.volumes, "static-wffc").await;
     assert_eq!(pv_phase(Some(&free)), Some("Available"));
     assert!(free.spec.and_then(|s| s.claim_ref).is_none());
 
@@ -292,11 +255,11 @@ async fn wait_for_first_consumer_binds_a_static_volume_only_once_a_pod_is_schedu
     ))
     .await;
     api.await_pod_phase("consumer", "Running").await;
-    let bound = api.claim("wffc").await;
+    let bound = k8s::claim(&api.claims, "wffc").await;
     assert_eq!(claim_phase(Some(&bound)), Some("Bound"));
     assert_eq!(volume_name(&bound).as_deref(), Some("static-wffc"));
     assert_eq!(
-        api.volume_names().await,
+        k8s::volume_names(&api.volumes).await,
         ["static-wffc"],
         "nothing provisioned"
     );
@@ -315,7 +278,7 @@ async fn a_pod_gets_its_node_only_once_its_claims_are_bound() {
         assert!(Instant::now() < deadline, "the pod never got a node");
         let pod = api.pods.get("user").await.expect("pod");
         let node = pod.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty());
-        let claim = api.claim("late").await;
+        let claim = k8s::claim(&api.claims, "late").await;
         if let Some(node) = node {
             // Read after the pod: a node there means the claim was Bound.
             assert_eq!(claim_phase(Some(&claim)), Some("Bound"), "pod bound first");
@@ -323,7 +286,7 @@ async fn a_pod_gets_its_node_only_once_its_claims_are_bound() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    let claim = api.claim("late").await;
+    let claim = k8s::claim(&api.claims, "late").await;
     let annotations = claim.metadata.annotations.unwrap_or_default();
     assert_eq!(
         annotations.get("volume.kubernetes.io/selected-node"),
@@ -349,15 +312,15 @@ async fn claims_with_a_selector_bind_only_volumes_it_selects() {
     let mut gold = volume("gold", "5Gi", class);
     gold.metadata.labels = Some([("tier".to_string(), "gold".to_string())].into());
     api.create_volume(gold).await;
-    api.await_volume_phase("plain", "Available").await;
-    api.await_volume_phase("gold", "Available").await;
+    k8s::await_volume_phase(&api.volumes, "plain", "Available").await;
+    k8s::await_volume_phase(&api.volumes, "gold", "Available").await;
 
     let select = |tier: &str| json!({"selector": {"matchLabels": {"tier": tier}}});
     api.create_claim(claim("picky", Some("standard"), "1Gi", select("gold")))
         .await;
     api.await_claim_phase("picky", "Bound").await;
     assert_eq!(
-        volume_name(&api.claim("picky").await).as_deref(),
+        volume_name(&k8s::claim(&api.claims, "picky").await).as_deref(),
         Some("gold")
     );
 
@@ -370,12 +333,15 @@ async fn claims_with_a_selector_bind_only_volumes_it_selects() {
         "{message}"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(claim_phase(Some(&api.claim("rare").await)), Some("Pending"));
-    let mut names = api.volume_names().await;
+    assert_eq!(
+        claim_phase(Some(&k8s::claim(&api.claims, "rare").await)),
+        Some("Pending")
+    );
+    let mut names = k8s::volume_names(&api.volumes).await;
     names.sort();
     assert_eq!(names, ["gold", "plain"], "nothing provisioned");
     assert_eq!(
-        pv_phase(Some(&api.volume("plain").await)),
+        pv_phase(Some(&k8s::volume(&api.volumes, "plain").await)),
         Some("Available")
     );
 }
@@ -386,8 +352,8 @@ async fn a_requested_volume_binds_as_soon_as_it_is_freed() {
     let api = Apis::new(&sb).await;
     let pv = api.bound_claim("first").await;
     api.retain(&pv).await;
-    api.delete_claim("first").await;
-    api.await_volume_phase(&pv, "Released").await;
+    k8s::delete_claim(&api.claims, "first").await;
+    k8s::await_volume_phase(&api.volumes, &pv, "Released").await;
     api.create_claim(claim(
         "second",
         Some("standard"),
@@ -401,14 +367,13 @@ async fn a_requested_volume_binds_as_soon_as_it_is_freed() {
         format!("volume \"{pv}\" already bound to a different claim.")
     );
     assert_eq!(
-        claim_phase(Some(&api.claim("second").await)),
+        claim_phase(Some(&k8s::claim(&api.claims, "second").await)),
         Some("Pending")
     );
     // Freed while Released: bound at once, no Available phase needed.
-    api.patch_volume(&pv, json!({"spec": {"claimRef": null}}))
-        .await;
+    k8s::patch_volume(&api.volumes, &pv, json!({"spec": {"claimRef": null}})).await;
     api.await_claim_phase("second", "Bound").await;
-    api.await_volume_phase(&pv, "Bound").await;
+    k8s::await_volume_phase(&api.volumes, &pv, "Bound").await;
 
     // A requested volume that cannot serve the claim says why.
     api.create_volume(volume(
@@ -447,8 +412,12 @@ async fn a_requested_volume_binds_as_soon_as_it_is_freed() {
         message,
         "Cannot bind to requested volume \"doomed\": the volume is marked for deletion \"doomed\""
     );
-    api.patch_volume("doomed", json!({"metadata": {"finalizers": null}}))
-        .await;
+    k8s::patch_volume(
+        &api.volumes,
+        "doomed",
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
     await_object(&api.volumes, "doomed", "gone", |v| v.is_none()).await;
 }
 
@@ -458,8 +427,8 @@ async fn the_delete_policy_releases_the_volume_before_deleting_it() {
     let api = Apis::new(&sb).await;
     let mut events = Box::pin(watcher(api.volumes.clone(), watcher::Config::default()));
     let pv = api.bound_claim("scratch").await;
-    let dir = host_path(&api.volume(&pv).await);
-    api.delete_claim("scratch").await;
+    let dir = host_path(&k8s::volume(&api.volumes, &pv).await);
+    k8s::delete_claim(&api.claims, "scratch").await;
     let mut phases: Vec<String> = Vec::new();
     let gone = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(event) = events.try_next().await.expect("watch") {
@@ -507,17 +476,20 @@ async fn static_volumes_with_the_delete_policy_fail_as_in_tree_deleters_do() {
         api.create_claim(claim(name, Some(""), "1Gi", json!({"volumeName": pv})))
             .await;
         api.await_claim_phase(name, "Bound").await;
-        api.delete_claim(name).await;
+        k8s::delete_claim(&api.claims, name).await;
     }
-    api.await_volume_phase("outside", "Failed").await;
-    api.await_volume_phase("node-local", "Failed").await;
+    k8s::await_volume_phase(&api.volumes, "outside", "Failed").await;
+    k8s::await_volume_phase(&api.volumes, "node-local", "Failed").await;
     let message = |v: PersistentVolume| v.status.and_then(|s| s.message).unwrap_or_default();
     assert_eq!(
-        message(api.volume("outside").await),
+        message(k8s::volume(&api.volumes, "outside").await),
         "host_path deleter only supports /tmp/.+ but received provided /var/lib/kube-sandbox-tests/outside"
     );
     let expected = "error getting deleter volume plugin for volume \"node-local\": no deletable volume plugin matched";
-    assert_eq!(message(api.volume("node-local").await), expected);
+    assert_eq!(
+        message(k8s::volume(&api.volumes, "node-local").await),
+        expected
+    );
     let event = await_event(&api.client, "default", "node-local", "VolumeFailedDelete").await;
     assert_eq!(event, expected);
 
@@ -536,10 +508,10 @@ async fn a_bound_volume_is_deleted_only_once_released() {
     api.retain(&pv).await;
     api.delete_volume(&pv).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let held = api.volume(&pv).await;
+    let held = k8s::volume(&api.volumes, &pv).await;
     assert!(held.metadata.deletion_timestamp.is_some());
     assert_eq!(pv_phase(Some(&held)), Some("Bound"));
-    api.delete_claim("held").await;
+    k8s::delete_claim(&api.claims, "held").await;
     await_object(&api.volumes, &pv, "gone", |v| v.is_none()).await;
 }
 
@@ -566,7 +538,8 @@ async fn a_claim_whose_volume_names_another_claim_is_lost() {
     let sb = sandbox().await;
     let api = Apis::new(&sb).await;
     let pv = api.bound_claim("a").await;
-    api.patch_volume(
+    k8s::patch_volume(
+        &api.volumes,
         &pv,
         json!({"spec": {"persistentVolumeReclaimPolicy": "Retain",
             "claimRef": {"name": "b", "uid": "00000000-0000-0000-0000-000000000000"}}}),
@@ -612,7 +585,7 @@ async fn a_pod_waits_unbound_while_an_external_provisioner_works() {
         .filter_map(|e| e.reason)
         .collect();
     assert!(scheduling.is_empty(), "{scheduling:?}");
-    let ext = api.claim("ext").await;
+    let ext = k8s::claim(&api.claims, "ext").await;
     let node = ext.metadata.annotations.clone().unwrap_or_default()
         ["volume.kubernetes.io/selected-node"]
         .clone();
@@ -638,7 +611,7 @@ async fn a_pod_waits_unbound_while_an_external_provisioner_works() {
     let running = api.pods.get("patient").await.expect("pod");
     assert_eq!(running.spec.and_then(|s| s.node_name), Some(node));
     assert_eq!(
-        volume_name(&api.claim("ext").await).as_deref(),
+        volume_name(&k8s::claim(&api.claims, "ext").await).as_deref(),
         Some("delivered")
     );
 }

@@ -21,10 +21,10 @@ use crate::registry::SELF_SUBJECT_ACCESS_REVIEWS;
 use crate::status::ApiError;
 
 /// The review's path.
-pub const PATH: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+const PATH: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 
 /// Why an anonymous request is allowed.
-pub const NOT_AUTHORIZED_REASON: &str =
+const NOT_AUTHORIZED_REASON: &str =
     "kube-sandbox authorizes service accounts only: this identity may do everything";
 
 /// The audit record of a review: every authenticated user may ask

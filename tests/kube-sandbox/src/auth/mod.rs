@@ -2,9 +2,10 @@
 //! writes carries a bearer token for the cluster admin (`system:masters`);
 //! pods carry service-account tokens ([`token`]) that the kubelet writes
 //! into their projected `kube-api-access-*` volume; a request without
-//! credentials is `system:anonymous`. Authorization is not enforced: every
-//! identity may do everything, and the identity is recorded with each
-//! request ([`crate::api::AuditEntry`]) for RBAC to build on.
+//! credentials is `system:anonymous`. Authorization ([`rbac`]) restricts
+//! service-account identities only: the admin and anonymous requests may do
+//! everything. The identity is recorded with each request
+//! ([`crate::api::AuditEntry`]).
 //!
 //! As kube-apiserver's token authenticators do
 //! (pkg/serviceaccount/jwt.go, pkg/serviceaccount/legacy.go `Validate`): a

@@ -151,7 +151,7 @@ fn role_rules(store: &Store, role_ref: &Value, namespace: &str) -> Result<Vec<Va
 }
 
 /// `RuleAllows` for a resource request.
-pub fn rule_allows(rule: &Value, attrs: &Attributes) -> bool {
+fn rule_allows(rule: &Value, attrs: &Attributes) -> bool {
     let list = |key: &str| -> Vec<&str> {
         rule[key]
             .as_array()

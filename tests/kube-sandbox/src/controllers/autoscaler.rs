@@ -23,6 +23,7 @@
 
 use serde_json::{json, Value};
 
+use super::workloads::drop_unset_zeros;
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::events::{self, EventType, Source};
 use crate::registry;
@@ -182,13 +183,9 @@ fn write_status(ctx: &Ctx, hpa: &Value, decision: &Decision) {
                 *status = json!({});
             }
             status["desiredReplicas"] = json!(decision.desired);
-            match status.as_object_mut() {
-                // `currentReplicas` is omitempty.
-                Some(s) if decision.current == 0 => {
-                    s.remove("currentReplicas");
-                }
-                _ => status["currentReplicas"] = json!(decision.current),
-            }
+            status["currentReplicas"] = json!(decision.current);
+            // `currentReplicas` is omitempty.
+            drop_unset_zeros("HorizontalPodAutoscalerStatus", status);
             if decision.rescaled {
                 status["lastScaleTime"] = json!(now);
             }

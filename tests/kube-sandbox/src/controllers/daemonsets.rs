@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 
 use super::ownership::claim;
 use super::placement::daemon_should_run;
-use super::workloads::{owner_ref, template_hash, write_status, REVISION};
+use super::workloads::{pod_from_template, template_hash, write_status, REVISION};
 use super::workloads_sts::{available, ready_condition};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::events::{self, EventType, Source};
@@ -91,30 +91,45 @@ fn sync(ctx: &Ctx, ds: &Value, nodes: &[Node], pods: &[Value]) {
         return;
     };
     let hash = template_hash(&ds["spec"]["template"]);
+    // `NodeShouldRunDaemonPod` once per node for the whole pass.
+    let nodes: Vec<NodeFit> = nodes
+        .iter()
+        .map(|node| {
+            let (should_run, should_continue) = daemon_should_run(&template, node);
+            NodeFit {
+                node,
+                should_run,
+                should_continue,
+            }
+        })
+        .collect();
     let set = Set {
         ctx,
         ds,
-        template: &template,
         hash: &hash,
         by_node: by_node(&claimed),
     };
-    let (create, delete) = set.manage(nodes);
+    let (create, delete) = set.manage(&nodes);
     if create.is_empty() && delete.is_empty() {
-        set.delete_all(&set.rolling_update(nodes));
+        set.delete_all(&set.rolling_update(&nodes));
     } else {
         set.create_on(&create);
         set.delete_all(&delete);
     }
-    write_status(ctx, "daemonsets", ds, set.status(nodes));
+    write_status(ctx, "daemonsets", ds, set.status(&nodes));
+}
+
+/// A node and what `daemon_should_run` decides for the set's pod there.
+struct NodeFit<'a> {
+    node: &'a Node,
+    should_run: bool,
+    should_continue: bool,
 }
 
 /// One pass over a set.
 struct Set<'a> {
     ctx: &'a Ctx,
     ds: &'a Value,
-    /// The template as a pod, with the daemon tolerations, for the node
-    /// predicates.
-    template: &'a Pod,
     hash: &'a str,
     /// The set's pods by the node they run on or are meant for (terminal
     /// pods being deleted left out).
@@ -123,11 +138,11 @@ struct Set<'a> {
 
 impl Set<'_> {
     /// `manage`: the nodes needing a pod, and the pods to delete.
-    fn manage(&self, nodes: &[Node]) -> (Vec<String>, Vec<String>) {
+    fn manage(&self, nodes: &[NodeFit]) -> (Vec<String>, Vec<String>) {
         let (mut create, mut delete) = (Vec::new(), Vec::new());
-        for node in nodes {
-            let node_name = node.metadata.name.clone().unwrap_or_default();
-            let (should_run, should_continue) = daemon_should_run(self.template, node);
+        for fit in nodes {
+            let node_name = fit.node.metadata.name.clone().unwrap_or_default();
+            let (should_run, should_continue) = (fit.should_run, fit.should_continue);
             let pods = self.by_node.get(&node_name);
             match pods {
                 None if should_run => create.push(node_name),
@@ -145,7 +160,7 @@ impl Set<'_> {
         let known = |n: &str| {
             nodes
                 .iter()
-                .any(|node| node.metadata.name.as_deref() == Some(n))
+                .any(|fit| fit.node.metadata.name.as_deref() == Some(n))
         };
         for (node, pods) in self.by_node.iter().filter(|(n, _)| !known(n)) {
             let unscheduled = pods.iter().filter(|p| node_name(p).is_empty());
@@ -192,7 +207,7 @@ impl Set<'_> {
     /// `rollingUpdate` without surge: old pods to delete, as many as keep
     /// the unavailable pods within `maxUnavailable` (unavailable old pods
     /// always may go).
-    fn rolling_update(&self, nodes: &[Node]) -> Vec<String> {
+    fn rolling_update(&self, nodes: &[NodeFit]) -> Vec<String> {
         let strategy = &self.ds["spec"]["updateStrategy"];
         if strategy["type"].as_str() == Some("OnDelete") {
             return Vec::new();
@@ -200,13 +215,10 @@ impl Set<'_> {
         let min_ready = self.ds["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
         let mut by_node: BTreeMap<String, Vec<&Value>> = self.by_node.clone();
         let mut desired = 0;
-        for node in nodes
-            .iter()
-            .filter(|n| daemon_should_run(self.template, n).0)
-        {
+        for fit in nodes.iter().filter(|fit| fit.should_run) {
             desired += 1;
             by_node
-                .entry(node.metadata.name.clone().unwrap_or_default())
+                .entry(fit.node.metadata.name.clone().unwrap_or_default())
                 .or_default();
         }
         let limit = &strategy["rollingUpdate"]["maxUnavailable"];
@@ -246,17 +258,8 @@ impl Set<'_> {
         for node in nodes {
             let mut spec = spec.clone();
             pin_to_node(&mut spec, node);
-            let pod = json!({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "generateName": format!("{name}-"),
-                    "labels": labels,
-                    "annotations": template["metadata"]["annotations"],
-                    "ownerReferences": [owner_ref(self.ds)],
-                },
-                "spec": spec,
-            });
+            let mut pod = pod_from_template(self.ds, labels.clone(), spec);
+            pod["metadata"]["generateName"] = json!(format!("{name}-"));
             log_err(
                 "create daemon pod",
                 self.ctx.store.create(registry::get("pods"), ns, pod),
@@ -275,16 +278,15 @@ impl Set<'_> {
         }
     }
 
-    /// `updateDaemonSetStatus`, counting the oldest pod of each node; zero
-    /// counts the API omits are left out.
-    fn status(&self, nodes: &[Node]) -> Value {
+    /// `updateDaemonSetStatus`, counting the oldest pod of each node.
+    fn status(&self, nodes: &[NodeFit]) -> Value {
         let min_ready = self.ds["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
         let (mut desired, mut current, mut misscheduled) = (0, 0, 0);
         let (mut ready, mut updated, mut available_count) = (0, 0, 0);
-        for node in nodes {
-            let node_name = node.metadata.name.as_deref().unwrap_or_default();
+        for fit in nodes {
+            let node_name = fit.node.metadata.name.as_deref().unwrap_or_default();
             let pods = self.by_node.get(node_name).filter(|p| !p.is_empty());
-            if !daemon_should_run(self.template, node).0 {
+            if !fit.should_run {
                 misscheduled += usize::from(pods.is_some());
                 continue;
             }
@@ -298,26 +300,17 @@ impl Set<'_> {
             available_count += usize::from(is_available(pod, min_ready));
             updated += usize::from(pod["metadata"]["labels"][REVISION] == json!(self.hash));
         }
-        let mut status = json!({
+        // Zero counts the API omits are left out by `write_status`.
+        json!({
+            "observedGeneration": self.ds["metadata"]["generation"].as_u64().unwrap_or(0),
             "currentNumberScheduled": current,
             "numberMisscheduled": misscheduled,
             "desiredNumberScheduled": desired,
             "numberReady": ready,
-        });
-        for (field, count) in [
-            (
-                "observedGeneration",
-                self.ds["metadata"]["generation"].as_u64().unwrap_or(0) as usize,
-            ),
-            ("updatedNumberScheduled", updated),
-            ("numberAvailable", available_count),
-            ("numberUnavailable", desired - available_count),
-        ] {
-            if count > 0 {
-                status[field] = json!(count);
-            }
-        }
-        status
+            "updatedNumberScheduled": updated,
+            "numberAvailable": available_count,
+            "numberUnavailable": desired - available_count,
+        })
     }
 
     fn event(&self, kind: EventType, reason: &str, message: &str) {

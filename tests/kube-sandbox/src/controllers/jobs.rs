@@ -40,11 +40,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::ownership::{claim, controller_uid};
-use super::workloads::{is_active, is_ready, owner_ref};
+use super::ownership::claim;
+use super::workloads::{is_active, is_ready, pod_from_template};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
-use crate::store::DeleteOptions;
+use crate::store::{controller_uid, DeleteOptions};
 
 /// Keeps a Job's pod until the controller has counted it.
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
@@ -242,28 +242,31 @@ fn manage(
     };
     let settled = terminating == 0 && active.is_empty();
     if failed > backoff_limit {
-        delete_pods(ctx, active);
-        let (reason, message) = (
+        let message = "Job has reached the specified backoff limit";
+        let conditions = ["FailureTarget", "Failed"];
+        end(
+            ctx,
+            status,
+            active,
+            settled,
+            conditions,
             "BackoffLimitExceeded",
-            "Job has reached the specified backoff limit",
+            message,
         );
-        set_condition(status, "FailureTarget", reason, message);
-        if settled {
-            set_condition(status, "Failed", reason, message);
-        }
         return 0;
     }
     if done {
-        delete_pods(ctx, active);
-        let (reason, message) = (
+        let message = "Reached expected number of succeeded pods";
+        let conditions = ["SuccessCriteriaMet", "Complete"];
+        end(
+            ctx,
+            status,
+            active,
+            settled,
+            conditions,
             "CompletionsReached",
-            "Reached expected number of succeeded pods",
+            message,
         );
-        set_condition(status, "SuccessCriteriaMet", reason, message);
-        if settled {
-            set_condition(status, "Complete", reason, message);
-            status["completionTime"] = json!(crate::time::now());
-        }
         return 0;
     }
     let wanted = match completions {
@@ -283,18 +286,10 @@ fn manage(
     }
     let (ns, name) = name_of(job);
     let template = &spec["template"];
-    let pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": format!("{name}-"),
-            "labels": template["metadata"]["labels"],
-            "annotations": template["metadata"]["annotations"],
-            "ownerReferences": [owner_ref(job)],
-            "finalizers": [TRACKING_FINALIZER],
-        },
-        "spec": template["spec"],
-    });
+    let labels = template["metadata"]["labels"].clone();
+    let mut pod = pod_from_template(job, labels, template["spec"].clone());
+    pod["metadata"]["generateName"] = json!(format!("{name}-"));
+    pod["metadata"]["finalizers"] = json!([TRACKING_FINALIZER]);
     (0..missing)
         .filter(|_| {
             log_err(
@@ -304,6 +299,29 @@ fn manage(
             .is_some()
         })
         .count()
+}
+
+/// The end of a Job: its active pods deleted, the interim condition
+/// (`FailureTarget`, `SuccessCriteriaMet`) set, and once no pod is left
+/// (`settled`) the final one (`Failed`, `Complete`), with `completionTime`
+/// when the Job is `Complete`.
+fn end(
+    ctx: &Ctx,
+    status: &mut Value,
+    active: &[&Value],
+    settled: bool,
+    [interim, last]: [&str; 2],
+    reason: &str,
+    message: &str,
+) {
+    delete_pods(ctx, active);
+    set_condition(status, interim, reason, message);
+    if settled {
+        set_condition(status, last, reason, message);
+        if last == "Complete" {
+            status["completionTime"] = json!(crate::time::now());
+        }
+    }
 }
 
 /// Adds a Job condition (type, True) unless it is there.
@@ -369,22 +387,10 @@ fn release_orphans(ctx: &Ctx, jobs: &[Value], pods: &[Value]) {
     }
 }
 
-/// Writes the status, the zero counts Go's `omitempty` drops left out;
-/// None when the write failed.
-fn write_status(ctx: &Ctx, job: &Value, mut status: Value) -> Option<()> {
-    if let Some(fields) = status.as_object_mut() {
-        for field in ["active", "succeeded", "failed"] {
-            if fields.get(field) == Some(&json!(0)) {
-                fields.remove(field);
-            }
-        }
-    }
-    let (ns, name) = name_of(job);
-    let written = ctx.store.modify(registry::get("jobs"), ns, name, |j| {
-        j["status"] = status;
-        true
-    });
-    log_err("job status", written).map(|_| ())
+/// Writes the status (`workloads::write_status`: the zero counts Go's
+/// `omitempty` drops left out); None when the write failed.
+fn write_status(ctx: &Ctx, job: &Value, status: Value) -> Option<()> {
+    super::workloads::write_status(ctx, "jobs", job, status)
 }
 
 #[cfg(test)]

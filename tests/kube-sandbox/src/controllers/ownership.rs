@@ -14,13 +14,13 @@
 //! This is what lets a StatefulSet deleted with `propagationPolicy:
 //! Orphan` and created again take its pods back without restarting them.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::workloads::owner_ref;
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
 use crate::selector::LabelSelector;
-use crate::store::remove_owner;
+use crate::store::{controller_uid, remove_owner};
 
 /// The objects of `plural` among `candidates` that `owner` controls once
 /// adoption and release are done, in the order given. `selector` is the
@@ -61,14 +61,6 @@ pub fn claim(
         }
     }
     Some(claimed)
-}
-
-/// The uid of the object's controller, if it has one.
-pub fn controller_uid(obj: &Value) -> Option<&Value> {
-    let refs = obj["metadata"]["ownerReferences"].as_array()?;
-    refs.iter()
-        .find(|r| r["controller"] == json!(true))
-        .map(|r| &r["uid"])
 }
 
 fn adopt(ctx: &Ctx, owner: &Value, plural: &'static str, obj: &Value) -> Option<Value> {

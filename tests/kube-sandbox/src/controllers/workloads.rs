@@ -16,7 +16,7 @@ use super::ownership::claim;
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::api::protobuf::omits_zero;
 use crate::registry;
-use crate::store::DeleteOptions;
+use crate::store::{controller_uid, DeleteOptions};
 
 pub const TEMPLATE_HASH: &str = "pod-template-hash";
 pub const REVISION: &str = "controller-revision-hash";
@@ -67,17 +67,28 @@ pub fn owner_ref(owner: &Value) -> Value {
     })
 }
 
+/// A pod from `owner`'s `spec.template`, as `GetPodFromTemplate` makes
+/// it: the template's annotations, `labels`, `spec` (the template's, or the
+/// controller's edit of it) and `owner` as its controller. The caller names
+/// it (`generateName` or `name`) and adds what else its controller sets.
+pub fn pod_from_template(owner: &Value, labels: Value, spec: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "labels": labels,
+            "annotations": owner["spec"]["template"]["metadata"]["annotations"],
+            "ownerReferences": [owner_ref(owner)],
+        },
+        "spec": spec,
+    })
+}
+
 pub fn owned_by<'a>(owner: &Value, items: &'a [Value]) -> Vec<&'a Value> {
     let uid = &owner["metadata"]["uid"];
     items
         .iter()
-        .filter(|i| {
-            i["metadata"]["ownerReferences"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|r| r["uid"] == *uid && r["controller"] == json!(true))
-        })
+        .filter(|i| controller_uid(i) == Some(uid))
         .collect()
 }
 
@@ -182,17 +193,9 @@ fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: 
     let want = replicas(rs) as usize;
     if active.len() < want {
         let template = &rs["spec"]["template"];
-        let pod = json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "generateName": format!("{name}-"),
-                "labels": template["metadata"]["labels"],
-                "annotations": template["metadata"]["annotations"],
-                "ownerReferences": [owner_ref(rs)],
-            },
-            "spec": template["spec"],
-        });
+        let labels = template["metadata"]["labels"].clone();
+        let mut pod = pod_from_template(rs, labels, template["spec"].clone());
+        pod["metadata"]["generateName"] = json!(format!("{name}-"));
         for _ in active.len()..want {
             log_err("create pod", ctx.store.create(pod_res, ns, pod.clone()));
         }
@@ -231,14 +234,21 @@ fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: 
     write_status(ctx, plural, rs, status);
 }
 
+/// Leaves out of `status`, a Go struct `message` (`DeploymentStatus`), the
+/// fields at 0 or false that Go's JSON omits (`omitempty`).
+pub fn drop_unset_zeros(message: &str, status: &mut Value) {
+    if let Some(fields) = status.as_object_mut() {
+        fields.retain(|field, v| v != &json!(0) || !omits_zero(message, field));
+    }
+}
+
 /// Writes a workload's status, the zero counts the API omits
 /// (`omitempty`) left out as a real server returns them: a Deployment
 /// scaled to 0 has no `status.replicas`, a ReplicaSet no `readyReplicas`.
-pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, mut status: Value) {
+/// None when the write failed.
+pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, mut status: Value) -> Option<()> {
     let message = format!("{}Status", obj["kind"].as_str().unwrap_or_default());
-    if let Some(fields) = status.as_object_mut() {
-        fields.retain(|field, v| v != &json!(0) || !omits_zero(&message, field));
-    }
+    drop_unset_zeros(&message, &mut status);
     let (ns, name) = name_of(obj);
     log_err(
         "workload status",
@@ -247,5 +257,6 @@ pub fn write_status(ctx: &Ctx, plural: &str, obj: &Value, mut status: Value) {
             o["status"] = status;
             true
         }),
-    );
+    )
+    .map(|_| ())
 }

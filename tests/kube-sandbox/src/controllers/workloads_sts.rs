@@ -22,7 +22,7 @@
 use serde_json::{json, Value};
 
 use super::ownership::claim;
-use super::workloads::{owner_ref, replicas, template_hash, write_status, REVISION};
+use super::workloads::{pod_from_template, replicas, template_hash, write_status, REVISION};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
 use crate::store::DeleteOptions;
@@ -354,15 +354,7 @@ fn pod_for(sts: &Value, i: usize, revision: &str) -> Value {
     labels["statefulset.kubernetes.io/pod-name"] = json!(format!("{name}-{i}"));
     labels["apps.kubernetes.io/pod-index"] = json!(i.to_string());
     labels[REVISION] = json!(revision);
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": format!("{name}-{i}"),
-            "labels": labels,
-            "annotations": template["metadata"]["annotations"],
-            "ownerReferences": [owner_ref(sts)],
-        },
-        "spec": spec,
-    })
+    let mut pod = pod_from_template(sts, labels, spec);
+    pod["metadata"]["name"] = json!(format!("{name}-{i}"));
+    pod
 }

@@ -7,12 +7,11 @@
 //! `kube-api-access-*` volume needs. Written once at start, like the other
 //! volumes here: the token is never refreshed (it lives a year).
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::volumes::{make_dir, mount_failed, write_keys, NotReady};
+use super::volumes::{make_dir, mount_failed, write_file, write_keys, NotReady};
 use crate::auth::{Authority, Subject};
 use crate::registry;
 use crate::store::Store;
@@ -35,7 +34,7 @@ pub fn write(
             let path = token.get("path").and_then(Value::as_str).unwrap_or("token");
             let text = service_account_token(store, authority, pod, node)
                 .map_err(|e| mount_failed(volume, e))?;
-            write_file(dir, path, text.as_bytes(), default_mode, volume)?;
+            write_file(dir, path, text.as_bytes(), file_mode(default_mode), volume)?;
         } else if let Some((plural, object)) = keyed(source) {
             let mut keys = object.clone();
             keys["defaultMode"] = json!(default_mode);
@@ -51,7 +50,7 @@ pub fn write(
                 let field = item["fieldRef"]["fieldPath"].as_str().unwrap_or_default();
                 let value = super::env::field(pod, field).map_err(|e| mount_failed(volume, e))?;
                 let mode = item["mode"].as_u64().unwrap_or(default_mode);
-                write_file(dir, path, value.as_bytes(), mode, volume)?;
+                write_file(dir, path, value.as_bytes(), file_mode(mode), volume)?;
             }
         } else {
             return Err(mount_failed(
@@ -102,22 +101,7 @@ fn service_account_token(
         .map_err(|e| format!("failed to fetch token: {e}"))
 }
 
-fn write_file(
-    dir: &Path,
-    path: &str,
-    bytes: &[u8],
-    mode: u64,
-    volume: &str,
-) -> Result<(), NotReady> {
-    if path.is_empty() || path.starts_with('/') || path.split('/').any(|c| c == "..") {
-        return Err(mount_failed(volume, format!("invalid path {path:?}")));
-    }
-    let file = dir.join(path);
-    if let Some(parent) = file.parent() {
-        make_dir(parent, volume)?;
-    }
-    std::fs::write(&file, bytes).map_err(|e| mount_failed(volume, e))?;
-    let mode = u32::try_from(mode & 0o777).unwrap_or(0o644);
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| mount_failed(volume, e))
+/// A file's permission bits from a (default) mode; the rest left out.
+fn file_mode(mode: u64) -> u32 {
+    u32::try_from(mode & 0o777).unwrap_or(0o644)
 }

@@ -20,18 +20,22 @@ use crate::store::Store;
 pub fn vars(store: &Store, pod: &Value) -> Vec<(String, String)> {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
     let links = pod["spec"]["enableServiceLinks"] != Value::Bool(false);
-    let (services, _) = store.list(registry::get("services"), None);
+    let res = registry::get("services");
+    // The pod's namespace's Services, and `default/kubernetes` unless one
+    // of them has its name.
+    let services = if links {
+        store.list(res, Some(ns)).0
+    } else {
+        Vec::new()
+    };
+    let master = store.get(res, "default", "kubernetes").ok();
     let mut chosen: BTreeMap<String, &Value> = BTreeMap::new();
     for service in services.iter().filter(|s| has_cluster_ip(s)) {
         let name = service["metadata"]["name"].as_str().unwrap_or_default();
-        let namespace = service["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default();
-        if namespace == "default" && name == "kubernetes" {
-            chosen.entry(name.to_string()).or_insert(service);
-        } else if namespace == ns && links {
-            chosen.insert(name.to_string(), service);
-        }
+        chosen.insert(name.to_string(), service);
+    }
+    if let Some(master) = master.as_ref().filter(|s| has_cluster_ip(s)) {
+        chosen.entry("kubernetes".to_string()).or_insert(master);
     }
     chosen.values().flat_map(|s| of_service(s)).collect()
 }

@@ -221,16 +221,29 @@ pub(super) fn write_keys(
             },
             None => (key.clone(), default_mode),
         };
-        if path.split('/').any(|c| c == ".." || c.is_empty()) {
-            return Err(mount_failed(volume, format!("invalid path {path:?}")));
-        }
-        let file = dir.join(&path);
-        if let Some(parent) = file.parent() {
-            make_dir(parent, volume)?;
-        }
-        std::fs::write(&file, bytes).map_err(|e| mount_failed(volume, e))?;
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| mount_failed(volume, e))?;
+        write_file(dir, &path, bytes, mode, volume)?;
     }
     Ok(())
+}
+
+/// Writes `bytes` to `path` under the volume's directory `dir` with
+/// `mode`, making the directories on the way. A path with a `..` or an
+/// empty component (a leading '/' among them) is refused.
+pub(super) fn write_file(
+    dir: &Path,
+    path: &str,
+    bytes: &[u8],
+    mode: u32,
+    volume: &str,
+) -> Result<(), NotReady> {
+    if path.split('/').any(|c| c == ".." || c.is_empty()) {
+        return Err(mount_failed(volume, format!("invalid path {path:?}")));
+    }
+    let file = dir.join(path);
+    if let Some(parent) = file.parent() {
+        make_dir(parent, volume)?;
+    }
+    std::fs::write(&file, bytes).map_err(|e| mount_failed(volume, e))?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| mount_failed(volume, e))
 }

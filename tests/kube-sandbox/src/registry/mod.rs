@@ -233,8 +233,8 @@ pub static RESOURCES: &[Resource] = &[
 /// The review the API server answers for the requesting identity.
 pub const SELF_SUBJECT_ACCESS_REVIEWS: &str = "selfsubjectaccessreviews";
 
-/// A kind of `rbac.authorization.k8s.io/v1`: stored and returned (the
-/// sandbox does not enforce it).
+/// A kind of `rbac.authorization.k8s.io/v1`: stored, returned, and enforced
+/// for service-account requests ([`crate::auth::rbac`]).
 const fn rbac(
     plural: &'static str,
     singular: &'static str,

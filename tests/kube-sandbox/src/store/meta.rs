@@ -320,6 +320,15 @@ pub fn owner_uids(obj: &Value) -> impl Iterator<Item = &Value> {
         .map(|r| &r["uid"])
 }
 
+/// The uid of the object's controller (its first ownerReference with
+/// `controller: true`, as `metav1.GetControllerOf`), if it has one.
+pub fn controller_uid(obj: &Value) -> Option<&Value> {
+    let refs = obj["metadata"]["ownerReferences"].as_array()?;
+    refs.iter()
+        .find(|r| r["controller"] == json!(true))
+        .map(|r| &r["uid"])
+}
+
 /// Drops the ownerReferences to `uid`, and the list once it is empty (Go's
 /// JSON omits an empty `ownerReferences`).
 pub fn remove_owner(obj: &mut Value, uid: &Value) {

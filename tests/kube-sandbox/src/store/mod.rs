@@ -19,7 +19,7 @@ use crate::registry::rules::service_accounts;
 use crate::registry::{self, Resource};
 use crate::status::ApiError;
 
-pub use meta::{generate_suffix, new_uid, remove_owner};
+pub use meta::{controller_uid, generate_suffix, new_uid, remove_owner};
 
 /// The loopback block of a store made without one.
 pub const DEFAULT_BLOCK: u8 = 96;
@@ -330,10 +330,10 @@ impl Store {
             });
         let key = key(res, namespace, name);
         let old = inner.stored(res, &key)?;
-        let has_controller = old["metadata"]["ownerReferences"]
-            .as_array()
-            .is_some_and(|refs| refs.iter().any(|r| r["controller"] == json!(true)));
-        if !live || has_controller || !old["metadata"]["deletionTimestamp"].is_null() {
+        if !live
+            || meta::controller_uid(&old).is_some()
+            || !old["metadata"]["deletionTimestamp"].is_null()
+        {
             return Ok(None);
         }
         let mut new = old.clone();

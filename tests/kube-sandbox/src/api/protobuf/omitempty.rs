@@ -3,11 +3,14 @@
 //! JSON encoder then omits the `omitempty` ones at their zero value, and
 //! keeps a pointer set to a zero value. Generated from the struct tags of
 //! k8s.io/api `core/v1/types.go`, `apps/v1/types.go` and apimachinery
-//! `meta/v1/types.go` at kubernetes-1.33.13 (`Message.jsonName`).
+//! `meta/v1/types.go` at kubernetes-1.33.13 (`Message.jsonName`); the
+//! `JobStatus` (`batch/v1`) and `HorizontalPodAutoscalerStatus`
+//! (`autoscaling/v2`) entries, which the controllers' status writes use
+//! (`omits_zero`), from the same tags.
 
 /// Non-pointer numbers and booleans with `omitempty`: 0 and false are
 /// left out.
-pub(super) const ZERO_IS_UNSET: [&str; 108] = [
+pub(super) const ZERO_IS_UNSET: [&str; 112] = [
     "PersistentVolumeClaimVolumeSource.readOnly",
     "GlusterfsVolumeSource.readOnly",
     "GlusterfsPersistentVolumeSource.readOnly",
@@ -116,6 +119,10 @@ pub(super) const ZERO_IS_UNSET: [&str; 108] = [
     "Status.code",
     "StatusDetails.retryAfterSeconds",
     "Condition.observedGeneration",
+    "JobStatus.active",
+    "JobStatus.succeeded",
+    "JobStatus.failed",
+    "HorizontalPodAutoscalerStatus.currentReplicas",
 ];
 
 /// Pointer strings: an empty string is a value (`storageClassName: ""`),

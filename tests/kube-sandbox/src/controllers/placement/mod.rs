@@ -231,7 +231,7 @@ fn filter(pod: &Pod, node: &Node, volumes: &PodVolumes) -> Result<(), Rejection>
             resolvable,
         })
     };
-    if let Some(reason) = node_reason(pod, node) {
+    if let Some(reason) = node_reason(pod, node, &labels) {
         return reject(vec![reason], false);
     }
     if volumes.rwop_in_use {
@@ -246,8 +246,9 @@ fn filter(pod: &Pod, node: &Node, volumes: &PodVolumes) -> Result<(), Rejection>
 }
 
 /// NodeUnschedulable (a cordoned node, unless the pod tolerates the cordon's taint),
-/// TaintToleration and NodeAffinity (`spec.nodeSelector` and the required node affinity).
-fn node_reason(pod: &Pod, node: &Node) -> Option<String> {
+/// TaintToleration and NodeAffinity (`spec.nodeSelector` and the required node affinity);
+/// `labels` are the node's.
+fn node_reason(pod: &Pod, node: &Node, labels: &Labels) -> Option<String> {
     let spec = pod.spec.as_ref();
     let tolerations = spec
         .and_then(|s| s.tolerations.as_deref())
@@ -273,13 +274,13 @@ fn node_reason(pod: &Pod, node: &Node) -> Option<String> {
             taint.key
         ));
     }
-    (!fits_node_affinity(pod, node)).then(|| AFFINITY_MISMATCH.to_owned())
+    (!fits_node_affinity(pod, node, labels)).then(|| AFFINITY_MISMATCH.to_owned())
 }
 
 /// `GetRequiredNodeAffinity(pod).Match(node)`: `spec.nodeSelector` and the
-/// required node affinity (whose `matchFields` see the node's name).
-fn fits_node_affinity(pod: &Pod, node: &Node) -> bool {
-    let labels = node.metadata.labels.clone().unwrap_or_default();
+/// required node affinity (whose `matchFields` see the node's name);
+/// `labels` are the node's.
+fn fits_node_affinity(pod: &Pod, node: &Node, labels: &Labels) -> bool {
     let selector = pod.spec.as_ref().and_then(|s| s.node_selector.as_ref());
     let node_name = Some(name(&node.metadata));
     selector
@@ -287,7 +288,7 @@ fn fits_node_affinity(pod: &Pod, node: &Node) -> bool {
         .flatten()
         .all(|(k, v)| labels.get(k) == Some(v))
         && required_affinity(pod)
-            .is_none_or(|a| terms_match(&a.node_selector_terms, &labels, node_name))
+            .is_none_or(|a| terms_match(&a.node_selector_terms, labels, node_name))
 }
 
 /// What the DaemonSet controller's `NodeShouldRunDaemonPod` decides for
@@ -301,7 +302,11 @@ pub fn daemon_should_run(pod: &Pod, node: &Node) -> (bool, bool) {
     let wanted = spec
         .and_then(|s| s.node_name.as_deref())
         .unwrap_or_default();
-    if !(wanted.is_empty() || wanted == name(&node.metadata)) || !fits_node_affinity(pod, node) {
+    let no_labels = Labels::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&no_labels);
+    if !(wanted.is_empty() || wanted == name(&node.metadata))
+        || !fits_node_affinity(pod, node, labels)
+    {
         return (false, false);
     }
     let tolerations = spec

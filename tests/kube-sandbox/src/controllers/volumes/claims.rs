@@ -13,6 +13,7 @@ use super::{
 };
 use crate::controllers::{is_terminating, name_of, Ctx};
 use crate::events::EventType;
+use crate::store::controller_uid;
 
 // ---------------------------------------------------------------------------
 // pvc-protection
@@ -55,11 +56,7 @@ fn pod_is_shut_down(pod: &Value) -> bool {
 }
 
 fn controlled_by(obj: &Value, owner: &Value) -> bool {
-    obj["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|r| r["controller"] == json!(true) && r["uid"] == owner["metadata"]["uid"])
+    controller_uid(obj) == Some(&owner["metadata"]["uid"])
 }
 
 // ---------------------------------------------------------------------------

@@ -132,6 +132,18 @@ fn validate_pod_spec(spec: &Value) -> Option<String> {
     None
 }
 
+/// The template's labels must carry the selector's `matchLabels`
+/// (`ValidatePodTemplateSpecForReplicaSet`, `validateJob`'s selector
+/// check): the cause when they do not.
+pub(super) fn selector_mismatch(selector: &Value, template: &Value) -> Option<String> {
+    let labels = &template["metadata"]["labels"];
+    let wanted = selector["matchLabels"].as_object()?;
+    wanted.iter().any(|(k, v)| &labels[k] != v).then(|| {
+        "spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`"
+            .to_string()
+    })
+}
+
 fn validate_workload(kind: &str, spec: &Value) -> Option<String> {
     // A ReplicationController's selector is the map a LabelSelector's
     // matchLabels is (`ValidateReplicationControllerSpec`).
@@ -148,11 +160,8 @@ fn validate_workload(kind: &str, spec: &Value) -> Option<String> {
     if spec["template"].is_null() {
         return Some("spec.template: Required value".into());
     }
-    let labels = &spec["template"]["metadata"]["labels"];
-    if let Some(wanted) = selector["matchLabels"].as_object() {
-        if wanted.iter().any(|(k, v)| &labels[k] != v) {
-            return Some("spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`".into());
-        }
+    if let Some(cause) = selector_mismatch(&selector, &spec["template"]) {
+        return Some(cause);
     }
     // Pods that a controller replaces when they finish must not finish on
     // their own terms.

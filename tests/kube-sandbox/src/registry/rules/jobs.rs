@@ -6,13 +6,15 @@
 
 use serde_json::{json, Map, Value};
 
+use super::create::selector_mismatch;
+
 /// The label the generated selector matches (and the legacy one, which the
 /// strategy still puts on pods for old clients).
-pub const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
-pub const LEGACY_CONTROLLER_UID: &str = "controller-uid";
+const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
+const LEGACY_CONTROLLER_UID: &str = "controller-uid";
 /// The Job's name on its pods, new and legacy.
-pub const JOB_NAME: &str = "batch.kubernetes.io/job-name";
-pub const LEGACY_JOB_NAME: &str = "job-name";
+const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+const LEGACY_JOB_NAME: &str = "job-name";
 
 /// `SetDefaults_Job`, then (on create, when the object has a uid and no
 /// selector yet) `generateSelector`. Runs again on update, where the
@@ -108,12 +110,7 @@ pub fn job_causes(spec: &Value) -> Vec<String> {
             ));
         }
     }
-    let labels = &spec["template"]["metadata"]["labels"];
-    if let Some(wanted) = spec["selector"]["matchLabels"].as_object() {
-        if wanted.iter().any(|(k, v)| &labels[k] != v) {
-            causes.push("spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`".to_string());
-        }
-    }
+    causes.extend(selector_mismatch(&spec["selector"], &spec["template"]));
     causes
 }
 

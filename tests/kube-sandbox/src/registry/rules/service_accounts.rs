@@ -10,12 +10,13 @@
 
 use serde_json::{json, Value};
 
+use crate::controllers::root_ca;
 use crate::status::ApiError;
 
 /// `DefaultAPITokenMountPath`.
-pub const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// `ServiceAccountVolumeName`: the prefix of the injected volume's name.
-pub const VOLUME_PREFIX: &str = "kube-api-access-";
+const VOLUME_PREFIX: &str = "kube-api-access-";
 
 /// Admits a new pod; `service_account` looks a ServiceAccount of the pod's
 /// namespace up by name.
@@ -102,12 +103,12 @@ fn mount_token(pod: &mut Value) {
 }
 
 /// `TokenVolumeSource`.
-pub fn token_volume_source() -> Value {
+fn token_volume_source() -> Value {
     json!({
         "defaultMode": 0o644,
         "sources": [
             {"serviceAccountToken": {"expirationSeconds": crate::auth::token::REQUESTED_SECONDS, "path": "token"}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"configMap": {"name": root_ca::CONFIG_MAP, "items": [{"key": root_ca::KEY, "path": root_ca::KEY}]}},
             {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
         ],
     })
