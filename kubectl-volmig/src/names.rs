@@ -141,9 +141,23 @@ pub fn generate_operation_id(source: &str) -> String {
     new_operation_id(source, random)
 }
 
-/// `host/pid`: who drives an operation.
+/// Who drives an operation: `host/pid`, or `pod/NAME` for the in-cluster
+/// driver.
 pub fn holder() -> String {
-    format!("{}/{}", host(), std::process::id())
+    match std::env::var(DRIVER_POD_ENV) {
+        Ok(pod) if !pod.is_empty() => format!("{POD_HOLDER}{pod}"),
+        _ => format!("{}/{}", host(), std::process::id()),
+    }
+}
+
+/// Where the in-cluster driver's Job puts its pod's name (the downward
+/// API): a driver that finds it holds the lease as `pod/NAME`.
+pub const DRIVER_POD_ENV: &str = "VOLMIG_DRIVER_POD";
+const POD_HOLDER: &str = "pod/";
+
+/// The pod of a `pod/NAME` holder: the in-cluster driver.
+pub fn holder_pod(holder: &str) -> Option<&str> {
+    holder.strip_prefix(POD_HOLDER)
 }
 
 fn host() -> String {

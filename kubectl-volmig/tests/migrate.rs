@@ -309,24 +309,18 @@ async fn a_copy_abandoned_mid_way_leaves_nothing_in_the_next_one() {
     let src = volume_dir(&client, &ns, "data").await;
     // 12 MiB at 2 MiB/s: still copying when it is cleaned up.
     seed(&src, 48, 256 << 10);
-    let first = common::volmig(
-        &env,
-        &[
-            "migrate",
-            "data",
-            "--to",
-            "twin",
-            "--bwlimit",
-            "2M",
-            "--mover-image",
-            MOVER_IMAGE,
-            "--detach",
-        ],
-    )
-    .await;
-    assert_eq!(first.code, 0, "{}", first.stderr);
-    let op = common::first_operation(&client, &ns).await;
-    common::await_progress(&client, &ns, &op, 1, 2 << 20).await;
+    let args = [
+        "migrate",
+        "data",
+        "--to",
+        "twin",
+        "--bwlimit",
+        "2M",
+        "--mover-image",
+        MOVER_IMAGE,
+    ];
+    let (child, op) = common::start_moving(&env, &client, &args, 2 << 20).await;
+    common::kill(child).await;
     let cleanup = common::volmig(&env, &["cleanup", &op, "--force"]).await;
     assert_eq!(cleanup.code, 0, "{}", cleanup.stderr);
     let dst = volume_dir(&client, &ns, "twin").await;

@@ -151,23 +151,18 @@ async fn abort_keeps_the_data_and_resume_finishes_it() {
     let src = volume_dir(&client, &ns, "data").await;
     seed(&src, 12, MIB as usize);
 
-    let run = common::volmig(
-        &env,
-        &[
-            "migrate",
-            "data",
-            "--mover-image",
-            MOVER_IMAGE,
-            "--bwlimit",
-            "2M",
-            "--detach",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let op = run.operation().metadata.name;
+    // A client that goes away mid-copy (killed: nothing releases its
+    // lease) leaves attempt 1 running without a driver.
+    let args = [
+        "migrate",
+        "data",
+        "--mover-image",
+        MOVER_IMAGE,
+        "--bwlimit",
+        "2M",
+    ];
+    let (child, op) = common::start_moving(&env, &client, &args, 1).await;
+    common::kill(child).await;
     // One operation at a time per destination.
     let second = common::volmig(&env, &["migrate", "data", "--mover-image", MOVER_IMAGE]).await;
     assert_eq!(second.code, 1, "{}", second.stderr);
@@ -201,9 +196,10 @@ async fn abort_keeps_the_data_and_resume_finishes_it() {
     })
     .await;
 
-    // resume grants a fresh budget, and detaches again.
-    let run = common::volmig(&env, &["resume", &op, "--detach"]).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    // resume grants a fresh budget; its client goes away too.
+    let resuming = common::spawn_volmig(&env, &["resume", &op]);
+    common::await_progress(&client, &ns, &op, 2, 3 * MIB).await;
+    let run = common::kill(resuming).await;
     assert!(
         run.stderr.contains(
             "Aborted after 1 attempt; running it again with a fresh budget of 7 attempts"

@@ -92,6 +92,10 @@ pub enum Command {
     Monitor(MonitorArgs),
     /// Print the plugin's version, git revision and default mover image.
     Version,
+    /// What the in-cluster driver's pod runs (--detach): drive OP until it
+    /// ends, following another live driver first.
+    #[command(hide = true)]
+    Drive(OpArgs),
     /// Print a shell completion script for `kubectl-volmig` (see `--help`).
     #[command(long_about = COMPLETION_HELP)]
     Completion(CompletionArgs),
@@ -190,9 +194,14 @@ pub struct MigrateArgs {
     /// Print the plan and the objects it would create; create nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Return once the first attempt has started; `resume` picks it up later.
+    /// Drive the operation from the cluster (a Job in the destination
+    /// namespace, with only the permissions it needs) and return: it goes on,
+    /// cutover included, without this client.
     #[arg(long)]
     pub detach: bool,
+    /// The image of the in-cluster driver (--detach).
+    #[arg(long, value_name = "IMAGE", default_value = spec::DEFAULT_DRIVER_IMAGE)]
+    pub driver_image: String,
     /// Move the app onto the new volume under the claim's own name: pre-copy
     /// while it runs, stop it, final sync, swap, start it again.
     #[arg(long, help_heading = "Cutover")]
@@ -247,6 +256,9 @@ pub struct LogsArgs {
     /// Follow the log while the pod runs (the receiver's, unless --role).
     #[arg(short = 'f', long)]
     pub follow: bool,
+    /// The in-cluster driver's log (--detach), every pod its Job ran.
+    #[arg(long, conflicts_with_all = ["attempt", "role"])]
+    pub driver: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -260,9 +272,13 @@ pub struct ResumeArgs {
     /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
     #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
     pub operation: String,
-    /// Return once the next attempt has started.
-    #[arg(long)]
+    /// Hand the operation to a driver in the cluster (as `migrate --detach`)
+    /// and return.
+    #[arg(long, conflicts_with = "force")]
     pub detach: bool,
+    /// The image of the in-cluster driver (--detach).
+    #[arg(long, value_name = "IMAGE", default_value = spec::DEFAULT_DRIVER_IMAGE)]
+    pub driver_image: String,
     /// Take over even if another client's heartbeat is recent.
     #[arg(long)]
     pub force: bool,

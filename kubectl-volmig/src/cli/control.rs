@@ -5,7 +5,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::{Api, Client};
 use tokio::sync::mpsc::unbounded_channel;
@@ -19,7 +18,8 @@ use crate::driver::follow::attempt_logs;
 use crate::driver::judge::PodView;
 use crate::driver::logs::LogDigest;
 use crate::driver::{
-    objects, progress_of, release_lease, Cutover, Driver, DriverError, DriverOptions, Outcome,
+    incluster, objects, progress_of, release_lease, Cutover, Driver, DriverError, DriverOptions,
+    Outcome,
 };
 use crate::plan::Plan;
 use crate::record::cutover::Step;
@@ -28,7 +28,7 @@ use crate::record::store::{RecordStore, StoreError};
 use crate::record::{Attempt, Phase, Progress, VolumeMigration};
 
 /// Runs the driver with progress shown as `output` allows, until the
-/// operation ends, detaches, or Ctrl-C (which leaves it running).
+/// operation ends, or Ctrl-C (which leaves it running).
 pub async fn drive(
     cluster: &Cluster,
     plan: Plan,
@@ -77,20 +77,11 @@ pub async fn drive(
             }
             Err(e.into())
         }
-        Some(Ok(Outcome::Detached(vm))) => {
-            say!(
-                "detached: attempt {} runs in the cluster.\n\
-                 Watch it with: kubectl volmig status {op} -n {ns}\n\
-                 Finish it (retries, clean-up) with: kubectl volmig resume {op} -n {ns}",
-                vm.status.attempts.last().map_or(1, |a| a.number)
-            );
-            show::print_one(&vm, output)?;
-            Ok(exit::OK)
-        }
         Some(Ok(Outcome::Finished(vm) | Outcome::PassEnded { record: vm, .. })) => {
             if vm.status.phase == Phase::Aborted {
                 say!("{}", notes::aborted(&vm));
             }
+            super::detach::ended_here(cluster, &vm).await;
             show::print_one(&vm, output)?;
             Ok(exit_for(&vm))
         }
@@ -135,38 +126,45 @@ async fn left_behind(cluster: &Cluster, store: &RecordStore, op: &str) -> LeftBe
 pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Result<i32, CliError> {
     let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
+    let op = &args.operation;
     let me = crate::names::holder();
     loop {
-        let vm = store.get(&args.operation).await?;
+        let vm = store.get(op).await?;
         if vm.status.phase == Phase::Succeeded {
-            say!("operation {} has already succeeded", args.operation);
+            say!("operation {op} has already succeeded");
             show::print_one(&vm, output)?;
             return Ok(exit::OK);
         }
         if vm.status.phase == Phase::RolledBack {
+            say!("operation {op} was rolled back; the app runs on its old volume");
+            show::print_one(&vm, output)?;
+            return Ok(exit::OK);
+        }
+        let driven = incluster::live_holder(&cluster.client, &vm, &me).await;
+        let in_cluster = driven
+            .as_ref()
+            .is_some_and(|d| crate::names::holder_pod(&d.holder).is_some());
+        if let (Some(d), true) = (&driven, args.detach && in_cluster) {
             say!(
-                "operation {} was rolled back; the app runs on its old volume",
-                args.operation
+                "operation {op} is driven in the cluster already, by {}",
+                d.holder
             );
             show::print_one(&vm, output)?;
             return Ok(exit::OK);
         }
-        let driven = vm
-            .status
-            .driver
-            .as_ref()
-            .filter(|d| d.is_alive(Timestamp::now()) && d.holder != me);
-        if let (Some(d), false) = (driven, args.force) {
+        if let (Some(d), false, false) = (&driven, args.force, args.detach) {
             // Someone drives it: follow until it ends or they go.
             say!(
-                "operation {} is driven by {}; following it (--force takes over)",
-                args.operation,
+                "operation {op} is driven by {}; following it (--force takes over)",
                 d.holder
             );
-            if let Some(code) = observe(cluster, &store, &args.operation, output).await? {
+            if let Some(code) = observe(cluster, &store, op, &me, output).await? {
                 return Ok(code);
             }
             continue;
+        }
+        if args.detach {
+            super::detach::preflight(cluster, &vm).await?;
         }
         // An ended operation runs again: Running, with a fresh budget.
         let restart = matches!(vm.status.phase, Phase::Failed | Phase::Aborted);
@@ -174,24 +172,43 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
             super::err(&notes::resuming(&vm, restart));
         }
         let vm = if restart {
-            restart_record(&store, &args.operation).await?
+            restart_record(&store, op).await?
         } else {
             vm
         };
-        let plan = plan_of(&vm).ok_or_else(|| {
-            CliError::Usage(format!(
-                "operation {} has no plan in its record: it never started; migrate again",
-                args.operation
-            ))
-        })?;
-        let plan = with_current_destination(cluster, plan).await;
+        if args.detach {
+            if let Some(d) = &driven {
+                say!(
+                    "{} drives it now; the driver pod follows it and takes over when it stops",
+                    d.holder
+                );
+            }
+            return super::detach::start(cluster, vm, &args.driver_image, start_timeout, output)
+                .await;
+        }
         let options = DriverOptions {
-            detach: args.detach,
             start_timeout,
             holder: me,
         };
-        return drive(cluster, plan, vm, options, output).await;
+        return take_up(cluster, vm, options, output).await;
     }
+}
+
+/// Drives `vm` from where its record stands.
+pub async fn take_up(
+    cluster: &Cluster,
+    vm: VolumeMigration,
+    options: DriverOptions,
+    output: Output,
+) -> Result<i32, CliError> {
+    let plan = plan_of(&vm).ok_or_else(|| {
+        CliError::Usage(format!(
+            "operation {} has no plan in its record: it never started; migrate again",
+            vm.metadata.name
+        ))
+    })?;
+    let plan = with_current_destination(cluster, plan).await;
+    drive(cluster, plan, vm, options, output).await
 }
 
 /// The plan with the destination claim's size as it is now: a claim
@@ -240,11 +257,13 @@ async fn restart_record(store: &RecordStore, op: &str) -> Result<VolumeMigration
 /// Follows another client's driving through the record, and the running
 /// attempt's receiver log where it can be read: progress lines start from
 /// the newest either holds, and never go back. `None` once that client
-/// has gone (its heartbeat stopped): then the caller takes over.
-async fn observe(
+/// has gone (its heartbeat stopped, its pod ended): then the caller
+/// takes over.
+pub(super) async fn observe(
     cluster: &Cluster,
     store: &RecordStore,
     op: &str,
+    me: &str,
     output: Output,
 ) -> Result<Option<i32>, CliError> {
     let mut last: Option<(u32, Progress)> = None;
@@ -257,11 +276,9 @@ async fn observe(
             show::print_one(&vm, output)?;
             return Ok(Some(exit_for(&vm)));
         }
-        if !vm
-            .status
-            .driver
-            .as_ref()
-            .is_some_and(|d| d.is_alive(Timestamp::now()))
+        if incluster::live_holder(&cluster.client, &vm, me)
+            .await
+            .is_none()
         {
             return Ok(None);
         }
@@ -308,6 +325,14 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
         say!("operation {op} has stopped the app: aborting means rolling back");
         return drive_rollback(cluster, op, false, 300, output).await;
     }
+    // A driver pod that runs stops by itself, and removes its grants;
+    // one that never ran (or gave up) leaves them to be removed here.
+    let undriven = incluster::live_holder(&cluster.client, &vm, "")
+        .await
+        .is_none();
+    if undriven {
+        incluster::remove(&cluster.client, &vm).await?;
+    }
     say!(
         "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
         cluster.namespace
@@ -328,6 +353,7 @@ pub async fn drive_rollback(
     let args = ResumeArgs {
         operation: op.to_string(),
         detach: false,
+        driver_image: String::new(),
         force,
         start_timeout,
     };
@@ -341,11 +367,7 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let op = &args.operation;
     let vm = store.get(op).await?;
-    let live = vm
-        .status
-        .driver
-        .as_ref()
-        .filter(|d| d.is_alive(Timestamp::now()));
+    let live = incluster::live_holder(&cluster.client, &vm, "").await;
     if let (Some(d), false) = (live, args.force) {
         return Err(CliError::Usage(format!(
             "operation {op} is being driven by {}; abort it first (kubectl volmig abort {op}), \
@@ -367,6 +389,7 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
         vm.spec.source.namespace.as_str(),
     ];
     let removed = objects::cleanup(&cluster.client, op, &namespaces).await?;
+    incluster::remove(&cluster.client, &vm).await?;
     store.delete(op).await?;
     // The command's result, on stdout like `kubectl delete`'s.
     super::out(&format!(

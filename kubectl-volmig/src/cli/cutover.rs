@@ -37,7 +37,6 @@ pub async fn commit(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i
     let plan = plan_of(&vm)
         .ok_or_else(|| CliError::Usage(format!("operation {op} has no plan in its record")))?;
     let options = DriverOptions {
-        detach: false,
         start_timeout: std::time::Duration::from_secs(300),
         holder: crate::names::holder(),
     };

@@ -26,7 +26,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     plan::check_values(&spec)?;
     let start_timeout = plan::start_timeout(args.start_timeout)?;
     let operation = names::generate_operation_id(&spec.source.name);
-    check_cutover_flags(&spec, args.detach)?;
+    check_cutover_flags(&spec)?;
     let inputs = gather::inputs(&cluster.client, &spec).await?;
     refuse_busy_destination(cluster, &spec).await?;
     let plan = plan::plan(&spec, &operation, &inputs)?;
@@ -35,24 +35,32 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         None => None,
     };
     if args.dry_run {
-        print_dry_run(&plan, quiesce.as_ref(), output)?;
+        let detach = args.detach.then_some(args.driver_image.as_str());
+        print_dry_run(&plan, quiesce.as_ref(), detach, output)?;
         return Ok(exit::OK);
     }
     if output == Output::Table {
         super::err(&plan_text(&plan, quiesce.as_ref()));
     }
+    let new = configmap::new_record(&plan);
+    if args.detach {
+        super::detach::preflight(cluster, &new).await?;
+    }
     let store = RecordStore::new(cluster.client.clone(), &plan.destination.namespace);
-    let record = store.create(&configmap::new_record(&plan)).await?;
+    let record = store.create(&new).await?;
+    if args.detach {
+        return super::detach::start(cluster, record, &args.driver_image, start_timeout, output)
+            .await;
+    }
     let options = DriverOptions {
-        detach: args.detach,
         start_timeout,
         holder: crate::names::holder(),
     };
     super::control::drive(cluster, plan, record, options, output).await
 }
 
-/// A cutover stays in the claim's namespace and needs a driver throughout.
-fn check_cutover_flags(spec: &MigrationSpec, detach: bool) -> Result<(), CliError> {
+/// A cutover stays in the claim's namespace.
+fn check_cutover_flags(spec: &MigrationSpec) -> Result<(), CliError> {
     if spec.cutover.is_none() {
         return Ok(());
     }
@@ -62,9 +70,6 @@ fn check_cutover_flags(spec: &MigrationSpec, detach: bool) -> Result<(), CliErro
             to: spec.destination.namespace.clone(),
         }
         .into());
-    }
-    if detach {
-        return Err(Refusal::CutoverDetached.into());
     }
     Ok(())
 }
@@ -276,11 +281,25 @@ fn placement_line(role: &str, p: &NodePlacement) -> String {
     )
 }
 
-fn print_dry_run(plan: &Plan, quiesce: Option<&Quiesce>, output: Output) -> Result<(), CliError> {
+/// The plan and the objects it would create; with `detach` (the driver
+/// image), the in-cluster driver's too.
+fn print_dry_run(
+    plan: &Plan,
+    quiesce: Option<&Quiesce>,
+    detach: Option<&str>,
+    output: Output,
+) -> Result<(), CliError> {
     let mut items = resources::dry_run_objects(plan, "<receiver Service IP>:7000")
         .map_err(|e| CliError::Print(e.to_string()))?;
-    let record = configmap::to_config_map(&configmap::new_record(plan))
-        .map_err(|e| CliError::Print(e.to_string()))?;
+    let new = configmap::new_record(plan);
+    if let Some(image) = detach {
+        let namespaces = crate::driver::incluster::namespaces(&new);
+        let driver =
+            resources::dry_run_driver(&plan.operation, &new.metadata.namespace, &namespaces, image)
+                .map_err(|e| CliError::Print(e.to_string()))?;
+        items.extend(driver);
+    }
+    let record = configmap::to_config_map(&new).map_err(|e| CliError::Print(e.to_string()))?;
     let mut record = serde_json::to_value(record).map_err(|e| CliError::Print(e.to_string()))?;
     record["apiVersion"] = json!("v1");
     record["kind"] = json!("ConfigMap");

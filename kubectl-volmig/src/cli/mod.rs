@@ -3,6 +3,7 @@
 //! - [`args`]: clap definitions (kubectl's global flags, the subcommands);
 //! - [`migrate`], [`control`] (resume, abort, cleanup), [`cutover`]
 //!   (commit, rollback), [`show`] (status, logs): the commands;
+//! - [`detach`]: `--detach`, and `drive`, what the in-cluster driver runs;
 //! - [`report`]: progress bars on a TTY, plain lines otherwise;
 //! - [`notes`]: what is said on taking an operation up or letting it go;
 //! - [`complete`]: shell completion, for `kubectl-volmig` and through
@@ -19,6 +20,7 @@ pub mod args;
 pub mod complete;
 pub mod control;
 mod cutover;
+mod detach;
 mod migrate;
 mod notes;
 mod report;
@@ -132,6 +134,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Status(args) => show::status(&cluster, args, output).await,
         Command::Logs(args) => show::logs(&cluster, args).await,
         Command::Resume(args) => control::resume(&cluster, args, output).await,
+        Command::Drive(args) => detach::drive(&cluster, args).await,
         Command::Abort(args) => control::abort(&cluster, args, output).await,
         Command::Cleanup(args) => control::cleanup(&cluster, args).await,
         Command::Commit(args) => cutover::commit(&cluster, args, output).await,

@@ -4,12 +4,15 @@ use futures::{AsyncBufReadExt, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
+use kube::ResourceExt;
 
 use super::args::{LogsArgs, Output, Role, StatusArgs};
 use super::{exit, CliError};
 use crate::cluster::Cluster;
+use crate::driver::incluster;
 use crate::record::store::RecordStore;
 use crate::record::{print, Attempt, VolumeMigration};
+use crate::resources::driver::DRIVER_CONTAINER;
 
 /// Prints one operation as `-o` says (`table`: the detailed view).
 pub fn print_one(vm: &VolumeMigration, output: Output) -> Result<(), CliError> {
@@ -66,6 +69,9 @@ pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
     let vm = RecordStore::new(cluster.client.clone(), &cluster.namespace)
         .get(&args.operation)
         .await?;
+    if args.driver {
+        return driver_logs(cluster, &vm, args.follow).await;
+    }
     let attempt = match args.attempt {
         Some(n) => vm.status.attempts.iter().find(|a| a.number == n),
         None => vm.status.attempts.last(),
@@ -99,9 +105,49 @@ pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
             break;
         }
         let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
-        if !print_pod_log(&api, name, args.follow).await? {
+        if !print_pod_log(&api, name, crate::resources::CONTAINER, args.follow).await? {
             print_recorded(attempt, *role, name);
         }
+    }
+    Ok(exit::OK)
+}
+
+/// The in-cluster driver's log: each pod its Job ran, oldest first (a
+/// replaced pod's log says why it stopped); `-f` follows the newest.
+async fn driver_logs(
+    cluster: &Cluster,
+    vm: &VolumeMigration,
+    follow: bool,
+) -> Result<i32, CliError> {
+    let op = &vm.metadata.name;
+    let ns = &vm.metadata.namespace;
+    let pods = incluster::driver_pods(&cluster.client, ns, op).await?;
+    if pods.is_empty() {
+        let why = match &vm.status.in_cluster {
+            None => {
+                "it was never detached (its driver ran in a client: see its output)".to_string()
+            }
+            Some(ic) => format!(
+                "its Job {} has none left (a finished Job goes after 10 minutes)",
+                ic.job
+            ),
+        };
+        say!("operation {op} has no driver pod: {why}");
+        return Ok(exit::OK);
+    }
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let last = pods.len() - 1;
+    for (i, pod) in pods.iter().enumerate() {
+        let name = pod.name_any();
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        if !super::out(&format!("==> driver {name} ({phase}) <==\n")) {
+            break;
+        }
+        print_pod_log(&api, &name, DRIVER_CONTAINER, follow && i == last).await?;
     }
     Ok(exit::OK)
 }
@@ -114,7 +160,12 @@ fn role_name(role: Role) -> &'static str {
 }
 
 /// Prints (or follows) a pod's log; `false` when the pod is gone.
-async fn print_pod_log(api: &Api<Pod>, name: &str, follow: bool) -> Result<bool, CliError> {
+async fn print_pod_log(
+    api: &Api<Pod>,
+    name: &str,
+    container: &str,
+    follow: bool,
+) -> Result<bool, CliError> {
     let exists = api
         .get_opt(name)
         .await
@@ -124,7 +175,7 @@ async fn print_pod_log(api: &Api<Pod>, name: &str, follow: bool) -> Result<bool,
         return Ok(false);
     }
     let params = LogParams {
-        container: Some(crate::resources::CONTAINER.into()),
+        container: Some(container.into()),
         follow,
         ..LogParams::default()
     };

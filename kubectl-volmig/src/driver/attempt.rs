@@ -11,7 +11,7 @@ use super::follow::Follower;
 use super::judge::{judge, AttemptView, PodView, Verdict};
 use super::logs::LogDigest;
 use super::objects;
-use super::run::{AttemptEnd, Driver, Outcome, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
+use super::run::{AttemptEnd, Driver, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
 use super::DriverError;
 use crate::names::{self, Component};
 use crate::plan::{placement, NodePlacement};
@@ -214,10 +214,6 @@ impl Driver {
             }
         })
         .await?;
-        if self.options.detach {
-            self.release().await?;
-            return Ok(self.detach());
-        }
         Ok(State::Transfer { number })
     }
 
@@ -239,11 +235,6 @@ impl Driver {
             )),
             retryable: Some(false),
         })
-    }
-
-    pub(super) fn detach(&mut self) -> State {
-        self.outcome = Some(Outcome::Detached(Box::new(self.record.clone())));
-        State::Done
     }
 
     /// The verdict as an attempt end, if the attempt is over.

@@ -39,11 +39,10 @@ pub(super) const POD_GONE_WAIT: Duration = Duration::from_secs(45);
 /// How the driver runs.
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
-    /// Return once the first attempt's sender is created.
-    pub detach: bool,
     /// How long a mover pod may take to start before the attempt fails.
     pub start_timeout: Duration,
-    /// Who drives (`host/pid`), recorded as the lease holder.
+    /// Who drives (`host/pid`, or `pod/NAME` in the cluster), recorded as
+    /// the lease holder.
     pub holder: String,
 }
 
@@ -72,8 +71,6 @@ pub enum Update {
 pub enum Outcome {
     /// The operation reached a final phase, or was aborted.
     Finished(Box<VolumeMigration>),
-    /// `--detach`: attempts go on in the cluster without a driver.
-    Detached(Box<VolumeMigration>),
     /// A cutover's transfer pass ended (the operation goes on): `failure`
     /// says why it failed, if it did.
     PassEnded {
@@ -202,7 +199,7 @@ impl Driver {
         }
     }
 
-    /// Runs until the operation ends, is aborted, or detaches.
+    /// Runs until the operation ends or is aborted.
     pub async fn run(mut self) -> Result<Outcome, DriverError> {
         let mut state = State::Setup;
         // Since when the API server has been failing, if it is.
@@ -394,10 +391,6 @@ impl Driver {
             });
         }
         self.follow_sender(last.sender.name.clone());
-        if self.options.detach {
-            self.release().await?;
-            return Ok(self.detach());
-        }
         Ok(State::Transfer {
             number: last.number,
         })

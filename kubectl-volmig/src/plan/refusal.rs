@@ -96,14 +96,29 @@ pub enum Refusal {
     )]
     CutoverAcrossNamespaces { namespace: String, to: String },
 
-    /// `--cutover --detach`: nothing would drive the steps that stop and
-    /// start the app.
+    /// `--detach` by a user who may not create the in-cluster driver's
+    /// objects, or who lacks a grant they would give it (Kubernetes lets
+    /// no one grant what they do not hold).
     #[error(
-        "--cutover cannot --detach yet: the steps that stop and start the app need a driver \
-         (the in-cluster driver is not there yet). Run it without --detach; if this client \
-         stops, `kubectl volmig resume` finishes the cutover and `kubectl volmig rollback` undoes it"
+        "--detach: {user} may not start the in-cluster driver; the API server answered no to:\n  {}\n{}",
+        missing.join("\n  "),
+        if *lacks_grants {
+            "The driver needs these grants to do its work, and a role can only grant what its \
+             creator holds: ask for them (the permissions are in docs/kubectl-volmig.md#permissions)."
+        } else {
+            "Run it without --detach: the driver then runs here, with your own permissions \
+             (if this client stops, `kubectl volmig resume` picks the operation up)."
+        }
     )]
-    CutoverDetached,
+    DetachForbidden {
+        /// The kubeconfig user, or "you".
+        user: String,
+        /// Each check as `kubectl auth can-i` takes it.
+        missing: Vec<String>,
+        /// Some missing permission is one of the driver's own (not only
+        /// the right to create its objects).
+        lacks_grants: bool,
+    },
 
     /// `--update-owner` for a claim no StatefulSet's template made.
     #[error(

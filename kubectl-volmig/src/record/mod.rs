@@ -153,6 +153,26 @@ pub struct MigrationStatus {
     /// Where a cutover (`--cutover`) stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cutover: Option<cutover::CutoverStatus>,
+    /// `--detach`: the driver runs in the cluster, as a Job's pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_cluster: Option<InCluster>,
+}
+
+/// The in-cluster driver of a detached operation, recorded before any of
+/// its objects is created, so that whoever ends the operation (or cleans
+/// it up) knows what to remove.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InCluster {
+    /// The Job, in the record's namespace, whose pods drive the operation.
+    pub job: String,
+    /// The image they run (`kubectl-volmig drive`).
+    pub image: String,
+    /// The namespaces holding one of its Roles: the operation's.
+    pub namespaces: Vec<String>,
+    /// Who detached it (`host/pid`, and the kubeconfig user when known).
+    pub started_by: String,
+    pub started_at: Timestamp,
 }
 
 /// One attempt: a receiver pod and a sender pod.
@@ -306,7 +326,7 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Driver {
-    /// `host/pid`.
+    /// `host/pid` for a client, `pod/NAME` for the in-cluster driver.
     pub holder: String,
     pub heartbeat: Timestamp,
 }

@@ -176,7 +176,7 @@ pub const DRIVER_ACCESS: &[Access] = &[
     // Its last act: its roles go, and with them (owned) the bindings and
     // the ServiceAccount. Nothing else of RBAC, and only these names.
     Access {
-        group: "rbac.authorization.k8s.io",
+        group: RBAC,
         resource: "roles",
         verbs: &["delete"],
         scope: Scope::Namespaced,
@@ -184,7 +184,7 @@ pub const DRIVER_ACCESS: &[Access] = &[
         why: "the driver removes its own Role when the operation ends",
     },
     Access {
-        group: "rbac.authorization.k8s.io",
+        group: RBAC,
         resource: "clusterroles",
         verbs: &["delete"],
         scope: Scope::Cluster,
@@ -231,6 +231,127 @@ pub fn rules(op: &str, scope: Scope) -> Vec<PolicyRule> {
         .chain(own)
         .collect()
 }
+
+/// One thing a user must be allowed to do to start the in-cluster driver,
+/// asked of the API server (a SelfSubjectAccessReview) before anything is
+/// created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub group: &'static str,
+    /// With a subresource: `pods/log`.
+    pub resource: &'static str,
+    pub verb: &'static str,
+    /// `None`: cluster-wide.
+    pub namespace: Option<String>,
+    /// Only this object (`resourceNames`).
+    pub name: Option<String>,
+    pub need: Need,
+}
+
+/// Why a [`Check`] is needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// To create the driver's Job, ServiceAccount, roles and bindings.
+    Create,
+    /// A grant the driver's roles hold: Kubernetes lets no one grant (or
+    /// bind) a permission they do not hold themselves.
+    Grant,
+}
+
+impl Check {
+    /// `resource`, `subresource` as a review asks them.
+    pub fn resource_and_subresource(&self) -> (&'static str, Option<&'static str>) {
+        match self.resource.split_once('/') {
+            Some((r, sub)) => (r, Some(sub)),
+            None => (self.resource, None),
+        }
+    }
+}
+
+impl std::fmt::Display for Check {
+    /// As `kubectl auth can-i` takes it: `create roles.rbac.authorization.k8s.io -n apps`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (resource, sub) = self.resource_and_subresource();
+        write!(f, "{} {resource}", self.verb)?;
+        if !self.group.is_empty() {
+            write!(f, ".{}", self.group)?;
+        }
+        if let Some(name) = &self.name {
+            write!(f, "/{name}")?;
+        }
+        if let Some(sub) = sub {
+            write!(f, " --subresource={sub}")?;
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " -n {ns}"),
+            None => write!(f, " (cluster-wide)"),
+        }
+    }
+}
+
+/// Everything a user needs to start `op`'s in-cluster driver, recorded in
+/// `home` and touching `namespaces` (home among them): creating its
+/// objects, and holding every grant they give.
+pub fn needed_to_detach(op: &str, home: &str, namespaces: &[String]) -> Vec<Check> {
+    let check =
+        |group, resource, verb, namespace: Option<&str>, name: Option<String>, need| Check {
+            group,
+            resource,
+            verb,
+            namespace: namespace.map(str::to_string),
+            name,
+            need,
+        };
+    let mut out = Vec::new();
+    for ns in namespaces {
+        for resource in ["roles", "rolebindings"] {
+            out.push(check(
+                RBAC,
+                resource,
+                "create",
+                Some(ns),
+                None,
+                Need::Create,
+            ));
+        }
+    }
+    for resource in ["clusterroles", "clusterrolebindings"] {
+        out.push(check(RBAC, resource, "create", None, None, Need::Create));
+    }
+    out.push(check(
+        "",
+        "serviceaccounts",
+        "create",
+        Some(home),
+        None,
+        Need::Create,
+    ));
+    for verb in ["create", "get", "delete"] {
+        out.push(check("batch", "jobs", verb, Some(home), None, Need::Create));
+    }
+    for a in DRIVER_ACCESS {
+        let name = a.own.then(|| driver_rbac_name(op));
+        let places: Vec<Option<&str>> = match a.scope {
+            Scope::Namespaced => namespaces.iter().map(|n| Some(n.as_str())).collect(),
+            Scope::Cluster => vec![None],
+        };
+        for ns in places {
+            for verb in a.verbs {
+                out.push(check(
+                    a.group,
+                    a.resource,
+                    verb,
+                    ns,
+                    name.clone(),
+                    Need::Grant,
+                ));
+            }
+        }
+    }
+    out
+}
+
+pub(crate) const RBAC: &str = "rbac.authorization.k8s.io";
 
 /// The name of the driver's RBAC objects for operation `op`.
 pub fn driver_rbac_name(op: &str) -> String {
@@ -344,6 +465,47 @@ mod tests {
                 a.resource
             );
         }
+    }
+
+    #[test]
+    fn detaching_asks_for_every_grant_in_every_namespace_and_the_objects_it_creates() {
+        let namespaces = ["apps".to_string(), "old".to_string()];
+        let checks = needed_to_detach("data-x7k2p", "apps", &namespaces);
+        let has = |verb: &str, resource: &str, ns: Option<&str>| {
+            checks
+                .iter()
+                .any(|c| c.verb == verb && c.resource == resource && c.namespace.as_deref() == ns)
+        };
+        assert!(has("create", "roles", Some("old")) && has("create", "rolebindings", Some("apps")));
+        assert!(has("create", "clusterroles", None) && has("create", "jobs", Some("apps")));
+        assert!(!has("create", "jobs", Some("old")), "the Job runs at home");
+        for a in DRIVER_ACCESS {
+            for verb in a.verbs {
+                match a.scope {
+                    Scope::Namespaced => {
+                        assert!(
+                            namespaces.iter().all(|n| has(verb, a.resource, Some(n))),
+                            "{a:?}"
+                        )
+                    }
+                    Scope::Cluster => assert!(has(verb, a.resource, None), "{a:?}"),
+                }
+            }
+        }
+        let own = checks
+            .iter()
+            .find(|c| c.resource == "clusterroles" && c.verb == "delete")
+            .expect("its own ClusterRole");
+        assert_eq!(
+            own.to_string(),
+            "delete clusterroles.rbac.authorization.k8s.io/volmig-data-x7k2p-driver (cluster-wide)"
+        );
+        let log = checks
+            .iter()
+            .find(|c| c.resource == "pods/log")
+            .expect("pods/log");
+        assert_eq!(log.resource_and_subresource(), ("pods", Some("log")));
+        assert_eq!(log.to_string(), "get pods --subresource=log -n apps");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The in-cluster driver's objects (issue 17, `migrate --detach`): a Job
-//! that runs `kubectl-volmig resume OP` from the driver image under a
+//! The in-cluster driver's objects (`migrate --detach`): a Job that runs
+//! `kubectl-volmig drive OP` from the driver image under a
 //! ServiceAccount of its own, bound to the Role and ClusterRole that
 //! [`super::access`] derives from what the driver does.
 //!
@@ -28,9 +28,11 @@ use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, RoleRef, Subje
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::access::driver_rbac_name;
+use super::access::{driver_rbac_name, RBAC as RBAC_GROUP};
 use crate::names;
 
+/// The driver pod's one container.
+pub const DRIVER_CONTAINER: &str = "driver";
 /// The label that marks an operation's driver pods (and only them).
 pub const DRIVER_OF_KEY: &str = "volmig.io/driver-of";
 /// Failed driver pods the Job replaces before it gives up (then `resume`
@@ -38,7 +40,6 @@ pub const DRIVER_OF_KEY: &str = "volmig.io/driver-of";
 pub const DRIVER_BACKOFF_LIMIT: i32 = 6;
 /// How long a finished Job (and its pod's log) stays.
 pub const DRIVER_TTL_SECONDS: i32 = 600;
-const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 /// The image's user: nobody needs root to talk to the API server.
 const DRIVER_UID: i64 = 65532;
 
@@ -135,12 +136,12 @@ pub fn cluster_role_binding(op: &str, sa_namespace: &str, role: &Owner) -> Clust
 /// The Job that drives `op` (recorded in `namespace`) from `image`.
 pub fn job(op: &str, namespace: &str, image: &str) -> Job {
     let container = Container {
-        name: "driver".to_string(),
+        name: DRIVER_CONTAINER.to_string(),
         image: Some(image.to_string()),
         image_pull_policy: Some("IfNotPresent".to_string()),
-        args: Some(["resume", op, "-n", namespace].map(str::to_string).to_vec()),
+        args: Some(["drive", op, "-n", namespace].map(str::to_string).to_vec()),
         env: Some(vec![EnvVar {
-            name: "VOLMIG_DRIVER_POD".to_string(),
+            name: names::DRIVER_POD_ENV.to_string(),
             value_from: Some(EnvVarSource {
                 field_ref: Some(ObjectFieldSelector {
                     field_path: "metadata.name".to_string(),
@@ -256,7 +257,7 @@ mod tests {
         let c = &pod.containers[0];
         assert_eq!(
             c.args.as_deref(),
-            Some(&["resume", "data-x7k2p", "-n", "apps"].map(String::from)[..])
+            Some(&["drive", "data-x7k2p", "-n", "apps"].map(String::from)[..])
         );
         let sc = c.security_context.as_ref().expect("security context");
         assert_eq!(sc.run_as_non_root, Some(true));

@@ -94,6 +94,44 @@ pub fn dry_run_objects(
     Ok(objects)
 }
 
+/// What `--detach` adds, for `--dry-run`: the in-cluster driver's roles,
+/// ServiceAccount, bindings and Job (owner uids are known only once the
+/// roles exist: `<uid>`).
+pub fn dry_run_driver(
+    op: &str,
+    home: &str,
+    namespaces: &[String],
+    image: &str,
+) -> Result<Vec<serde_json::Value>, ResourceError> {
+    let owner = |kind| driver::Owner {
+        kind,
+        name: access::driver_rbac_name(op),
+        uid: "<uid>".to_string(),
+    };
+    let mut objects = vec![to_value(&access::driver_cluster_role(op))?];
+    for ns in namespaces {
+        objects.push(to_value(&access::driver_role(op, ns))?);
+        objects.push(to_value(&driver::role_binding(
+            op,
+            ns,
+            home,
+            &owner("Role"),
+        ))?);
+    }
+    objects.push(to_value(&driver::service_account(
+        op,
+        home,
+        &owner("Role"),
+    ))?);
+    objects.push(to_value(&driver::cluster_role_binding(
+        op,
+        home,
+        &owner("ClusterRole"),
+    ))?);
+    objects.push(to_value(&driver::job(op, home, image))?);
+    Ok(objects)
+}
+
 /// A top-level object as JSON. k8s-openapi writes `apiVersion` and `kind`
 /// for every resource type, so the value is complete as it is.
 fn to_value<K>(object: &K) -> Result<serde_json::Value, ResourceError>

@@ -52,6 +52,28 @@ pub async fn env_from_release() -> Env {
     .await
 }
 
+/// The image the in-cluster driver runs (`--detach`): the plugin's version.
+pub const DRIVER_IMAGE: &str = "ghcr.io/volmig/driver:0.1.0";
+
+/// A sandbox whose nodes run the release's images, the driver's too
+/// (`--detach` starts it): the OCI archives `cargo xtask dist` built.
+pub async fn env_with_driver() -> Env {
+    if let Some(external) = external_env() {
+        return external;
+    }
+    sandbox_env(SandboxConfig {
+        oci_archives: vec![
+            OciArchive::new("ghcr.io/volmig/mover", release_mover_image()),
+            OciArchive::new(
+                "ghcr.io/volmig/driver",
+                kube_sandbox::testkit::release_file("driver", ".oci.tar"),
+            ),
+        ],
+        ..SandboxConfig::default()
+    })
+    .await
+}
+
 async fn sandbox_env(config: SandboxConfig) -> Env {
     let sandbox = Sandbox::start(config).await.expect("sandbox starts");
     Env {
@@ -184,6 +206,14 @@ pub async fn finish(child: tokio::process::Child) -> Run {
         run.code, run.stderr
     );
     run
+}
+
+/// SIGKILLs a started plugin process (a client that crashed, or whose
+/// machine went away: nothing releases its lease) and returns what it
+/// printed until then.
+pub async fn kill(mut child: tokio::process::Child) -> Run {
+    child.kill().await.expect("kill kubectl-volmig");
+    finish(child).await
 }
 
 /// Starts the plugin without waiting for it.

@@ -293,10 +293,7 @@ impl Cutover {
             })
             .await?;
         }
-        let options = DriverOptions {
-            detach: false,
-            ..self.options.clone()
-        };
+        let options = self.options.clone();
         let driver = Driver::new(
             self.client.clone(),
             plan,
@@ -307,7 +304,7 @@ impl Cutover {
         let outcome = driver.run().await?;
         // Every outcome carries the record as the pass left it.
         self.record = match &outcome {
-            Outcome::Finished(vm) | Outcome::Detached(vm) => (**vm).clone(),
+            Outcome::Finished(vm) => (**vm).clone(),
             Outcome::PassEnded { record, .. } => (**record).clone(),
         };
         Ok(outcome)

@@ -116,6 +116,20 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
         ),
         None => out.field(0, "Driver", "none"),
     }
+    if let Some(ic) = &status.in_cluster {
+        out.field(
+            0,
+            "In cluster",
+            format!(
+                "Job {} ({}), detached by {} {} ago; its log: kubectl volmig logs {} --driver",
+                ic.job,
+                ic.image,
+                ic.started_by,
+                age(Some(ic.started_at), now),
+                vm.metadata.name
+            ),
+        );
+    }
     if let Some(last) = status.attempts.last() {
         if !last.log_tail.is_empty() {
             out.heading(0, &format!("Log tail (attempt {})", last.number));

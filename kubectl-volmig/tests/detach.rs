@@ -1,0 +1,351 @@
+//! `--detach`: the driver runs in the cluster, as a Job's pod from the
+//! release's driver image, under a ServiceAccount holding only the grants
+//! `resources::access` derives from what the driver does. The operation
+//! goes on with no client: through killed senders and killed driver pods,
+//! a cutover still ends with the app on the new volume and every write
+//! kept; an abort stops it, `resume --detach` hands it back; at the end
+//! no grant is left. On the sandbox, which enforces RBAC for
+//! ServiceAccount tokens and audits every request, not one of the
+//! driver's requests may be refused.
+
+mod common;
+
+use common::app::{
+    assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, cutover, policy,
+    replicas, running_app, sequence, volume,
+};
+use common::{
+    claim, finish, kill_pod_process, manifest, records, seed, spawn_volmig, volmig, volume_dir,
+    wait_until, Env,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::Api;
+use kube::Client;
+use volmig::names::{holder_pod, pod_name, Component};
+use volmig::record::cutover::Step;
+use volmig::record::{AttemptPhase, Phase, VolumeMigration};
+use volmig::resources::access::driver_rbac_name;
+
+const MIB: u64 = 1 << 20;
+
+async fn record(client: &Client, ns: &str, op: &str) -> VolumeMigration {
+    records(client, ns)
+        .await
+        .into_iter()
+        .find(|r| r.metadata.name == op)
+        .expect("the record")
+}
+
+/// The pod that holds `op` now, once one does.
+async fn driver_pod(client: &Client, ns: &str, op: &str) -> String {
+    wait_until("a driver pod holding the operation", || async {
+        let vm = record(client, ns, op).await;
+        let holder = vm.status.driver?.holder;
+        holder_pod(&holder).map(str::to_string)
+    })
+    .await
+}
+
+/// Waits until `op` has ended; returns its record.
+async fn ended(client: &Client, ns: &str, op: &str) -> VolumeMigration {
+    wait_until("the operation ended", || async {
+        let vm = record(client, ns, op).await;
+        (vm.status.phase.is_final() || vm.status.phase == Phase::Aborted).then_some(vm)
+    })
+    .await
+}
+
+/// The driver's RBAC objects (and its ServiceAccount) still there.
+async fn grants_left(client: &Client, ns: &str, op: &str) -> Vec<String> {
+    let name = driver_rbac_name(op);
+    let mut left = Vec::new();
+    let found = [
+        (
+            "Role",
+            Api::<Role>::namespaced(client.clone(), ns)
+                .get_opt(&name)
+                .await
+                .map(|o| o.is_some()),
+        ),
+        (
+            "RoleBinding",
+            Api::<RoleBinding>::namespaced(client.clone(), ns)
+                .get_opt(&name)
+                .await
+                .map(|o| o.is_some()),
+        ),
+        (
+            "ServiceAccount",
+            Api::<ServiceAccount>::namespaced(client.clone(), ns)
+                .get_opt(&name)
+                .await
+                .map(|o| o.is_some()),
+        ),
+        (
+            "ClusterRole",
+            Api::<ClusterRole>::all(client.clone())
+                .get_opt(&name)
+                .await
+                .map(|o| o.is_some()),
+        ),
+        (
+            "ClusterRoleBinding",
+            Api::<ClusterRoleBinding>::all(client.clone())
+                .get_opt(&name)
+                .await
+                .map(|o| o.is_some()),
+        ),
+    ];
+    for (kind, there) in found {
+        if there.expect("get") {
+            left.push(format!("{kind}/{name}"));
+        }
+    }
+    left
+}
+
+async fn await_no_grants(client: &Client, ns: &str, op: &str) {
+    wait_until("the driver's grants removed", || async {
+        grants_left(client, ns, op).await.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// Every request the driver's pods made was allowed (sandbox only).
+fn assert_never_refused(env: &Env, op: &str) {
+    let Some(sandbox) = &env.sandbox else {
+        return;
+    };
+    let account = driver_rbac_name(op);
+    let mine: Vec<_> = sandbox
+        .audit()
+        .into_iter()
+        .filter(|e| format!("{:?}", e.identity).contains(&account))
+        .collect();
+    assert!(mine.len() > 10, "the driver made {} requests", mine.len());
+    let refused: Vec<String> = mine
+        .iter()
+        .filter(|e| e.authorization.as_ref().is_some_and(|a| !a.allowed))
+        .map(|e| format!("{} {}", e.method, e.uri))
+        .collect();
+    assert!(refused.is_empty(), "refused to the driver: {refused:#?}");
+}
+
+/// The driver pods of `op`, by name.
+async fn driver_pods(client: &Client, ns: &str, op: &str) -> Vec<String> {
+    volmig::driver::incluster::driver_pods(client, ns, op)
+        .await
+        .expect("list")
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// Kills the driver pod that holds `op`, and waits until another pod of
+/// its Job holds it.
+async fn kill_driver(client: &Client, ns: &str, op: &str, when: &str) -> String {
+    let pod = driver_pod(client, ns, op).await;
+    assert!(kill_pod_process(&pod), "{when}: no process of {pod}");
+    let next = wait_until(&format!("{when}: a pod replacing {pod}"), || async {
+        let now = driver_pod(client, ns, op).await;
+        (now != pod).then_some(now)
+    })
+    .await;
+    eprintln!("{when}: killed {pod}; {next} took over");
+    next
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_detached_cutover_survives_its_client_its_senders_and_its_driver_pods() {
+    let env = common::env_with_driver().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let old_dir = running_app(&client, &ns, "data", "app").await;
+    // 12 MiB at 4 MiB/s: each pre-copy attempt runs long enough to be hit.
+    seed(&old_dir.join("bulk"), 48, 256 << 10);
+    let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
+
+    let run = cutover(
+        &env,
+        &[],
+        "data",
+        &[
+            "--detach",
+            "--bwlimit",
+            "4M",
+            "--max-downtime",
+            "0s",
+            "--precopy-rounds",
+            "2",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    // The client is gone from here on.
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("detached: pod"), "{}", run.stderr);
+    let op = run.operation().metadata.name;
+    let first = driver_pod(&client, &ns, &op).await;
+    let status = volmig(&env, &["status", &op]).await;
+    assert!(
+        status.stdout.contains(&format!("pod/{first}")) && status.stdout.contains("In cluster"),
+        "{}",
+        status.stdout
+    );
+    // A laptop's resume follows the driver pod instead of competing.
+    let follower = spawn_volmig(&env, &["resume", &op]);
+
+    // Two senders killed mid-copy: the driver retries, from the checkpoint.
+    common::await_progress(&client, &ns, &op, 1, MIB).await;
+    assert!(kill_pod_process(&pod_name(&op, Component::Sender, 1)));
+    common::await_progress(&client, &ns, &op, 2, 3 * MIB).await;
+    assert!(kill_pod_process(&pod_name(&op, Component::Sender, 2)));
+    // The driver pod killed mid-PreCopy: the Job's next pod takes over.
+    common::await_progress(&client, &ns, &op, 3, 5 * MIB).await;
+    assert_eq!(
+        record(&client, &ns, &op)
+            .await
+            .status
+            .cutover
+            .map(|c| c.step),
+        Some(Step::PreCopy)
+    );
+    kill_driver(&client, &ns, &op, "mid-PreCopy").await;
+    // And mid-Swap.
+    wait_until("the Swap", || async {
+        let step = record(&client, &ns, &op).await.status.cutover?.step;
+        (step == Step::Swap).then_some(())
+    })
+    .await;
+    kill_driver(&client, &ns, &op, "mid-Swap").await;
+
+    let vm = ended(&client, &ns, &op).await;
+    assert_eq!(vm.status.phase, Phase::Succeeded, "{:?}", vm.status.message);
+    let c = vm.status.cutover.clone().expect("cutover");
+    assert_eq!(c.step, Step::AwaitingCommit);
+    let killed = vm
+        .status
+        .attempts
+        .iter()
+        .filter(|a| a.phase == AttemptPhase::Failed)
+        .count();
+    assert!(killed >= 2, "{:#?}", vm.status.attempts);
+
+    // The app runs on the new volume under its claim's name, every write kept.
+    let new_volume = bound_volume(&claim_of(&client, &ns, "data").await);
+    assert_ne!(new_volume, old_volume);
+    let old = volume(&client, &old_volume).await.expect("old volume kept");
+    assert_eq!(policy(&old), "Retain");
+    assert_eq!(replicas(&client, &ns, "app").await, 1);
+    await_running(&client, &ns, "app").await;
+    let before = sequence(&old_dir);
+    assert_gapless(&before, "old volume");
+    let new_dir = volume_dir(&client, &ns, "data").await;
+    let after = await_sequence_past(&new_dir, before.len() + 5).await;
+    assert_gapless(&after, "new volume");
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "a write before the stop is missing"
+    );
+
+    // The laptop followed to the end, and never drove.
+    let followed = finish(follower).await;
+    assert_eq!(followed.code, 0, "{}", followed.stderr);
+    assert!(
+        followed.stderr.contains("is driven by pod/"),
+        "{}",
+        followed.stderr
+    );
+    assert!(
+        !followed.stderr.contains("taking it over"),
+        "{}",
+        followed.stderr
+    );
+
+    // Three pods drove it; the last one finished the Job; no grant is left.
+    let pods = driver_pods(&client, &ns, &op).await;
+    assert!(pods.len() >= 3, "{pods:?}");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    wait_until("the driver Job complete", || async {
+        let job = jobs.get(&driver_rbac_name(&op)).await.ok()?;
+        (job.status?.succeeded? == 1).then_some(())
+    })
+    .await;
+    await_no_grants(&client, &ns, &op).await;
+    assert_never_refused(&env, &op);
+
+    // Every driver pod's log, the last one's saying it is done.
+    let logs = volmig(&env, &["logs", &op, "--driver"]).await;
+    assert_eq!(logs.code, 0, "{}", logs.stderr);
+    for pod in &pods {
+        assert!(
+            logs.stdout.contains(&format!("==> driver {pod}")),
+            "{}",
+            logs.stdout
+        );
+    }
+    assert!(
+        logs.stdout.contains("the driver is done"),
+        "{}",
+        logs.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_detached_copy_is_aborted_and_handed_back_to_the_cluster() {
+    let env = common::env_with_driver().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
+    let src = volume_dir(&client, &ns, "data").await;
+    seed(&src, 48, 256 << 10);
+
+    let run = volmig(
+        &env,
+        &[
+            "migrate",
+            "data",
+            "--to",
+            "copy",
+            "--bwlimit",
+            "2M",
+            "--detach",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation().metadata.name;
+    common::await_progress(&client, &ns, &op, 1, 2 * MIB).await;
+
+    // abort: the driver pod stops the attempt, removes its grants, ends.
+    let abort = volmig(&env, &["abort", &op]).await;
+    assert_eq!(abort.code, 0, "{}", abort.stderr);
+    let vm = ended(&client, &ns, &op).await;
+    assert_eq!(vm.status.phase, Phase::Aborted);
+    await_no_grants(&client, &ns, &op).await;
+
+    // resume --detach: a fresh driver in the cluster finishes it.
+    let run = volmig(&env, &["resume", &op, "--detach"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("detached: pod"), "{}", run.stderr);
+    let vm = wait_until("the operation succeeded", || async {
+        let vm = record(&client, &ns, &op).await;
+        vm.status.phase.is_final().then_some(vm)
+    })
+    .await;
+    assert_eq!(vm.status.phase, Phase::Succeeded, "{:?}", vm.status.message);
+    assert_eq!(
+        manifest(&src),
+        manifest(&volume_dir(&client, &ns, "copy").await)
+    );
+    let second = &vm.status.attempts[1];
+    assert!(second.bytes_prior >= 2 * MIB, "resumed: {second:#?}");
+    await_no_grants(&client, &ns, &op).await;
+    assert_never_refused(&env, &op);
+}
