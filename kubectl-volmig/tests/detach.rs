@@ -349,3 +349,51 @@ async fn a_detached_copy_is_aborted_and_handed_back_to_the_cluster() {
     await_no_grants(&client, &ns, &op).await;
     assert_never_refused(&env, &op);
 }
+
+/// `rollback` while the driver pod pre-copies: the client asks, the pod
+/// (which holds the operation) undoes it, the client follows to the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_detached_cutover_rolls_back_when_asked_while_its_pod_drives() {
+    let env = common::env_with_driver().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let old_dir = running_app(&client, &ns, "data", "app").await;
+    seed(&old_dir.join("bulk"), 48, 256 << 10);
+    let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
+    let run = cutover(
+        &env,
+        &[],
+        "data",
+        &["--detach", "--bwlimit", "2M", "-o", "json"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation().metadata.name;
+    let pod = driver_pod(&client, &ns, &op).await;
+    common::await_progress(&client, &ns, &op, 1, 2 * MIB).await;
+
+    let rollback = volmig(&env, &["rollback", &op, "-o", "json"]).await;
+    assert_eq!(rollback.code, 0, "{}", rollback.stderr);
+    assert!(
+        rollback.stderr.contains(&format!("is driven by pod/{pod}")),
+        "{}",
+        rollback.stderr
+    );
+    let vm = rollback.operation();
+    assert_eq!(
+        vm.status.phase,
+        Phase::RolledBack,
+        "{:?}",
+        vm.status.message
+    );
+    assert_eq!(
+        bound_volume(&claim_of(&client, &ns, "data").await),
+        old_volume
+    );
+    assert_eq!(replicas(&client, &ns, "app").await, 1);
+    await_running(&client, &ns, "app").await;
+    let seq = await_sequence_past(&old_dir, sequence(&old_dir).len() + 5).await;
+    assert_gapless(&seq, "after the rollback");
+    await_no_grants(&client, &ns, &op).await;
+    assert_never_refused(&env, &op);
+}

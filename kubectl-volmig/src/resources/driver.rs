@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SecurityContext, ServiceAccount,
+    ResourceRequirements, SecurityContext, ServiceAccount, Toleration,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -200,6 +200,7 @@ pub fn job(op: &str, namespace: &str, image: &str) -> Job {
                     restart_policy: Some("Never".to_string()),
                     enable_service_links: Some(false),
                     security_context: Some(super::pods::runtime_default_seccomp()),
+                    tolerations: Some(leave_a_lost_node()),
                     ..PodSpec::default()
                 }),
             },
@@ -207,6 +208,29 @@ pub fn job(op: &str, namespace: &str, image: &str) -> Job {
         }),
         status: None,
     }
+}
+
+/// How long the driver pod stays bound to a node that stopped reporting.
+pub const LOST_NODE_SECONDS: i64 = 30;
+
+/// A driver pod on a node that stopped reporting is evicted after
+/// [`LOST_NODE_SECONDS`] instead of the 300 s the DefaultTolerationSeconds
+/// admission plugin would give it: the Job replaces a pod as soon as it
+/// is terminating, and the operation (maybe an app scaled to zero) should
+/// not wait five minutes for that.
+fn leave_a_lost_node() -> Vec<Toleration> {
+    [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ]
+    .map(|key| Toleration {
+        key: Some(key.to_string()),
+        operator: Some("Exists".to_string()),
+        effect: Some("NoExecute".to_string()),
+        toleration_seconds: Some(LOST_NODE_SECONDS),
+        value: None,
+    })
+    .to_vec()
 }
 
 #[cfg(test)]
@@ -253,6 +277,13 @@ mod tests {
         assert_eq!(
             pod.service_account_name.as_deref(),
             Some("volmig-data-x7k2p-driver")
+        );
+        let lost = pod.tolerations.as_deref().unwrap_or_default();
+        assert!(
+            lost.iter()
+                .all(|t| t.toleration_seconds == Some(LOST_NODE_SECONDS))
+                && lost.len() == 2,
+            "{lost:?}"
         );
         let c = &pod.containers[0];
         assert_eq!(

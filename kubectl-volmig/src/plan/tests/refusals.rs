@@ -384,3 +384,29 @@ fn to_node_must_be_where_a_reused_local_volume_lives() {
     let plan = Cluster::with_destinations().plan(&to);
     assert_eq!(plan.placement.receiver.node.as_deref(), Some("node-1"));
 }
+
+#[test]
+fn detaching_without_the_rights_names_them_and_says_what_to_do() {
+    let only_create = Refusal::DetachForbidden {
+        user: "user \"dev\"".into(),
+        missing: vec!["create clusterroles.rbac.authorization.k8s.io (cluster-wide)".into()],
+        lacks_grants: false,
+    };
+    let text = only_create.to_string();
+    assert!(
+        text.starts_with(
+            "--detach: user \"dev\" may not start the in-cluster driver; the API server answered no to:\n  create clusterroles.rbac.authorization.k8s.io (cluster-wide)\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("Run it without --detach"), "{text}");
+    let grants = Refusal::DetachForbidden {
+        user: "you".into(),
+        missing: vec!["patch persistentvolumes (cluster-wide)".into()],
+        lacks_grants: true,
+    };
+    assert!(grants
+        .to_string()
+        .contains("can only grant what its creator holds"));
+    assert!(!grants.is_retryable());
+}

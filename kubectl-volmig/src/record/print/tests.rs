@@ -132,6 +132,29 @@ Driver:        laptop-7/4242 (heartbeat 3s ago)
 }
 
 #[test]
+fn describe_an_operation_driven_in_the_cluster() {
+    let mut vm = running();
+    let driver = vm.status.driver.as_mut().expect("driver");
+    driver.holder = "pod/volmig-pg-0-b4n7q-driver-x2k9p".into();
+    vm.status.in_cluster = Some(crate::record::InCluster {
+        job: "volmig-pg-0-b4n7q-driver".into(),
+        image: "ghcr.io/volmig/driver:0.1.0".into(),
+        namespaces: vec!["staging".into(), "db".into()],
+        started_by: "laptop-7/4242 (user alice)".into(),
+        started_at: "2025-03-01T11:55:00Z".parse().expect("timestamp"),
+    });
+    let out = describe(&vm, now());
+    assert!(
+        out.ends_with(
+            "Driver:        pod/volmig-pg-0-b4n7q-driver-x2k9p (heartbeat 3s ago)\n\
+             In cluster:    Job volmig-pg-0-b4n7q-driver (ghcr.io/volmig/driver:0.1.0), detached by \
+             laptop-7/4242 (user alice) 5m ago; its log: kubectl volmig logs pg-0-b4n7q --driver\n"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_running_attempt_s_row_reads_the_progress_line() {
     // Attempt 2 runs without a driver: its own copy says 0 bytes.
     let vm = fixture(include_str!("../../../tests/fixtures/record/retrying.yaml"));

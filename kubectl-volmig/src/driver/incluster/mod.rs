@@ -12,7 +12,7 @@
 //! - [`remove_grants`] is the driver's last act (its roles go, the rest
 //!   with them); [`remove`] is what a client does when it ends or cleans
 //!   up an operation it drove in the cluster before (the Job too);
-//! - [`live_holder`] tells who drives now: a pod holder that has died is
+//! - [`liveness`]: [`live_holder`] tells who drives now: a pod holder that has died is
 //!   replaced at once by the Job's next pod, and a client follows that
 //!   pod instead of competing with it.
 
@@ -24,18 +24,22 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::DriverError;
-use crate::names;
-use crate::record::{Driver as Lease, InCluster, Phase, VolumeMigration};
+
+mod liveness;
+
+use crate::record::{InCluster, VolumeMigration};
 use crate::resources::access::{self, driver_rbac_name, Check};
-use crate::resources::driver::{self as objects, Owner, DRIVER_OF_KEY};
+use crate::resources::driver::{self as objects, Owner};
+use liveness::is_active;
+pub use liveness::{await_start, driver_pods, job_active, live_holder, Start};
 
 /// How many access reviews are asked at once.
 const REVIEWS_AT_ONCE: usize = 8;
@@ -259,19 +263,6 @@ async fn ensure_job(client: &Client, home: &str, job: &Job) -> Result<(), Driver
     }
 }
 
-/// Whether a Job may still run a pod: not deleted, not Complete, not
-/// Failed.
-fn is_active(job: &Job) -> bool {
-    let ended = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| matches!(c.type_.as_str(), "Complete" | "Failed") && c.status == "True");
-    job.metadata.deletion_timestamp.is_none() && !ended
-}
-
 /// The driver's last act once the operation has ended: the ClusterRole,
 /// the Roles of the other namespaces, then its own namespace's Role,
 /// which owns the ServiceAccount it runs as (so that goes last). The
@@ -300,156 +291,6 @@ pub async fn remove(client: &Client, vm: &VolumeMigration) -> Result<(), DriverE
     let jobs: Api<Job> = Api::namespaced(client.clone(), &vm.metadata.namespace);
     delete(&jobs, &ic.job, PropagationPolicy::Background).await?;
     remove_grants(client, &vm.metadata.name, ic).await
-}
-
-/// The driver that holds `vm` now, other than `me`, if it is alive: its
-/// heartbeat is recent, it is not a process of this machine that has
-/// gone, and, for a pod, the pod still runs. A dead pod of a Job that
-/// will replace it is alive for a client (which follows the
-/// replacement) but not for the replacement itself (which takes over).
-pub async fn live_holder(client: &Client, vm: &VolumeMigration, me: &str) -> Option<Lease> {
-    let lease = vm.status.driver.as_ref()?;
-    if lease.holder == me || !lease.is_alive(Timestamp::now()) {
-        return None;
-    }
-    let Some(pod) = names::holder_pod(&lease.holder) else {
-        return Some(lease.clone());
-    };
-    let ns = &vm.metadata.namespace;
-    if !pod_gone(client, ns, pod).await {
-        return Some(lease.clone());
-    }
-    let replaced = names::holder_pod(me).is_none() && job_active(client, vm).await;
-    replaced.then(|| lease.clone())
-}
-
-/// Whether the pod `name` has stopped for good: deleted, or its
-/// container ended (a driver pod never restarts). A pod being deleted
-/// still runs: it lets its lease go itself.
-async fn pod_gone(client: &Client, ns: &str, name: &str) -> bool {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    match pods.get_opt(name).await {
-        Ok(None) => true,
-        Ok(Some(pod)) => pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| matches!(p, "Succeeded" | "Failed")),
-        // Unknown: as alive, until the heartbeat goes stale.
-        Err(_) => false,
-    }
-}
-
-/// Whether `vm`'s driver Job may still run a pod.
-pub async fn job_active(client: &Client, vm: &VolumeMigration) -> bool {
-    let Some(ic) = &vm.status.in_cluster else {
-        return false;
-    };
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &vm.metadata.namespace);
-    matches!(jobs.get_opt(&ic.job).await, Ok(Some(job)) if is_active(&job))
-}
-
-/// `op`'s driver pods in `ns`, oldest first.
-pub async fn driver_pods(client: &Client, ns: &str, op: &str) -> Result<Vec<Pod>, DriverError> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let selector = format!("{DRIVER_OF_KEY}={op}");
-    let mut list = pods
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| DriverError::kube(format!("list the driver pods of {op}"), e))?
-        .items;
-    list.sort_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
-    Ok(list)
-}
-
-/// How a freshly started driver is doing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Start {
-    /// This pod holds the operation.
-    Driving(String),
-    /// The operation ended before a pod was seen to drive it.
-    Ended(Phase),
-    /// Why no pod drives it (yet): an image that cannot be pulled, a
-    /// Job that gave up, or no pod within the time given.
-    Stuck(String),
-}
-
-/// Waits until a pod of `vm`'s Job holds the operation, or says why none
-/// does within `timeout`.
-pub async fn await_start(
-    client: &Client,
-    store: &crate::record::store::RecordStore,
-    op: &str,
-    timeout: Duration,
-) -> Result<Start, DriverError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let vm = store.get(op).await?;
-        let holder = vm.status.driver.as_ref().map(|d| d.holder.as_str());
-        if let Some(pod) = holder.and_then(names::holder_pod) {
-            return Ok(Start::Driving(pod.to_string()));
-        }
-        if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
-            return Ok(Start::Ended(vm.status.phase));
-        }
-        let pods = driver_pods(client, &vm.metadata.namespace, op).await?;
-        if let Some(why) = pods.iter().rev().find_map(cannot_start) {
-            return Ok(Start::Stuck(why));
-        }
-        if !job_active(client, &vm).await && !pods.is_empty() {
-            return Ok(Start::Stuck(format!(
-                "its Job {} has given up (kubectl describe job {} -n {})",
-                driver_rbac_name(op),
-                driver_rbac_name(op),
-                vm.metadata.namespace
-            )));
-        }
-        if tokio::time::Instant::now() >= deadline {
-            let state = match pods.last() {
-                Some(p) => format!("pod {} is {}", p.name_any(), phase_of(p)),
-                None => "no pod was created".to_string(),
-            };
-            return Ok(Start::Stuck(format!(
-                "no driver pod took it up within {}s ({state})",
-                timeout.as_secs()
-            )));
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-fn phase_of(pod: &Pod) -> String {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-    phase.unwrap_or_else(|| "Pending".to_string())
-}
-
-/// Why a driver pod's container cannot start, if it waits for something
-/// that will not come by itself.
-fn cannot_start(pod: &Pod) -> Option<String> {
-    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-    statuses.iter().find_map(|c| {
-        let waiting = c.state.as_ref()?.waiting.as_ref()?;
-        let reason = waiting.reason.as_deref()?;
-        let stuck = matches!(
-            reason,
-            "ErrImagePull"
-                | "ImagePullBackOff"
-                | "InvalidImageName"
-                | "CreateContainerConfigError"
-                | "CreateContainerError"
-        );
-        stuck.then(|| {
-            format!(
-                "pod {} cannot start: {reason}{}",
-                pod.name_any(),
-                waiting
-                    .message
-                    .as_deref()
-                    .map(|m| format!(" ({m})"))
-                    .unwrap_or_default()
-            )
-        })
-    })
 }
 
 async fn get<K>(api: &Api<K>, name: &str) -> Result<Option<K>, DriverError>
@@ -501,45 +342,11 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
-
-    fn job(conditions: &[(&str, &str)]) -> Job {
-        Job {
-            status: Some(JobStatus {
-                conditions: Some(
-                    conditions
-                        .iter()
-                        .map(|(t, s)| JobCondition {
-                            type_: t.to_string(),
-                            status: s.to_string(),
-                            ..JobCondition::default()
-                        })
-                        .collect(),
-                ),
-                ..JobStatus::default()
-            }),
-            ..Job::default()
-        }
-    }
-
-    #[test]
-    fn a_job_runs_pods_until_it_is_complete_or_has_failed() {
-        assert!(is_active(&job(&[])));
-        assert!(is_active(&job(&[
-            ("Suspended", "True"),
-            ("Complete", "False")
-        ])));
-        assert!(!is_active(&job(&[("Complete", "True")])));
-        assert!(!is_active(&job(&[
-            ("FailureTarget", "True"),
-            ("Failed", "True")
-        ])));
-    }
 
     #[test]
     fn the_driver_works_at_home_and_in_the_source_s_namespace() {
         let mut vm: VolumeMigration =
-            serde_saphyr::from_str(include_str!("../../tests/fixtures/record/running.yaml"))
+            serde_saphyr::from_str(include_str!("../../../tests/fixtures/record/running.yaml"))
                 .expect("fixture");
         vm.metadata.namespace = "apps".into();
         vm.spec.source.namespace = "apps".into();
