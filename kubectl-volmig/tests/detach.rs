@@ -330,10 +330,24 @@ async fn a_detached_copy_is_aborted_and_handed_back_to_the_cluster() {
     assert_eq!(vm.status.phase, Phase::Aborted);
     await_no_grants(&client, &ns, &op).await;
 
-    // resume --detach: a fresh driver in the cluster finishes it.
+    // A client resumes it (a fresh budget), then hands it to the cluster:
+    // the new driver pod follows that client, and takes over once it stops.
+    let local = spawn_volmig(&env, &["resume", &op]);
+    common::await_progress(&client, &ns, &op, 2, 3 * MIB).await;
     let run = volmig(&env, &["resume", &op, "--detach"]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("detached: pod"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("and takes over when it stops"),
+        "{}",
+        run.stderr
+    );
+    let pid = local.id().expect("pid") as i32;
+    // SAFETY: kill(2) takes plain integers.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let stopped = finish(local).await;
+    assert_eq!(stopped.code, 130, "{}", stopped.stderr);
+    driver_pod(&client, &ns, &op).await;
     let vm = wait_until("the operation succeeded", || async {
         let vm = record(&client, &ns, &op).await;
         vm.status.phase.is_final().then_some(vm)

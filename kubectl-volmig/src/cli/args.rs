@@ -95,7 +95,7 @@ pub enum Command {
     /// What the in-cluster driver's pod runs (--detach): drive OP until it
     /// ends, following another live driver first.
     #[command(hide = true)]
-    Drive(OpArgs),
+    Drive(DriveArgs),
     /// Print a shell completion script for `kubectl-volmig` (see `--help`).
     #[command(long_about = COMPLETION_HELP)]
     Completion(CompletionArgs),
@@ -282,6 +282,16 @@ pub struct ResumeArgs {
     /// Take over even if another client's heartbeat is recent.
     #[arg(long)]
     pub force: bool,
+    /// How long a mover pod may take to start, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub start_timeout: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct DriveArgs {
+    /// The operation, in -n's namespace.
+    #[arg(value_name = "OP")]
+    pub operation: String,
     /// How long a mover pod may take to start, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     pub start_timeout: u64,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::args::{OpArgs, Output};
+use super::args::{DriveArgs, Output};
 use super::{exit, show, CliError};
 use crate::cluster::Cluster;
 use crate::driver::incluster::{self, Start};
@@ -12,10 +12,6 @@ use crate::plan::Refusal;
 use crate::record::store::RecordStore;
 use crate::record::{Phase, VolumeMigration};
 use crate::resources::access::Need;
-
-/// How long the in-cluster driver gives a mover pod to start, as
-/// `resume`'s default.
-const START_TIMEOUT: u64 = 300;
 
 /// Refuses `--detach` before anything is created when the user may not
 /// start the driver, naming each permission the API server denied.
@@ -63,7 +59,7 @@ pub async fn start(
             Ok(())
         })
         .await?;
-    if let Err(e) = incluster::start(&cluster.client, &vm, &ic).await {
+    if let Err(e) = incluster::start(&cluster.client, &vm, &ic, start_timeout).await {
         say!(
             "the driver could not be started in the cluster; nothing drives operation {op}.\n\
              Drive it from here: kubectl volmig resume {op} -n {ns}\n\
@@ -77,6 +73,16 @@ pub async fn start(
                 "detached: pod {pod} (Job {job}) drives operation {op} in the cluster; this \
                  client may go.\n\
                  Watch it:   kubectl volmig status {op} -n {ns}   (or monitor)\n\
+                 Its log:    kubectl volmig logs {op} -n {ns} --driver",
+                job = ic.job
+            );
+            show::print_one(&store.get(&op).await?, output)?;
+            Ok(exit::OK)
+        }
+        Start::Following { pod, holder } => {
+            say!(
+                "detached: pod {pod} (Job {job}) follows {holder}, which drives operation {op}, \
+                 and takes over when it stops; this client may go.\n\
                  Its log:    kubectl volmig logs {op} -n {ns} --driver",
                 job = ic.job
             );
@@ -105,7 +111,8 @@ pub async fn start(
 /// operation has ended (however it ended), removes its own grants and
 /// exits 0, so the Job completes instead of running it again. Any other
 /// exit (an error, SIGTERM) makes the Job start a pod that goes on.
-pub async fn drive(cluster: &Cluster, args: OpArgs) -> Result<i32, CliError> {
+pub async fn drive(cluster: &Cluster, args: DriveArgs) -> Result<i32, CliError> {
+    let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
     let op = args.operation;
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let me = crate::names::holder();
@@ -127,7 +134,7 @@ pub async fn drive(cluster: &Cluster, args: OpArgs) -> Result<i32, CliError> {
             }
         }
         let options = DriverOptions {
-            start_timeout: Duration::from_secs(START_TIMEOUT),
+            start_timeout,
             holder: me.clone(),
         };
         let code = super::control::take_up(cluster, vm, options, Output::Table).await?;

@@ -35,7 +35,9 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         None => None,
     };
     if args.dry_run {
-        let detach = args.detach.then_some(args.driver_image.as_str());
+        let detach = args
+            .detach
+            .then_some((args.driver_image.as_str(), start_timeout));
         print_dry_run(&plan, quiesce.as_ref(), detach, output)?;
         return Ok(exit::OK);
     }
@@ -282,21 +284,26 @@ fn placement_line(role: &str, p: &NodePlacement) -> String {
 }
 
 /// The plan and the objects it would create; with `detach` (the driver
-/// image), the in-cluster driver's too.
+/// image, the mover pods' start timeout), the in-cluster driver's too.
 fn print_dry_run(
     plan: &Plan,
     quiesce: Option<&Quiesce>,
-    detach: Option<&str>,
+    detach: Option<(&str, std::time::Duration)>,
     output: Output,
 ) -> Result<(), CliError> {
     let mut items = resources::dry_run_objects(plan, "<receiver Service IP>:7000")
         .map_err(|e| CliError::Print(e.to_string()))?;
     let new = configmap::new_record(plan);
-    if let Some(image) = detach {
+    if let Some((image, start_timeout)) = detach {
         let namespaces = crate::driver::incluster::namespaces(&new);
-        let driver =
-            resources::dry_run_driver(&plan.operation, &new.metadata.namespace, &namespaces, image)
-                .map_err(|e| CliError::Print(e.to_string()))?;
+        let driver = resources::dry_run_driver(
+            &plan.operation,
+            &new.metadata.namespace,
+            &namespaces,
+            image,
+            start_timeout.as_secs(),
+        )
+        .map_err(|e| CliError::Print(e.to_string()))?;
         items.extend(driver);
     }
     let record = configmap::to_config_map(&new).map_err(|e| CliError::Print(e.to_string()))?;

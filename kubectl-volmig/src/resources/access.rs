@@ -302,32 +302,26 @@ pub fn needed_to_detach(op: &str, home: &str, namespaces: &[String]) -> Vec<Chec
             name,
             need,
         };
-    let mut out = Vec::new();
+    // What `start` does to each of its objects: create it, or find it
+    // from an earlier start and bring it up to date (roles are replaced,
+    // the others re-owned by a patch; a finished Job is deleted).
+    const ROLE: &[&str] = &["create", "get", "update"];
+    const OWNED: &[&str] = &["create", "get", "patch"];
+    const JOB: &[&str] = &["create", "get", "delete"];
+    let mut wanted: Vec<(&'static str, &'static str, &[&'static str], Option<&str>)> = Vec::new();
     for ns in namespaces {
-        for resource in ["roles", "rolebindings"] {
-            out.push(check(
-                RBAC,
-                resource,
-                "create",
-                Some(ns),
-                None,
-                Need::Create,
-            ));
+        wanted.push((RBAC, "roles", ROLE, Some(ns)));
+        wanted.push((RBAC, "rolebindings", OWNED, Some(ns)));
+    }
+    wanted.push((RBAC, "clusterroles", ROLE, None));
+    wanted.push((RBAC, "clusterrolebindings", OWNED, None));
+    wanted.push(("", "serviceaccounts", OWNED, Some(home)));
+    wanted.push(("batch", "jobs", JOB, Some(home)));
+    let mut out = Vec::new();
+    for (group, resource, verbs, ns) in wanted {
+        for verb in verbs {
+            out.push(check(group, resource, verb, ns, None, Need::Create));
         }
-    }
-    for resource in ["clusterroles", "clusterrolebindings"] {
-        out.push(check(RBAC, resource, "create", None, None, Need::Create));
-    }
-    out.push(check(
-        "",
-        "serviceaccounts",
-        "create",
-        Some(home),
-        None,
-        Need::Create,
-    ));
-    for verb in ["create", "get", "delete"] {
-        out.push(check("batch", "jobs", verb, Some(home), None, Need::Create));
     }
     for a in DRIVER_ACCESS {
         let name = a.own.then(|| driver_rbac_name(op));
@@ -479,6 +473,10 @@ mod tests {
         assert!(has("create", "roles", Some("old")) && has("create", "rolebindings", Some("apps")));
         assert!(has("create", "clusterroles", None) && has("create", "jobs", Some("apps")));
         assert!(!has("create", "jobs", Some("old")), "the Job runs at home");
+        // An earlier start's objects are brought up to date.
+        assert!(
+            has("update", "clusterroles", None) && has("patch", "serviceaccounts", Some("apps"))
+        );
         for a in DRIVER_ACCESS {
             for verb in a.verbs {
                 match a.scope {

@@ -133,13 +133,21 @@ pub fn cluster_role_binding(op: &str, sa_namespace: &str, role: &Owner) -> Clust
     }
 }
 
-/// The Job that drives `op` (recorded in `namespace`) from `image`.
-pub fn job(op: &str, namespace: &str, image: &str) -> Job {
+/// The Job that drives `op` (recorded in `namespace`) from `image`,
+/// giving mover pods `start_timeout` seconds to start.
+pub fn job(op: &str, namespace: &str, image: &str, start_timeout: u64) -> Job {
     let container = Container {
         name: DRIVER_CONTAINER.to_string(),
         image: Some(image.to_string()),
         image_pull_policy: Some("IfNotPresent".to_string()),
-        args: Some(["drive", op, "-n", namespace].map(str::to_string).to_vec()),
+        args: Some(vec![
+            "drive".to_string(),
+            op.to_string(),
+            "-n".to_string(),
+            namespace.to_string(),
+            "--start-timeout".to_string(),
+            start_timeout.to_string(),
+        ]),
         env: Some(vec![EnvVar {
             name: names::DRIVER_POD_ENV.to_string(),
             value_from: Some(EnvVarSource {
@@ -270,7 +278,7 @@ mod tests {
 
     #[test]
     fn the_job_resumes_the_operation_as_its_own_account_under_restricted() {
-        let job = job("data-x7k2p", "apps", "ghcr.io/volmig/driver:0.1.0");
+        let job = job("data-x7k2p", "apps", "ghcr.io/volmig/driver:0.1.0", 300);
         let spec = job.spec.expect("spec");
         assert_eq!(spec.backoff_limit, Some(DRIVER_BACKOFF_LIMIT));
         let pod = spec.template.spec.expect("pod");
@@ -288,7 +296,17 @@ mod tests {
         let c = &pod.containers[0];
         assert_eq!(
             c.args.as_deref(),
-            Some(&["drive", "data-x7k2p", "-n", "apps"].map(String::from)[..])
+            Some(
+                &[
+                    "drive",
+                    "data-x7k2p",
+                    "-n",
+                    "apps",
+                    "--start-timeout",
+                    "300"
+                ]
+                .map(String::from)[..]
+            )
         );
         let sc = c.security_context.as_ref().expect("security context");
         assert_eq!(sc.run_as_non_root, Some(true));

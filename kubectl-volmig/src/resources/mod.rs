@@ -102,6 +102,7 @@ pub fn dry_run_driver(
     home: &str,
     namespaces: &[String],
     image: &str,
+    start_timeout: u64,
 ) -> Result<Vec<serde_json::Value>, ResourceError> {
     let owner = |kind| driver::Owner {
         kind,
@@ -128,7 +129,7 @@ pub fn dry_run_driver(
         home,
         &owner("ClusterRole"),
     ))?);
-    objects.push(to_value(&driver::job(op, home, image))?);
+    objects.push(to_value(&driver::job(op, home, image, start_timeout))?);
     Ok(objects)
 }
 

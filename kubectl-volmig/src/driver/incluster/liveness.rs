@@ -95,6 +95,9 @@ pub async fn driver_pods(client: &Client, ns: &str, op: &str) -> Result<Vec<Pod>
 pub enum Start {
     /// This pod holds the operation.
     Driving(String),
+    /// This pod runs and follows the client that holds the operation,
+    /// to take over when it stops.
+    Following { pod: String, holder: String },
     /// The operation ended before a pod was seen to drive it.
     Ended(Phase),
     /// Why no pod drives it (yet): an image that cannot be pulled, a
@@ -121,6 +124,18 @@ pub async fn await_start(
             return Ok(Start::Ended(vm.status.phase));
         }
         let pods = driver_pods(client, &vm.metadata.namespace, op).await?;
+        let client_holds = vm
+            .status
+            .driver
+            .as_ref()
+            .filter(|d| d.is_alive(Timestamp::now()));
+        let running = pods.iter().rev().find(|p| phase_of(p) == "Running");
+        if let (Some(lease), Some(pod)) = (client_holds, running) {
+            return Ok(Start::Following {
+                pod: pod.name_any(),
+                holder: lease.holder.clone(),
+            });
+        }
         if let Some(why) = pods.iter().rev().find_map(cannot_start) {
             return Ok(Start::Stuck(why));
         }

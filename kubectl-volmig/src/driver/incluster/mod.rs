@@ -128,6 +128,7 @@ pub async fn start(
     client: &Client,
     vm: &VolumeMigration,
     ic: &InCluster,
+    start_timeout: Duration,
 ) -> Result<(), DriverError> {
     let op = vm.metadata.name.as_str();
     let home = vm.metadata.namespace.as_str();
@@ -164,7 +165,8 @@ pub async fn start(
         &cluster_owner,
     )
     .await?;
-    ensure_job(client, home, &objects::job(op, home, &ic.image)).await
+    let job = objects::job(op, home, &ic.image, start_timeout.as_secs());
+    ensure_job(client, home, &job).await
 }
 
 fn owner<K: Resource>(kind: &'static str, object: &K) -> Result<Owner, DriverError> {
@@ -242,7 +244,8 @@ where
 }
 
 /// The Job: created, or kept while it runs; one that has finished (an
-/// earlier run's) is deleted first, its pods with it.
+/// earlier run's) or runs another image is deleted first, its pods with
+/// it.
 async fn ensure_job(client: &Client, home: &str, job: &Job) -> Result<(), DriverError> {
     let api: Api<Job> = Api::namespaced(client.clone(), home);
     let name = job.metadata.name.clone().unwrap_or_default();
@@ -255,12 +258,19 @@ async fn ensure_job(client: &Client, home: &str, job: &Job) -> Result<(), Driver
         let Some(found) = get(&api, &name).await? else {
             continue;
         };
-        if found.metadata.deletion_timestamp.is_none() && is_active(&found) {
+        // A running Job drives already, unless it runs another image
+        // than asked for now (one that could not be pulled, say).
+        if is_active(&found) && image_of(&found) == image_of(job) {
             return Ok(());
         }
         delete(&api, &name, PropagationPolicy::Background).await?;
         wait_gone(&api, &name).await?;
     }
+}
+
+fn image_of(job: &Job) -> Option<&str> {
+    let pod = job.spec.as_ref()?.template.spec.as_ref()?;
+    pod.containers.first()?.image.as_deref()
 }
 
 /// The driver's last act once the operation has ended: the ClusterRole,
