@@ -14,7 +14,7 @@ use base64::prelude::{Engine as _, BASE64_STANDARD};
 use tokio_rustls::TlsAcceptor;
 
 use crate::api::{self, Api, AuditEntry, AuditLog};
-use crate::auth::Authority;
+use crate::auth::{Authority, Subject, Validity};
 use crate::controllers::{self, volumes, Ctx};
 use crate::kubelet::{self, ImageMapping, Images, Kubelet, LogIndex, OciArchive, Shared};
 use crate::registry;
@@ -171,7 +171,12 @@ impl Sandbox {
             .kubeconfig
             .clone()
             .unwrap_or_else(|| data_dir.join("kubeconfig"));
-        write_kubeconfig(&kubeconfig, addr, &authority)?;
+        let admin = User {
+            name: "kube-sandbox",
+            token: authority.admin_token(),
+            namespace: "default",
+        };
+        write_kubeconfig(&kubeconfig, addr, &authority, &admin)?;
         Ok(Sandbox {
             store,
             addr,
@@ -278,7 +283,58 @@ impl Sandbox {
             k.kill_all();
         }
     }
+
+    /// Writes a kubeconfig for ServiceAccount `service_account` of
+    /// `namespace` (the admin's cluster and CA; a token as TokenRequest
+    /// issues one, not bound to a pod, valid a day; the context's
+    /// namespace is the account's), so that a CLI runs as that less
+    /// privileged user. NotFound when the ServiceAccount does not exist.
+    pub fn kubeconfig_for(
+        &self,
+        namespace: &str,
+        service_account: &str,
+    ) -> std::io::Result<PathBuf> {
+        let account = self
+            .store
+            .get(registry::get("serviceaccounts"), namespace, service_account)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string()))?;
+        let subject = Subject {
+            namespace: namespace.to_string(),
+            service_account: service_account.to_string(),
+            service_account_uid: account["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            pod: String::new(),
+            pod_uid: String::new(),
+            node: String::new(),
+        };
+        let validity = Validity {
+            audiences: vec![crate::auth::token::ISSUER.to_string()],
+            seconds: KUBECONFIG_TOKEN_SECONDS,
+            warn_after_seconds: None,
+        };
+        let (token, _) = self
+            .api
+            .authority
+            .issue(&subject, &validity)
+            .map_err(std::io::Error::other)?;
+        let name = format!("system:serviceaccount:{namespace}:{service_account}");
+        let path = self
+            .data_dir
+            .join(format!("kubeconfig-{namespace}-{service_account}"));
+        let user = User {
+            name: &name,
+            token: &token,
+            namespace,
+        };
+        write_kubeconfig(&path, self.addr, &self.api.authority, &user)?;
+        Ok(path)
+    }
 }
+
+/// How long the token of [`Sandbox::kubeconfig_for`] lives: a day.
+const KUBECONFIG_TOKEN_SECONDS: u64 = 24 * 3600;
 
 const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
@@ -452,16 +508,33 @@ fn node_object(name: &str, index: usize, ip: Ipv4Addr, taints: Vec<Value>) -> Va
     })
 }
 
-/// The kubeconfig: the server's `https://` URL with the cluster CA as
-/// `certificate-authority-data`, and the admin's bearer token.
-fn write_kubeconfig(path: &Path, addr: SocketAddr, authority: &Authority) -> std::io::Result<()> {
+/// The user a kubeconfig authenticates as.
+struct User<'a> {
+    name: &'a str,
+    token: &'a str,
+    /// The context's namespace.
+    namespace: &'a str,
+}
+
+/// A kubeconfig: the server's `https://` URL with the cluster CA as
+/// `certificate-authority-data`, and the user's bearer token.
+fn write_kubeconfig(
+    path: &Path,
+    addr: SocketAddr,
+    authority: &Authority,
+    user: &User,
+) -> std::io::Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
     let ca = BASE64_STANDARD.encode(authority.ca.ca_pem());
-    let token = authority.admin_token();
+    let User {
+        name,
+        token,
+        namespace,
+    } = user;
     let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: kube-sandbox\n    namespace: default\ncurrent-context: kube-sandbox\nusers:\n- name: kube-sandbox\n  user:\n    token: {token}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: {name:?}\n    namespace: {namespace}\ncurrent-context: kube-sandbox\nusers:\n- name: {name:?}\n  user:\n    token: {token}\n"
     );
     std::fs::write(path, text)
 }

@@ -14,6 +14,7 @@ mod objects;
 pub mod protobuf;
 mod request;
 pub mod table;
+mod token_request;
 mod watch;
 
 use std::net::SocketAddr;
@@ -161,7 +162,10 @@ async fn handle(
         content_type,
         body,
     };
+    let subresource = request.path.subresource.as_deref();
     match method {
+        Method::POST if subresource == Some("token") => token_request::create(&request),
+        _ if subresource == Some("token") => Err(ApiError::MethodNotAllowed),
         Method::GET if request.query.flag("watch") => watch::serve(&request),
         Method::GET if request.path.subresource.as_deref() == Some("log") => {
             logs::serve(&request).await

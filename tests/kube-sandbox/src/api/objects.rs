@@ -28,11 +28,11 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
-    fn name(&self) -> Result<&str, ApiError> {
+    pub(super) fn name(&self) -> Result<&str, ApiError> {
         self.path.name.as_deref().ok_or(ApiError::MethodNotAllowed)
     }
 
-    fn namespace(&self) -> &str {
+    pub(super) fn namespace(&self) -> &str {
         self.path.namespace_or_default()
     }
 
@@ -40,7 +40,7 @@ impl Request<'_> {
     /// is decoded into the same JSON. A protobuf body of a kind without a
     /// schema is refused with 415: client-go does not retry it in JSON, so
     /// the message says what to do instead.
-    fn body_json(&self) -> Result<Value, ApiError> {
+    pub(super) fn body_json(&self) -> Result<Value, ApiError> {
         if self.content_type.contains("protobuf") {
             return protobuf::decode(&self.body).map_err(|e| match e {
                 ProtobufError::Malformed(why) => ApiError::BadRequest(why),

@@ -24,7 +24,7 @@ use crate::registry;
 use crate::status::ApiError;
 use crate::store::Store;
 pub use pki::{ClusterCa, PkiError};
-pub use token::{Signer, Subject, TokenError};
+pub use token::{Signer, Subject, TokenError, Validity};
 
 /// Who made a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,11 +127,12 @@ impl Authority {
                 .get(registry::get(plural), &subject.namespace, name)
                 .is_ok_and(|o| o["metadata"]["uid"] == uid)
         };
+        let pod_alive = || !subject.is_pod_bound() || alive("pods", &subject.pod, &subject.pod_uid);
         if !alive(
             "serviceaccounts",
             &subject.service_account,
             &subject.service_account_uid,
-        ) || !alive("pods", &subject.pod, &subject.pod_uid)
+        ) || !pod_alive()
         {
             tracing::debug!("refused token: its service account or pod is gone");
             return Err(ApiError::Unauthorized);
@@ -139,10 +140,16 @@ impl Authority {
         Ok(Identity::ServiceAccount(subject))
     }
 
-    /// A token for `subject`, as the TokenRequest API issues one to the
-    /// kubelet.
-    pub fn issue(&self, subject: &Subject) -> Result<String, TokenError> {
-        self.signer.issue(subject, unix_now())
+    /// A token for `subject` valid from now as `validity` says, as the
+    /// TokenRequest API issues one; with when it expires (Unix seconds).
+    pub fn issue(
+        &self,
+        subject: &Subject,
+        validity: &Validity,
+    ) -> Result<(String, u64), TokenError> {
+        let now = unix_now();
+        let token = self.signer.issue(subject, now, validity)?;
+        Ok((token, now + validity.seconds))
     }
 }
 

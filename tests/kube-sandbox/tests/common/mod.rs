@@ -132,7 +132,19 @@ pub async fn wait_for(sb: &Sandbox, args: &[&str], jsonpath: &str, want: &str) {
 
 /// A kube-rs client for the sandbox, from its kubeconfig (as any cluster).
 pub async fn client(sb: &Sandbox) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(sb.kubeconfig_path()).expect("kubeconfig");
+    client_from(sb.kubeconfig_path()).await
+}
+
+/// A kube-rs client for ServiceAccount `name` of `namespace`, from the
+/// kubeconfig `Sandbox::kubeconfig_for` writes.
+pub async fn client_as(sb: &Sandbox, namespace: &str, name: &str) -> kube::Client {
+    let path = sb.kubeconfig_for(namespace, name).expect("kubeconfig_for");
+    client_from(&path).await
+}
+
+/// A kube-rs client from a kubeconfig file.
+pub async fn client_from(path: &std::path::Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
