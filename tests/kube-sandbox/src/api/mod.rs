@@ -156,6 +156,7 @@ async fn handle(
     }
     let request = objects::Request {
         api: &api,
+        identity: &identity,
         path,
         query,
         accept,

@@ -13,7 +13,9 @@
 //! audience and expiry hold and its ServiceAccount and pod still exist with
 //! the uids it names.
 
+pub mod escalation;
 pub mod pki;
+pub mod policy;
 pub mod rbac;
 pub mod token;
 
@@ -53,6 +55,13 @@ impl Identity {
             }
             Identity::Anonymous => "system:anonymous".to_string(),
         }
+    }
+
+    /// Whether RBAC decides what this identity may do: service accounts
+    /// only (the admin is `system:masters`; anonymous requests are not
+    /// restricted by the sandbox).
+    pub fn is_rbac_enforced(&self) -> bool {
+        matches!(self, Identity::ServiceAccount(_))
     }
 
     /// The groups, as the authenticators add them
