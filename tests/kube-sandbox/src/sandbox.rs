@@ -13,10 +13,12 @@ use tokio::net::TcpListener;
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use tokio_rustls::TlsAcceptor;
 
-use crate::api::{self, Api, AuditEntry, AuditLog};
+use crate::api::{self, Api, AuditEntry, AuditLog, Faults, Tripwire};
 use crate::auth::{Authority, Subject, Validity};
 use crate::controllers::{self, volumes, Ctx};
-use crate::kubelet::{self, ImageMapping, Images, Kubelet, LogIndex, OciArchive, Shared};
+use crate::kubelet::{
+    self, ImageMapping, Images, Kubelet, LogIndex, OciArchive, PodProcesses, Shared,
+};
 use crate::registry;
 use crate::store::Store;
 use crate::task::Owned;
@@ -145,12 +147,15 @@ impl Sandbox {
             .server_config()
             .map_err(std::io::Error::other)?;
         let logs = Arc::new(LogIndex::default());
+        let processes = Arc::new(PodProcesses::default());
         let api = Arc::new(Api {
             store: store.clone(),
             logs: logs.clone(),
             addr,
             authority: authority.clone(),
             audit: AuditLog::default(),
+            faults: Faults::default(),
+            processes: processes.clone(),
         });
         let mut tasks = vec![api::serve(listener, TlsAcceptor::from(tls), api.clone())];
         let ctx = Arc::new(Ctx::new(store.clone(), data_dir.clone(), authority.clone()));
@@ -163,6 +168,7 @@ impl Sandbox {
             images,
             block,
             authority.clone(),
+            processes,
         );
         let kubelets = (0..config.nodes)
             .map(|i| Kubelet::spawn(shared.clone(), node_name(i), kubelet::node_ip(block, i)))
@@ -282,6 +288,45 @@ impl Sandbox {
         for k in self.kubelets.iter().filter(|k| k.node == node) {
             k.kill_all();
         }
+    }
+
+    /// Kills the container processes of one pod with SIGKILL, as the OOM
+    /// killer or a crash would, and waits until they are collected; how
+    /// many there were (0 when the pod runs none). The kubelet reports
+    /// each terminated with exit code 137 and restarts it by the pod's
+    /// `restartPolicy`.
+    pub async fn kill_pod(&self, namespace: &str, name: &str) -> usize {
+        let pod = self.store.get(registry::get("pods"), namespace, name);
+        match pod
+            .as_ref()
+            .ok()
+            .and_then(|p| p["metadata"]["uid"].as_str())
+        {
+            Some(uid) => self.api.processes.kill(uid).await,
+            None => 0,
+        }
+    }
+
+    /// Kills the pod that makes a matching request, at that request: the
+    /// next `times` requests made with a pod-bound service-account token
+    /// that `matcher` accepts are served (their effect stays), then the
+    /// requesting pod's containers are killed with SIGKILL before the
+    /// response is written, so the client never reads it. The
+    /// [`Tripwire`] tells how often it fired. See [`crate::api::faults`].
+    ///
+    /// ```ignore
+    /// let wire = sb.kill_requester_when(1, |e| {
+    ///     e.authorization.as_ref().is_some_and(|a| {
+    ///         a.attributes.verb == "create" && a.attributes.resource == "configmaps"
+    ///     })
+    /// });
+    /// ```
+    pub fn kill_requester_when(
+        &self,
+        times: usize,
+        matcher: impl Fn(&AuditEntry) -> bool + Send + Sync + 'static,
+    ) -> Tripwire {
+        self.api.faults.add(times, Box::new(matcher))
     }
 
     /// Writes a kubeconfig for ServiceAccount `service_account` of

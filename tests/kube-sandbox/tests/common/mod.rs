@@ -43,6 +43,22 @@ pub fn kubectl_program() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".to_string())
 }
 
+/// The host's kubectl, by absolute path (a pod's `PATH` is the runtime's
+/// default one).
+pub fn host_kubectl() -> String {
+    let program = kubectl_program();
+    if program.contains('/') {
+        return program;
+    }
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join(&program))
+        .find(|p| p.is_file())
+        .expect("kubectl on PATH");
+    found.to_string_lossy().into_owned()
+}
+
 /// What a kubectl run printed.
 #[derive(Debug)]
 pub struct Out {
