@@ -312,15 +312,8 @@ impl Sandbox {
     /// that `matcher` accepts are served (their effect stays), then the
     /// requesting pod's containers are killed with SIGKILL before the
     /// response is written, so the client never reads it. The
-    /// [`Tripwire`] tells how often it fired. See [`crate::api::faults`].
-    ///
-    /// ```ignore
-    /// let wire = sb.kill_requester_when(1, |e| {
-    ///     e.authorization.as_ref().is_some_and(|a| {
-    ///         a.attributes.verb == "create" && a.attributes.resource == "configmaps"
-    ///     })
-    /// });
-    /// ```
+    /// [`Tripwire`] tells how often it fired. See [`crate::api::faults`],
+    /// and `tests/faults.rs` for a Job's pod killed at its create.
     pub fn kill_requester_when(
         &self,
         times: usize,
