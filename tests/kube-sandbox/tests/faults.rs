@@ -157,14 +157,21 @@ async fn a_counted_rule_kills_each_run_at_its_delete() {
         pod_phase(p) == Some("Succeeded")
     })
     .await;
-    assert_eq!(wire.fired(), 2);
+    let done = pods.get("deleter").await.expect("pod");
+    let previous = common::kubectl(&sb, &["logs", "deleter", "--previous"], None).await;
+    let logs = format!("{}{}", previous.stdout, previous.stderr);
+    assert_eq!(
+        wire.fired(),
+        2,
+        "{:#?}\nprevious run's log: {logs}",
+        done.status
+    );
     let names: Vec<String> = wire
         .requests()
         .iter()
         .filter_map(|e| Some(e.authorization.as_ref()?.attributes.name.clone()))
         .collect();
     assert_eq!(names, ["one", "two"]);
-    let done = pods.get("deleter").await.expect("pod");
     assert_eq!(container(Some(&done)).map(|c| c.restart_count), Some(2));
     assert_eq!(terminated(&done, true), Some((137, "Error".to_string())));
     let config_maps: Api<ConfigMap> = Api::default_namespaced(c);

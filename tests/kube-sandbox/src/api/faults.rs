@@ -82,7 +82,12 @@ impl Faults {
 
     /// After serving `entry`'s request, before answering it: kills the
     /// requesting pod if a rule with firings left matches.
-    pub async fn after(&self, entry: &AuditEntry, processes: &PodProcesses) {
+    ///
+    /// The kill runs as a task of its own: as the client dies its
+    /// connection closes, and the server drops this request's handler
+    /// then, which must not leave the pod half-killed or the firing
+    /// unrecorded.
+    pub async fn after(&self, entry: &AuditEntry, processes: &Arc<PodProcesses>) {
         let Identity::ServiceAccount(subject) = &entry.identity else {
             return;
         };
@@ -92,15 +97,19 @@ impl Faults {
         let Some(rule) = self.take(entry) else {
             return;
         };
-        let killed = processes.kill(&subject.pod_uid).await;
-        tracing::info!(
-            "fault: killed {killed} process(es) of pod {}/{} after {} {}",
-            subject.namespace,
-            subject.pod,
-            entry.method,
-            entry.uri
-        );
-        rule.fired.send_modify(|f| f.push(entry.clone()));
+        let (processes, entry, uid) = (processes.clone(), entry.clone(), subject.pod_uid.clone());
+        let firing = tokio::spawn(async move {
+            let killed = processes.kill(&uid).await;
+            tracing::info!(
+                "fault: killed {killed} process(es) of pod {uid} after {} {}",
+                entry.method,
+                entry.uri
+            );
+            rule.fired.send_modify(|f| f.push(entry));
+        });
+        if let Err(e) = firing.await {
+            tracing::error!("fault: the kill failed: {e}");
+        }
     }
 
     /// The first rule with firings left that matches, one firing taken.
@@ -148,7 +157,7 @@ mod tests {
     #[tokio::test]
     async fn a_rule_fires_for_pod_tokens_as_many_times_as_asked() {
         let faults = Faults::default();
-        let processes = PodProcesses::default();
+        let processes = Arc::new(PodProcesses::default());
         let wire = faults.add(2, Box::new(|e: &AuditEntry| e.method == "POST"));
         faults.after(&entry("GET", "p"), &processes).await;
         // A token bound to no pod has no pod to kill.
