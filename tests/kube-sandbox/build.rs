@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 
 /// The schemas of the kinds taken in protobuf, and what they import.
-const FILES: [&str; 2] = [
+const FILES: [&str; 3] = [
     "k8s.io/api/core/v1/generated.proto",
     "k8s.io/api/apps/v1/generated.proto",
+    "k8s.io/api/authentication/v1/generated.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -13,10 +13,12 @@ use tokio::net::TcpListener;
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use tokio_rustls::TlsAcceptor;
 
-use crate::api::{self, Api, AuditEntry, AuditLog};
-use crate::auth::Authority;
+use crate::api::{self, Api, AuditEntry, AuditLog, Faults, Tripwire};
+use crate::auth::{Authority, Subject, Validity};
 use crate::controllers::{self, volumes, Ctx};
-use crate::kubelet::{self, ImageMapping, Images, Kubelet, LogIndex, OciArchive, Shared};
+use crate::kubelet::{
+    self, ImageMapping, Images, Kubelet, LogIndex, OciArchive, PodProcesses, Shared,
+};
 use crate::registry;
 use crate::store::Store;
 use crate::task::Owned;
@@ -145,12 +147,15 @@ impl Sandbox {
             .server_config()
             .map_err(std::io::Error::other)?;
         let logs = Arc::new(LogIndex::default());
+        let processes = Arc::new(PodProcesses::default());
         let api = Arc::new(Api {
             store: store.clone(),
             logs: logs.clone(),
             addr,
             authority: authority.clone(),
             audit: AuditLog::default(),
+            faults: Faults::default(),
+            processes: processes.clone(),
         });
         let mut tasks = vec![api::serve(listener, TlsAcceptor::from(tls), api.clone())];
         let ctx = Arc::new(Ctx::new(store.clone(), data_dir.clone(), authority.clone()));
@@ -163,6 +168,7 @@ impl Sandbox {
             images,
             block,
             authority.clone(),
+            processes,
         );
         let kubelets = (0..config.nodes)
             .map(|i| Kubelet::spawn(shared.clone(), node_name(i), kubelet::node_ip(block, i)))
@@ -171,7 +177,12 @@ impl Sandbox {
             .kubeconfig
             .clone()
             .unwrap_or_else(|| data_dir.join("kubeconfig"));
-        write_kubeconfig(&kubeconfig, addr, &authority)?;
+        let admin = User {
+            name: "kube-sandbox",
+            token: authority.admin_token(),
+            namespace: "default",
+        };
+        write_kubeconfig(&kubeconfig, addr, &authority, &admin)?;
         Ok(Sandbox {
             store,
             addr,
@@ -278,7 +289,90 @@ impl Sandbox {
             k.kill_all();
         }
     }
+
+    /// Kills the container processes of one pod with SIGKILL, as the OOM
+    /// killer or a crash would, and waits until they are collected; how
+    /// many there were (0 when the pod runs none). The kubelet reports
+    /// each terminated with exit code 137 and restarts it by the pod's
+    /// `restartPolicy`.
+    pub async fn kill_pod(&self, namespace: &str, name: &str) -> usize {
+        let pod = self.store.get(registry::get("pods"), namespace, name);
+        match pod
+            .as_ref()
+            .ok()
+            .and_then(|p| p["metadata"]["uid"].as_str())
+        {
+            Some(uid) => self.api.processes.kill(uid).await,
+            None => 0,
+        }
+    }
+
+    /// Kills the pod that makes a matching request, at that request: the
+    /// next `times` requests made with a pod-bound service-account token
+    /// that `matcher` accepts are served (their effect stays), then the
+    /// requesting pod's containers are killed with SIGKILL before the
+    /// response is written, so the client never reads it. The
+    /// [`Tripwire`] tells how often it fired. See [`crate::api::faults`],
+    /// and `tests/faults.rs` for a Job's pod killed at its create.
+    pub fn kill_requester_when(
+        &self,
+        times: usize,
+        matcher: impl Fn(&AuditEntry) -> bool + Send + Sync + 'static,
+    ) -> Tripwire {
+        self.api.faults.add(times, Box::new(matcher))
+    }
+
+    /// Writes a kubeconfig for ServiceAccount `service_account` of
+    /// `namespace` (the admin's cluster and CA; a token as TokenRequest
+    /// issues one, not bound to a pod, valid a day; the context's
+    /// namespace is the account's), so that a CLI runs as that less
+    /// privileged user. NotFound when the ServiceAccount does not exist.
+    pub fn kubeconfig_for(
+        &self,
+        namespace: &str,
+        service_account: &str,
+    ) -> std::io::Result<PathBuf> {
+        let account = self
+            .store
+            .get(registry::get("serviceaccounts"), namespace, service_account)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string()))?;
+        let subject = Subject {
+            namespace: namespace.to_string(),
+            service_account: service_account.to_string(),
+            service_account_uid: account["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            pod: String::new(),
+            pod_uid: String::new(),
+            node: String::new(),
+        };
+        let validity = Validity {
+            audiences: vec![crate::auth::token::ISSUER.to_string()],
+            seconds: KUBECONFIG_TOKEN_SECONDS,
+            warn_after_seconds: None,
+        };
+        let (token, _) = self
+            .api
+            .authority
+            .issue(&subject, &validity)
+            .map_err(std::io::Error::other)?;
+        let name = format!("system:serviceaccount:{namespace}:{service_account}");
+        let path = self
+            .data_dir
+            .join(format!("kubeconfig-{namespace}-{service_account}"));
+        let user = User {
+            name: &name,
+            token: &token,
+            namespace,
+        };
+        write_kubeconfig(&path, self.addr, &self.api.authority, &user)?;
+        Ok(path)
+    }
 }
+
+/// How long the token of [`Sandbox::kubeconfig_for`] lives: a day.
+const KUBECONFIG_TOKEN_SECONDS: u64 = 24 * 3600;
 
 const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
@@ -452,16 +546,33 @@ fn node_object(name: &str, index: usize, ip: Ipv4Addr, taints: Vec<Value>) -> Va
     })
 }
 
-/// The kubeconfig: the server's `https://` URL with the cluster CA as
-/// `certificate-authority-data`, and the admin's bearer token.
-fn write_kubeconfig(path: &Path, addr: SocketAddr, authority: &Authority) -> std::io::Result<()> {
+/// The user a kubeconfig authenticates as.
+struct User<'a> {
+    name: &'a str,
+    token: &'a str,
+    /// The context's namespace.
+    namespace: &'a str,
+}
+
+/// A kubeconfig: the server's `https://` URL with the cluster CA as
+/// `certificate-authority-data`, and the user's bearer token.
+fn write_kubeconfig(
+    path: &Path,
+    addr: SocketAddr,
+    authority: &Authority,
+    user: &User,
+) -> std::io::Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
     let ca = BASE64_STANDARD.encode(authority.ca.ca_pem());
-    let token = authority.admin_token();
+    let User {
+        name,
+        token,
+        namespace,
+    } = user;
     let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: kube-sandbox\n    namespace: default\ncurrent-context: kube-sandbox\nusers:\n- name: kube-sandbox\n  user:\n    token: {token}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: {name:?}\n    namespace: {namespace}\ncurrent-context: kube-sandbox\nusers:\n- name: {name:?}\n  user:\n    token: {token}\n"
     );
     std::fs::write(path, text)
 }

@@ -11,22 +11,6 @@ use common::{create, kubectl, kubectl_ok, sandbox, wait_for};
 use kube_sandbox::auth::Identity;
 use kube_sandbox::Sandbox;
 
-/// The host's kubectl, by absolute path (a pod's `PATH` is the runtime's
-/// default one).
-fn host_kubectl() -> String {
-    let program = common::kubectl_program();
-    if program.contains('/') {
-        return program;
-    }
-    let found = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join(&program))
-        .find(|p| p.is_file())
-        .expect("kubectl on PATH");
-    found.to_string_lossy().into_owned()
-}
-
 /// Lets the `default` ServiceAccount of `default` read pods: the sandbox
 /// enforces RBAC for service accounts, which start with no grants.
 async fn grant_pod_reading(sb: &Sandbox) {
@@ -148,7 +132,7 @@ async fn kubectl_in_a_pod_reaches_the_api_server_with_in_cluster_config() {
         "cd /var/run/secrets/kubernetes.io/serviceaccount && ls && cat namespace && echo && \
          env | grep '^KUBERNETES_' | sort && \
          {kubectl} get pods -o name",
-        kubectl = host_kubectl()
+        kubectl = common::host_kubectl()
     );
     let manifest = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "incluster"},

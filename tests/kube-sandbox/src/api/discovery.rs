@@ -113,6 +113,7 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
             let (kind, verbs): (&str, &[&str]) = match *sub {
                 "log" => ("Pod", &["get"]),
                 "scale" => ("Scale", &["get", "patch", "update"]),
+                "token" => ("TokenRequest", &["create"]),
                 _ => (r.kind, &["get", "patch", "update"]),
             };
             let mut entry = json!({
@@ -122,9 +123,16 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "kind": kind,
                 "verbs": verbs,
             });
-            if *sub == "scale" {
-                entry["group"] = json!("autoscaling");
-                entry["version"] = json!("v1");
+            match *sub {
+                "scale" => {
+                    entry["group"] = json!("autoscaling");
+                    entry["version"] = json!("v1");
+                }
+                "token" => {
+                    entry["group"] = json!("authentication.k8s.io");
+                    entry["version"] = json!("v1");
+                }
+                _ => {}
             }
             resources.push(entry);
         }

@@ -8,12 +8,14 @@ pub mod audit;
 mod authz;
 mod discovery;
 pub use discovery::{MAJOR, MINOR};
+pub mod faults;
 mod filter;
 mod logs;
 mod objects;
 pub mod protobuf;
 mod request;
 pub mod table;
+mod token_request;
 mod watch;
 
 use std::net::SocketAddr;
@@ -32,9 +34,10 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 pub use audit::{AuditEntry, AuditLog, Authorization};
+pub use faults::{Faults, Tripwire};
 
 use crate::auth::Authority;
-use crate::kubelet::LogIndex;
+use crate::kubelet::{LogIndex, PodProcesses};
 use crate::status::ApiError;
 use crate::store::Store;
 use crate::task::Owned;
@@ -49,6 +52,10 @@ pub struct Api {
     /// Credentials: the serving certificate, tokens, the admin's token.
     pub authority: Arc<Authority>,
     pub audit: AuditLog,
+    /// Rules that kill the pod making a matching request.
+    pub faults: Faults,
+    /// The pods' container processes, which the faults kill.
+    pub processes: Arc<PodProcesses>,
 }
 
 /// Serves the API over TLS on `listener` until the returned task is
@@ -102,17 +109,13 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let query = Query::parse(uri.query().unwrap_or_default());
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let header = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -121,59 +124,99 @@ async fn handle(
         Err(e) => return error(&e),
     };
     tracing::debug!("{method} {uri} as {}", identity.username());
-    let entry = |authorization| AuditEntry {
-        identity: identity.clone(),
-        method: method.to_string(),
-        uri: uri.to_string(),
-        authorization,
+    let incoming = Incoming {
+        entry: AuditEntry {
+            identity,
+            method: method.to_string(),
+            uri: uri.to_string(),
+            authorization: None,
+        },
+        method,
+        uri,
+        accept: header(header::ACCEPT),
+        content_type: header(header::CONTENT_TYPE),
+        body,
     };
-    if let Some(response) = access_review::route(&api, &method, uri.path(), &identity, &body) {
-        api.audit
-            .record(entry(Some(access_review::audit_attributes())));
-        return response;
+    let (entry, response) = respond(&api, incoming).await;
+    // Done, and not yet answered: the moment a fault may kill the caller.
+    api.faults.after(&entry, &api.processes).await;
+    response
+}
+
+/// An authenticated request.
+struct Incoming {
+    /// Its audit entry, without the authorizer's answer yet.
+    entry: AuditEntry,
+    method: Method,
+    uri: Uri,
+    accept: String,
+    content_type: String,
+    body: Bytes,
+}
+
+/// Authorizes and serves a request; its audit entry (recorded before it
+/// was served) with the response.
+async fn respond(api: &Api, incoming: Incoming) -> (AuditEntry, Response) {
+    let Incoming {
+        mut entry,
+        method,
+        uri,
+        accept,
+        content_type,
+        body,
+    } = incoming;
+    let identity = entry.identity.clone();
+    if let Some(response) = access_review::route(api, &method, uri.path(), &identity, &body) {
+        entry.authorization = Some(access_review::audit_attributes());
+        api.audit.record(entry.clone());
+        return (entry, response);
     }
-    if let Some(response) = discovery::route(&api, &method, uri.path()) {
-        api.audit.record(entry(None));
-        return response;
+    if let Some(response) = discovery::route(api, &method, uri.path()) {
+        api.audit.record(entry.clone());
+        return (entry, response);
     }
     let path = match Path::parse(uri.path()) {
         Ok(path) => path,
         Err(e) => {
-            api.audit.record(entry(None));
-            return error(&e);
+            api.audit.record(entry.clone());
+            return (entry, error(&e));
         }
     };
+    let query = Query::parse(uri.query().unwrap_or_default());
     let attributes = authz::attributes(&method, &path, &query);
     let decision = crate::auth::rbac::authorize(&api.store, &identity, &attributes);
-    api.audit.record(entry(Some(Authorization {
+    entry.authorization = Some(Authorization {
         attributes: attributes.clone(),
         allowed: decision.allowed,
-    })));
+    });
+    api.audit.record(entry.clone());
     if !decision.allowed {
         let denied = authz::denied(&identity.username(), &attributes, &decision.reason);
-        return error(&denied);
+        return (entry, error(&denied));
     }
     let request = objects::Request {
-        api: &api,
+        api,
+        identity: &identity,
         path,
         query,
         accept,
         content_type,
         body,
     };
-    match method {
+    let subresource = request.path.subresource.as_deref();
+    let response = match method {
+        Method::POST if subresource == Some("token") => token_request::create(&request),
+        _ if subresource == Some("token") => Err(ApiError::MethodNotAllowed),
         Method::GET if request.query.flag("watch") => watch::serve(&request),
-        Method::GET if request.path.subresource.as_deref() == Some("log") => {
-            logs::serve(&request).await
-        }
+        Method::GET if subresource == Some("log") => logs::serve(&request).await,
         Method::GET => objects::get(&request),
         Method::POST => objects::create(&request),
         Method::PUT => objects::update(&request),
         Method::PATCH => objects::patch(&request),
         Method::DELETE => objects::delete(&request),
         _ => Err(ApiError::MethodNotAllowed),
-    }
-    .unwrap_or_else(|e| error(&e))
+    };
+    (entry, response.unwrap_or_else(|e| error(&e)))
 }
 
 /// A JSON response.

@@ -12,6 +12,9 @@ use super::protobuf::{self, ProtobufError};
 use super::request::{Path, Query};
 use super::table::{self, IncludeObject};
 use super::{json, Api};
+use crate::auth::escalation;
+use crate::auth::rbac::RBAC_GROUP;
+use crate::auth::Identity;
 use crate::patch::{self, PatchType};
 use crate::registry::{rules, Resource};
 use crate::selector::LabelSelector;
@@ -20,6 +23,8 @@ use crate::store::{stale, DeleteOptions, Deleted, Part};
 
 pub struct Request<'a> {
     pub api: &'a Api,
+    /// Who asks: writes of roles and bindings are checked for escalation.
+    pub identity: &'a Identity,
     pub path: Path,
     pub query: Query,
     pub accept: String,
@@ -28,11 +33,11 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
-    fn name(&self) -> Result<&str, ApiError> {
+    pub(super) fn name(&self) -> Result<&str, ApiError> {
         self.path.name.as_deref().ok_or(ApiError::MethodNotAllowed)
     }
 
-    fn namespace(&self) -> &str {
+    pub(super) fn namespace(&self) -> &str {
         self.path.namespace_or_default()
     }
 
@@ -40,7 +45,7 @@ impl Request<'_> {
     /// is decoded into the same JSON. A protobuf body of a kind without a
     /// schema is refused with 415: client-go does not retry it in JSON, so
     /// the message says what to do instead.
-    fn body_json(&self) -> Result<Value, ApiError> {
+    pub(super) fn body_json(&self) -> Result<Value, ApiError> {
         if self.content_type.contains("protobuf") {
             return protobuf::decode(&self.body).map_err(|e| match e {
                 ProtobufError::Malformed(why) => ApiError::BadRequest(why),
@@ -77,6 +82,20 @@ impl Request<'_> {
             Some("status") => Ok(Part::Status),
             Some(_) => Err(ApiError::MethodNotAllowed),
         }
+    }
+
+    /// The escalation check of a write of roles and bindings
+    /// ([`escalation::check`]); `old` is the stored object on an update.
+    fn confirm_no_escalation(&self, object: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+        let store = &self.api.store;
+        escalation::check(
+            store,
+            self.identity,
+            self.path.resource,
+            self.namespace(),
+            object,
+            old,
+        )
     }
 
     fn reject_dry_run(&self) -> Result<(), ApiError> {
@@ -154,6 +173,7 @@ pub fn create(req: &Request) -> Result<Response, ApiError> {
         return Err(ApiError::MethodNotAllowed);
     }
     let obj = req.body_object()?;
+    req.confirm_no_escalation(&obj, None)?;
     let created = req
         .api
         .store
@@ -174,6 +194,10 @@ pub fn update(req: &Request) -> Result<Response, ApiError> {
         return scale(req, body, pinned);
     }
     let body = req.body_object()?;
+    if res.group == RBAC_GROUP {
+        let old = req.api.store.get(res, req.namespace(), name)?;
+        req.confirm_no_escalation(&body, Some(&old))?;
+    }
     let updated = req
         .api
         .store
@@ -202,6 +226,7 @@ pub fn patch(req: &Request) -> Result<Response, ApiError> {
                 let mut obj = patch.clone();
                 obj["metadata"]["name"] = json!(name);
                 undecodable_patch(res, &obj, &patch)?;
+                req.confirm_no_escalation(&obj, None)?;
                 let created = req.api.store.create(res, req.namespace(), obj)?;
                 return Ok(json(StatusCode::CREATED, &created));
             }
@@ -209,6 +234,7 @@ pub fn patch(req: &Request) -> Result<Response, ApiError> {
         };
         let mut new = patch::apply_patch(res.kind, &current, &patch, ty).map_err(patch_error)?;
         undecodable_patch(res, &new, &patch)?;
+        req.confirm_no_escalation(&new, Some(&current))?;
         if !pinned {
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         }

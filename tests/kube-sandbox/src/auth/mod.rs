@@ -13,7 +13,9 @@
 //! audience and expiry hold and its ServiceAccount and pod still exist with
 //! the uids it names.
 
+pub mod escalation;
 pub mod pki;
+pub mod policy;
 pub mod rbac;
 pub mod token;
 
@@ -24,7 +26,7 @@ use crate::registry;
 use crate::status::ApiError;
 use crate::store::Store;
 pub use pki::{ClusterCa, PkiError};
-pub use token::{Signer, Subject, TokenError};
+pub use token::{Signer, Subject, TokenError, Validity};
 
 /// Who made a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +55,13 @@ impl Identity {
             }
             Identity::Anonymous => "system:anonymous".to_string(),
         }
+    }
+
+    /// Whether RBAC decides what this identity may do: service accounts
+    /// only (the admin is `system:masters`; anonymous requests are not
+    /// restricted by the sandbox).
+    pub fn is_rbac_enforced(&self) -> bool {
+        matches!(self, Identity::ServiceAccount(_))
     }
 
     /// The groups, as the authenticators add them
@@ -127,11 +136,12 @@ impl Authority {
                 .get(registry::get(plural), &subject.namespace, name)
                 .is_ok_and(|o| o["metadata"]["uid"] == uid)
         };
+        let pod_alive = || !subject.is_pod_bound() || alive("pods", &subject.pod, &subject.pod_uid);
         if !alive(
             "serviceaccounts",
             &subject.service_account,
             &subject.service_account_uid,
-        ) || !alive("pods", &subject.pod, &subject.pod_uid)
+        ) || !pod_alive()
         {
             tracing::debug!("refused token: its service account or pod is gone");
             return Err(ApiError::Unauthorized);
@@ -139,10 +149,16 @@ impl Authority {
         Ok(Identity::ServiceAccount(subject))
     }
 
-    /// A token for `subject`, as the TokenRequest API issues one to the
-    /// kubelet.
-    pub fn issue(&self, subject: &Subject) -> Result<String, TokenError> {
-        self.signer.issue(subject, unix_now())
+    /// A token for `subject` valid from now as `validity` says, as the
+    /// TokenRequest API issues one; with when it expires (Unix seconds).
+    pub fn issue(
+        &self,
+        subject: &Subject,
+        validity: &Validity,
+    ) -> Result<(String, u64), TokenError> {
+        let now = unix_now();
+        let token = self.signer.issue(subject, now, validity)?;
+        Ok((token, now + validity.seconds))
     }
 }
 

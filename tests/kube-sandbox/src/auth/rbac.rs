@@ -14,13 +14,14 @@
 //! is built in, and discovery (`system:discovery`) is never asked.
 //! Non-resource URLs are not authorized.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use super::policy::PolicyRule;
 use super::Identity;
 use crate::registry;
 use crate::store::Store;
 
-const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// What is asked, as the request-info filter derives it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,7 +59,7 @@ pub struct Decision {
 
 /// Decides whether `identity` may do what `attrs` asks.
 pub fn authorize(store: &Store, identity: &Identity, attrs: &Attributes) -> Decision {
-    if !matches!(identity, Identity::ServiceAccount(_)) {
+    if !identity.is_rbac_enforced() {
         return Decision {
             allowed: true,
             reason: String::new(),
@@ -73,34 +74,20 @@ pub fn authorize(store: &Store, identity: &Identity, attrs: &Attributes) -> Deci
             reason: "RBAC: allowed by ClusterRoleBinding \"system:basic-user\" of ClusterRole \"system:basic-user\" to Group \"system:authenticated\"".into(),
         };
     }
-    let user = identity.username();
-    let groups = identity.groups();
-    let mut errors = Vec::new();
-    let mut visit = |binding: &Value, namespace: &str| -> Option<String> {
-        let subject = binding["subjects"]
-            .as_array()?
-            .iter()
-            .find(|s| applies_to(s, &user, &groups, namespace))?;
-        let rules = match role_rules(store, &binding["roleRef"], namespace) {
-            Ok(rules) => rules,
-            Err(e) => {
-                errors.push(e);
-                return None;
+    let mut found = None;
+    let errors = visit_bindings(
+        store,
+        identity,
+        &attrs.namespace,
+        |binding, subject, namespace, rules| {
+            if rules.iter().any(|r| rule_allows(r, attrs)) {
+                found = Some(describe(binding, subject, namespace));
+                return false;
             }
-        };
-        rules
-            .iter()
-            .any(|r| rule_allows(r, attrs))
-            .then(|| describe(binding, subject, namespace))
-    };
-    let cluster = store.list(registry::get("clusterrolebindings"), None).0;
-    let mut allowed_by = cluster.iter().find_map(|b| visit(b, ""));
-    if allowed_by.is_none() && !attrs.namespace.is_empty() {
-        let bindings = registry::get("rolebindings");
-        let local = store.list(bindings, Some(&attrs.namespace)).0;
-        allowed_by = local.iter().find_map(|b| visit(b, &attrs.namespace));
-    }
-    match allowed_by {
+            true
+        },
+    );
+    match found {
         Some(how) => Decision {
             allowed: true,
             reason: format!("RBAC: allowed by {how}"),
@@ -114,6 +101,78 @@ pub fn authorize(store: &Store, identity: &Identity, attrs: &Attributes) -> Deci
             },
         },
     }
+}
+
+/// `VisitRulesFor`: calls `visit` with each ClusterRoleBinding, then each
+/// RoleBinding of `namespace` (when not empty), that names the identity,
+/// the subject that does, the binding's namespace and its role's rules,
+/// until `visit` returns false. Returns the roles that could not be found.
+fn visit_bindings(
+    store: &Store,
+    identity: &Identity,
+    namespace: &str,
+    mut visit: impl FnMut(&Value, &Value, &str, &[Value]) -> bool,
+) -> Vec<String> {
+    let user = identity.username();
+    let groups = identity.groups();
+    let mut errors = Vec::new();
+    let mut scopes = vec![("clusterrolebindings", "")];
+    if !namespace.is_empty() {
+        scopes.push(("rolebindings", namespace));
+    }
+    for (plural, ns) in scopes {
+        let bindings = store
+            .list(registry::get(plural), (!ns.is_empty()).then_some(ns))
+            .0;
+        for binding in &bindings {
+            let subjects = binding["subjects"].as_array().into_iter().flatten();
+            let Some(subject) = subjects
+                .into_iter()
+                .find(|s| applies_to(s, &user, &groups, ns))
+            else {
+                continue;
+            };
+            match role_rules(store, &binding["roleRef"], ns) {
+                Ok(rules) => {
+                    if !visit(binding, subject, ns, &rules) {
+                        return errors;
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    errors
+}
+
+/// `RulesFor`: every rule the identity holds in `namespace` (cluster-wide
+/// rules count; "" for cluster-wide ones only), the bootstrap grants to
+/// authenticated users included, with the roles that could not be found.
+pub fn rules_for(
+    store: &Store,
+    identity: &Identity,
+    namespace: &str,
+) -> (Vec<PolicyRule>, Vec<String>) {
+    let mut rules: Vec<PolicyRule> = bootstrap_rules()
+        .iter()
+        .map(PolicyRule::from_json)
+        .collect();
+    let errors = visit_bindings(store, identity, namespace, |_, _, _, found| {
+        rules.extend(found.iter().map(PolicyRule::from_json));
+        true
+    });
+    (rules, errors)
+}
+
+/// What the bootstrap ClusterRoleBindings give `system:authenticated`:
+/// `system:basic-user` (the self reviews), `system:discovery` and
+/// `system:public-info-viewer` (the discovery and health URLs).
+fn bootstrap_rules() -> [Value; 3] {
+    [
+        json!({"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"], "verbs": ["create"]}),
+        json!({"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]}),
+        json!({"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"], "verbs": ["get"]}),
+    ]
 }
 
 /// `appliesToUser`: a User by name, a Group by membership, a
@@ -136,8 +195,8 @@ fn applies_to(subject: &Value, user: &str, groups: &[String], namespace: &str) -
 }
 
 /// `GetRoleReferenceRules`: a Role in the binding's namespace, or a
-/// ClusterRole.
-fn role_rules(store: &Store, role_ref: &Value, namespace: &str) -> Result<Vec<Value>, String> {
+/// ClusterRole; the message of the NotFound when it is missing.
+pub fn role_rules(store: &Store, role_ref: &Value, namespace: &str) -> Result<Vec<Value>, String> {
     let name = role_ref["name"].as_str().unwrap_or_default();
     let (plural, ns, singular) = match role_ref["kind"].as_str() {
         Some("Role") => ("roles", namespace, "role"),

@@ -1,8 +1,9 @@
 //! Service-account tokens: JWTs signed with ES256 (ECDSA P-256, one of the
 //! algorithms kube-apiserver's `--service-account-key-file` takes), with
-//! the claims of a bound token as `pkg/serviceaccount/claims.go` writes them
-//! (`iss`, `sub`, `aud`, `exp`, `iat`, `nbf`, `jti` and the
-//! `kubernetes.io` claim naming the namespace, ServiceAccount, pod and node).
+//! the claims `pkg/serviceaccount/claims.go` writes (`iss`, `sub`, `aud`,
+//! `exp`, `iat`, `nbf`, `jti` and the `kubernetes.io` claim naming the
+//! namespace and ServiceAccount, and for a token bound to a pod the pod
+//! and its node).
 
 use base64::prelude::{Engine as _, BASE64_URL_SAFE_NO_PAD};
 use ring::rand::SystemRandom;
@@ -44,9 +45,40 @@ pub struct Subject {
     pub namespace: String,
     pub service_account: String,
     pub service_account_uid: String,
+    /// The pod the token is bound to; empty (as `pod_uid` and `node`) for
+    /// a token that is not, such as `kubectl create token` asks for.
     pub pod: String,
     pub pod_uid: String,
     pub node: String,
+}
+
+impl Subject {
+    /// Whether the token is bound to a pod (and lives only as long as it).
+    pub fn is_pod_bound(&self) -> bool {
+        !self.pod.is_empty()
+    }
+}
+
+/// For whom and how long a token is valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Validity {
+    /// `aud`; only tokens for [`ISSUER`] authenticate to the API server.
+    pub audiences: Vec<String>,
+    pub seconds: u64,
+    /// `warnafter`: when the holder should have asked for a new one.
+    pub warn_after_seconds: Option<u64>,
+}
+
+impl Validity {
+    /// The kubelet's projected token: asked for [`REQUESTED_SECONDS`],
+    /// extended to [`LIFETIME_SECONDS`].
+    pub fn projected() -> Validity {
+        Validity {
+            audiences: vec![ISSUER.to_string()],
+            seconds: LIFETIME_SECONDS,
+            warn_after_seconds: Some(REQUESTED_SECONDS),
+        }
+    }
 }
 
 /// Signs and verifies tokens with a key made at start.
@@ -65,24 +97,35 @@ impl Signer {
         Ok(Signer { key, rng })
     }
 
-    /// A token for `subject`, issued at `now` (Unix seconds).
-    pub fn issue(&self, subject: &Subject, now: u64) -> Result<String, TokenError> {
+    /// A token for `subject`, issued at `now` (Unix seconds), valid as
+    /// `validity` says: it expires at `now + validity.seconds`.
+    pub fn issue(
+        &self,
+        subject: &Subject,
+        now: u64,
+        validity: &Validity,
+    ) -> Result<String, TokenError> {
         let header = json!({"alg": "ES256", "kid": self.key_id()});
+        let mut k8s = json!({
+            "namespace": subject.namespace,
+            "serviceaccount": {"name": subject.service_account, "uid": subject.service_account_uid},
+        });
+        if subject.is_pod_bound() {
+            k8s["pod"] = json!({"name": subject.pod, "uid": subject.pod_uid});
+            k8s["node"] = json!({"name": subject.node});
+        }
+        if let Some(warn) = validity.warn_after_seconds {
+            k8s["warnafter"] = json!(now + warn);
+        }
         let claims = json!({
-            "aud": [ISSUER],
-            "exp": now + LIFETIME_SECONDS,
+            "aud": validity.audiences,
+            "exp": now + validity.seconds,
             "iat": now,
             "nbf": now,
             "iss": ISSUER,
             "jti": crate::store::new_uid(),
             "sub": format!("system:serviceaccount:{}:{}", subject.namespace, subject.service_account),
-            "kubernetes.io": {
-                "namespace": subject.namespace,
-                "node": {"name": subject.node},
-                "pod": {"name": subject.pod, "uid": subject.pod_uid},
-                "serviceaccount": {"name": subject.service_account, "uid": subject.service_account_uid},
-                "warnafter": now + REQUESTED_SECONDS,
-            },
+            "kubernetes.io": k8s,
         });
         let signed = format!("{}.{}", encode(&header), encode(&claims));
         let signature = self
@@ -175,7 +218,9 @@ mod tests {
     #[test]
     fn a_token_verifies_to_its_subject_with_the_claims_of_a_bound_token() {
         let signer = Signer::generate().expect("key");
-        let token = signer.issue(&subject(), 1_000).expect("token");
+        let token = signer
+            .issue(&subject(), 1_000, &Validity::projected())
+            .expect("token");
         assert_eq!(signer.verify(&token, 1_001).expect("valid"), subject());
         let claims = decode(token.split('.').nth(1).expect("claims")).expect("json");
         assert_eq!(claims["sub"], "system:serviceaccount:ns:driver");
@@ -186,7 +231,9 @@ mod tests {
     #[test]
     fn forged_expired_and_foreign_tokens_are_refused() {
         let signer = Signer::generate().expect("key");
-        let token = signer.issue(&subject(), 1_000).expect("token");
+        let token = signer
+            .issue(&subject(), 1_000, &Validity::projected())
+            .expect("token");
         let other = Signer::generate().expect("key");
         assert!(matches!(
             other.verify(&token, 1_001),
@@ -209,6 +256,44 @@ mod tests {
         assert!(matches!(
             signer.verify("abc", 1_001),
             Err(TokenError::Malformed)
+        ));
+    }
+
+    #[test]
+    fn an_unbound_token_names_no_pod_and_one_for_another_audience_is_refused() {
+        let signer = Signer::generate().expect("key");
+        let unbound = Subject {
+            pod: String::new(),
+            pod_uid: String::new(),
+            node: String::new(),
+            ..subject()
+        };
+        let validity = Validity {
+            audiences: vec![ISSUER.into()],
+            seconds: 600,
+            warn_after_seconds: None,
+        };
+        let token = signer.issue(&unbound, 1_000, &validity).expect("token");
+        let claims = decode(token.split('.').nth(1).expect("claims")).expect("json");
+        assert_eq!(claims["exp"], 1_600);
+        assert!(
+            claims["kubernetes.io"]["pod"].is_null()
+                && claims["kubernetes.io"]["warnafter"].is_null()
+        );
+        let seen = signer.verify(&token, 1_001).expect("valid");
+        assert!(!seen.is_pod_bound());
+        assert!(matches!(
+            signer.verify(&token, 1_600),
+            Err(TokenError::Expired)
+        ));
+        let vault = Validity {
+            audiences: vec!["vault".into()],
+            ..validity
+        };
+        let token = signer.issue(&unbound, 1_000, &vault).expect("token");
+        assert!(matches!(
+            signer.verify(&token, 1_001),
+            Err(TokenError::Audience)
         ));
     }
 }

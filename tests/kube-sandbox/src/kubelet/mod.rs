@@ -11,6 +11,7 @@ mod launch;
 pub mod logs;
 mod pod;
 mod probe;
+mod processes;
 mod projected;
 pub mod runtime;
 mod service_env;
@@ -30,6 +31,7 @@ use crate::store::Store;
 use crate::task::Owned;
 
 pub use image::{ImageMapping, Images, OciArchive};
+pub use processes::PodProcesses;
 
 /// What every kubelet shares with the sandbox.
 pub struct Shared {
@@ -39,6 +41,8 @@ pub struct Shared {
     pub images: Images,
     /// Issues the service-account tokens of projected volumes.
     pub authority: Arc<Authority>,
+    /// The running container processes, which faults may kill.
+    pub processes: Arc<PodProcesses>,
     ips: Mutex<IpPool>,
 }
 
@@ -51,6 +55,7 @@ impl Shared {
         images: Images,
         block: u8,
         authority: Arc<Authority>,
+        processes: Arc<PodProcesses>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             store,
@@ -58,6 +63,7 @@ impl Shared {
             data_dir,
             images,
             authority,
+            processes,
             ips: Mutex::new(IpPool {
                 block,
                 next: 0,

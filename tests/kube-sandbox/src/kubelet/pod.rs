@@ -435,6 +435,11 @@ impl Worker {
                 &format!("Started container {name}"),
             );
             let pid = process.pid();
+            // Reachable by a per-pod kill while it runs.
+            let registered = self
+                .shared
+                .processes
+                .register(&self.id.uid, process.killer());
             let probe = Probe::readiness(&spec);
             if let Err(message) = &probe {
                 self.event(&pod, EventType::Warning, "Unhealthy", message);
@@ -466,6 +471,7 @@ impl Worker {
                 }
                 _ = kill.changed() => (process.kill().await, false),
             };
+            drop(registered);
             finished_tx.send_replace(true);
             run += 1;
             // A run that lasted resets the back-off, as the kubelet's does.

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::volumes::{make_dir, mount_failed, write_file, write_keys, NotReady};
-use crate::auth::{Authority, Subject};
+use crate::auth::{Authority, Subject, Validity};
 use crate::registry;
 use crate::store::Store;
 
@@ -97,7 +97,8 @@ fn service_account_token(
         node: node.to_string(),
     };
     authority
-        .issue(&subject)
+        .issue(&subject, &Validity::projected())
+        .map(|(token, _)| token)
         .map_err(|e| format!("failed to fetch token: {e}"))
 }
 

@@ -256,11 +256,51 @@ impl Process {
     }
 
     fn signal_group(&self, signal: Signal) {
-        let reaped = self.reaped.lock().unwrap_or_else(PoisonError::into_inner);
-        if !*reaped {
-            if let Err(e) = rustix::process::kill_process_group(self.pid, signal) {
-                tracing::debug!(pid = %self.pid, ?signal, "signalling the group: {e}");
-            }
+        signal_group(self.pid, &self.reaped, signal);
+    }
+
+    /// A handle that kills this process from elsewhere.
+    pub fn killer(&self) -> Killer {
+        Killer {
+            pid: self.pid,
+            reaped: Arc::clone(&self.reaped),
+            exit: self.exit.clone(),
+        }
+    }
+}
+
+/// Kills a container's process group from outside its kubelet (a fault
+/// injected by a test), as safely as [`Process`] signals it: never once
+/// the process has been collected.
+#[derive(Debug, Clone)]
+pub struct Killer {
+    pid: Pid,
+    reaped: Arc<Mutex<bool>>,
+    exit: watch::Receiver<Option<Exit>>,
+}
+
+impl Killer {
+    /// `SIGKILL` to the whole group, as the OOM killer's kill of the
+    /// container's init ends it all; the kubelet sees it exit with 137.
+    pub fn kill(&self) {
+        signal_group(self.pid, &self.reaped, Signal::KILL);
+    }
+
+    /// Waits until the process has been collected.
+    pub async fn wait(&mut self) -> Exit {
+        match self.exit.wait_for(Option::is_some).await {
+            Ok(exit) => exit.unwrap_or(Exit::LOST),
+            Err(_) => Exit::LOST,
+        }
+    }
+}
+
+/// Sends `signal` to the group `pid` leads, unless it was collected.
+fn signal_group(pid: Pid, reaped: &Mutex<bool>, signal: Signal) {
+    let reaped = reaped.lock().unwrap_or_else(PoisonError::into_inner);
+    if !*reaped {
+        if let Err(e) = rustix::process::kill_process_group(pid, signal) {
+            tracing::debug!(%pid, ?signal, "signalling the group: {e}");
         }
     }
 }

@@ -127,13 +127,14 @@ pub static RESOURCES: &[Resource] = &[
     core("endpoints", "endpoints", "Endpoints", &["ep"], true, &[]),
     core("configmaps", "configmap", "ConfigMap", &["cm"], true, &[]),
     core("secrets", "secret", "Secret", &[], true, &[]),
+    // `token`: TokenRequest (authentication.k8s.io/v1), create only.
     core(
         "serviceaccounts",
         "serviceaccount",
         "ServiceAccount",
         &["sa"],
         true,
-        &[],
+        &["token"],
     ),
     core("events", "event", "Event", &["ev"], true, &[]),
     core(

@@ -43,6 +43,22 @@ pub fn kubectl_program() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".to_string())
 }
 
+/// The host's kubectl, by absolute path (a pod's `PATH` is the runtime's
+/// default one).
+pub fn host_kubectl() -> String {
+    let program = kubectl_program();
+    if program.contains('/') {
+        return program;
+    }
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join(&program))
+        .find(|p| p.is_file())
+        .expect("kubectl on PATH");
+    found.to_string_lossy().into_owned()
+}
+
 /// What a kubectl run printed.
 #[derive(Debug)]
 pub struct Out {
@@ -132,7 +148,19 @@ pub async fn wait_for(sb: &Sandbox, args: &[&str], jsonpath: &str, want: &str) {
 
 /// A kube-rs client for the sandbox, from its kubeconfig (as any cluster).
 pub async fn client(sb: &Sandbox) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(sb.kubeconfig_path()).expect("kubeconfig");
+    client_from(sb.kubeconfig_path()).await
+}
+
+/// A kube-rs client for ServiceAccount `name` of `namespace`, from the
+/// kubeconfig `Sandbox::kubeconfig_for` writes.
+pub async fn client_as(sb: &Sandbox, namespace: &str, name: &str) -> kube::Client {
+    let path = sb.kubeconfig_for(namespace, name).expect("kubeconfig_for");
+    client_from(&path).await
+}
+
+/// A kube-rs client from a kubeconfig file.
+pub async fn client_from(path: &std::path::Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),

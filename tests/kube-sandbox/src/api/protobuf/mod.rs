@@ -8,8 +8,9 @@
 //! The messages are decoded with prost-reflect against Kubernetes' schemas
 //! (`proto/`, compiled by `build.rs`), then turned into the JSON the store
 //! keeps ([`json`]), so that they take the same validation path as JSON
-//! bodies. Kinds of the groups compiled in (core/v1 and apps/v1) are
-//! taken; others are refused with 415, as before.
+//! bodies. Kinds of the groups compiled in (core/v1, apps/v1, and
+//! authentication.k8s.io/v1's TokenRequest) are taken; others are refused
+//! with 415, as before.
 
 mod json;
 mod omitempty;
