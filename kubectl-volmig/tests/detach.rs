@@ -20,13 +20,17 @@ use common::{
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::Api;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use std::time::Duration;
+
+use kube::api::{Api, PostParams};
 use kube::Client;
+use kube_sandbox::auth::Identity;
+use serde_json::json;
 use volmig::names::{holder_pod, pod_name, Component};
 use volmig::record::cutover::Step;
 use volmig::record::{AttemptPhase, Phase, VolumeMigration};
-use volmig::resources::access::driver_rbac_name;
+use volmig::resources::access::{driver_rbac_name, Scope};
 
 const MIB: u64 = 1 << 20;
 
@@ -214,13 +218,38 @@ async fn a_detached_cutover_survives_its_client_its_senders_and_its_driver_pods(
         Some(Step::PreCopy)
     );
     kill_driver(&client, &ns, &op, "mid-PreCopy").await;
-    // And mid-Swap.
-    wait_until("the Swap", || async {
-        let step = record(&client, &ns, &op).await.status.cutover?.step;
-        (step == Step::Swap).then_some(())
-    })
-    .await;
-    kill_driver(&client, &ns, &op, "mid-Swap").await;
+    // And mid-Swap: the moment the claim is deleted (the request takes
+    // effect; the pod never sees the answer).
+    if let Some(sandbox) = &env.sandbox {
+        let claim_deleted = sandbox.kill_requester_when(1, |e| {
+            e.authorization.as_ref().is_some_and(|a| {
+                let a = &a.attributes;
+                a.verb == "delete" && a.resource == "persistentvolumeclaims" && a.name == "data"
+            })
+        });
+        assert!(
+            claim_deleted.wait_fired(1, Duration::from_secs(120)).await,
+            "the driver pod never deleted the claim"
+        );
+        let pod = match &claim_deleted.requests()[0].identity {
+            Identity::ServiceAccount(s) => s.pod.clone(),
+            other => panic!("the claim deleted by {other:?}"),
+        };
+        assert_eq!(
+            record(&client, &ns, &op)
+                .await
+                .status
+                .cutover
+                .map(|c| c.step),
+            Some(Step::Swap)
+        );
+        let next = wait_until("a pod replacing the one killed mid-Swap", || async {
+            let now = driver_pod(&client, &ns, &op).await;
+            (now != pod).then_some(now)
+        })
+        .await;
+        eprintln!("mid-Swap: killed {pod} as it deleted the claim; {next} took over");
+    }
 
     let vm = ended(&client, &ns, &op).await;
     assert_eq!(vm.status.phase, Phase::Succeeded, "{:?}", vm.status.message);
@@ -410,4 +439,135 @@ async fn a_detached_cutover_rolls_back_when_asked_while_its_pod_drives() {
     assert_gapless(&seq, "after the rollback");
     await_no_grants(&client, &ns, &op).await;
     assert_never_refused(&env, &op);
+}
+
+/// A user who may migrate but not create roles is told so, with each
+/// missing permission, before anything is created; given what the
+/// preflight asks for (and nothing more), the same user detaches, with
+/// the API server checking that no role grants what they do not hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn detaching_is_refused_before_anything_is_created_without_the_rights_and_works_with_them() {
+    let env = common::env_with_driver().await;
+    let Some(sandbox) = &env.sandbox else {
+        return; // needs a user of our own making
+    };
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
+    let src = volume_dir(&client, &ns, "data").await;
+    seed(&src, 20, 4096);
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    accounts
+        .create(
+            &PostParams::default(),
+            &common::object(json!({"metadata": {"name": "dev"}})),
+        )
+        .await
+        .expect("service account");
+    // All the driver may do, everywhere: the user could drive it here.
+    let driver_rules = |scope| volmig::resources::access::rules("any", scope);
+    let mut rules = driver_rules(Scope::Namespaced);
+    // And what any migrate asks of its user beyond that: its record.
+    rules.push(common::object(json!({
+        "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"],
+    })));
+    rules.extend(driver_rules(Scope::Cluster));
+    for r in &mut rules {
+        r.resource_names = None;
+    }
+    grant(&client, "volmig-user", rules.clone()).await;
+    let kubeconfig = sandbox.kubeconfig_for(&ns, "dev").expect("kubeconfig");
+    let args = ["migrate", "data", "--to", "copy", "--detach"];
+
+    let refused = common::volmig_as(&env, &kubeconfig, &[], &args).await;
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    for missing in [
+        "may not start the in-cluster driver",
+        "create roles.rbac.authorization.k8s.io -n default",
+        "create clusterrolebindings.rbac.authorization.k8s.io (cluster-wide)",
+        "create jobs.batch -n default",
+        "Run it without --detach",
+    ] {
+        assert!(
+            refused.stderr.contains(missing),
+            "{missing}: {}",
+            refused.stderr
+        );
+    }
+    assert!(
+        records(&client, &ns).await.is_empty(),
+        "a record was created"
+    );
+    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
+    assert!(roles
+        .list(&Default::default())
+        .await
+        .expect("roles")
+        .items
+        .is_empty());
+
+    // What the preflight asks for, and the same command works.
+    let mut more = Vec::new();
+    for (group, resource, verbs) in [
+        (
+            "rbac.authorization.k8s.io",
+            "roles",
+            &["create", "get", "update", "delete"][..],
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            &["create", "get", "update", "delete"],
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            &["create", "get", "patch"],
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            &["create", "get", "patch"],
+        ),
+        ("", "serviceaccounts", &["create", "get", "patch"]),
+        ("batch", "jobs", &["create", "get", "delete"]),
+    ] {
+        more.push(common::object(json!({
+            "apiGroups": [group], "resources": [resource], "verbs": verbs,
+        })));
+    }
+    grant(&client, "volmig-detacher", more).await;
+    let run = common::volmig_as(&env, &kubeconfig, &[], &args).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = records(&client, &ns).await[0].metadata.name.clone();
+    let vm = ended(&client, &ns, &op).await;
+    assert_eq!(vm.status.phase, Phase::Succeeded, "{:?}", vm.status.message);
+    assert_eq!(
+        manifest(&src),
+        manifest(&volume_dir(&client, &ns, "copy").await)
+    );
+    await_no_grants(&client, &ns, &op).await;
+    assert_never_refused(&env, &op);
+}
+
+/// Binds a ClusterRole `name` of `rules` to ServiceAccount default/dev.
+async fn grant(client: &Client, name: &str, rules: Vec<PolicyRule>) {
+    let role = ClusterRole {
+        metadata: common::object(json!({"name": name})),
+        rules: Some(rules),
+        aggregation_rule: None,
+    };
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("cluster role");
+    let binding: ClusterRoleBinding = common::object(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "dev", "namespace": "default"}],
+    }));
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
 }

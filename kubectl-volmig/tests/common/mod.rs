@@ -175,10 +175,15 @@ pub async fn volmig(env: &Env, args: &[&str]) -> Run {
 
 /// [`volmig`] with environment variables `vars` set.
 pub async fn volmig_with(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Run {
+    volmig_as(env, &env.kubeconfig, vars, args).await
+}
+
+/// [`volmig_with`] as the user of `kubeconfig`.
+pub async fn volmig_as(env: &Env, kubeconfig: &Path, vars: &[(&str, &str)], args: &[&str]) -> Run {
     let child = tokio::process::Command::new(volmig_binary())
         .envs(vars.iter().copied())
         .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
+        .arg(kubeconfig)
         .args(["-n", &env.namespace])
         .args(args)
         .stdin(Stdio::null())
