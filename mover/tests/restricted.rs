@@ -165,6 +165,63 @@ fn root_with_capabilities_dropped_does_not_preserve_owners_either() {
     }
 }
 
+/// What the sender's identity may not read is not left out quietly: the
+/// rest is copied, then the session fails for good (exit 23, not worth
+/// retrying), naming the entries.
+#[test]
+fn entries_the_sender_may_not_read_fail_the_copy_by_name() {
+    let Some(prefix) = restricted(NOBODY) else {
+        return;
+    };
+    let tmp = scratch();
+    let src = source(tmp.path());
+    readable_by_others(&src);
+    // Someone else's, for them alone: a file, and a directory's listing.
+    write_file(&src.join("sub/secret.key"), b"k\n", 0o600);
+    lchown(&src.join("sub/secret.key"), 1234, 1234);
+    mkdirs(&src.join("private"));
+    write_file(&src.join("private/notes"), b"n\n", 0o644);
+    set_mode(&src.join("private"), 0o700);
+    lchown(&src.join("private"), 1234, 1234);
+    set_mode(tmp.path(), 0o755);
+    let dst_parent = tmp.path().join("volume");
+    mkdirs(&dst_parent);
+    lchown(&dst_parent, NOBODY, NOBODY);
+    let dst = dst_parent.join("data");
+
+    let mut args = prefix;
+    args.extend([
+        MOVER.into(),
+        "sync".into(),
+        "--progress".into(),
+        "json".into(),
+        slash(&src),
+        dst.clone().into(),
+    ]);
+    let out = Proc::spawn_program(&args[0], &args[1..]).wait(RUN_TIMEOUT);
+    assert_eq!(out.code, Some(23), "{}", out.describe());
+    let summary = out
+        .json_lines()
+        .into_iter()
+        .find(|l| l["event"] == "summary")
+        .unwrap_or_else(|| panic!("no summary: {}", out.describe()));
+    assert_eq!(summary["retryable"], false, "{summary}");
+    let error = summary["error"].as_str().unwrap_or_default();
+    assert_eq!(
+        error,
+        "2 source entries could not be read as uid 65534 gid 65534 (permission denied): \
+         private, sub/secret.key",
+        "{}",
+        out.describe()
+    );
+    // Everything it may read is there.
+    assert_eq!(
+        std::fs::read(dst.join("sub/a.txt")).ok().as_deref(),
+        Some(&b"a\n"[..])
+    );
+    assert!(dst.join("big.bin").exists());
+}
+
 /// A receiver started under `prefix`; returns it with its address.
 fn spawn_restricted_receiver(prefix: &[OsString], dst: &Path, keys: &str) -> (Proc, String) {
     let addr_file = dst.with_file_name("addr");

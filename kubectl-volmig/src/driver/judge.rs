@@ -282,12 +282,18 @@ type Side<'a> = (&'a PodView, Said<'a>);
 
 /// Of the failed sides, the one whose error explains the failure: a side
 /// that failed on its own (not "the peer failed", 13, or a dropped
-/// connection, 10) first.
+/// connection, 10) first, and of those one whose summary says why (the
+/// sender that could not read files, over the receiver that only counted
+/// them).
 fn most_telling<'a, 'b>(failed: &'b [&'b Side<'a>]) -> Option<&'b Side<'a>> {
-    let rank = |(p, _): &&Side<'_>| match p.exit_code {
-        Some(13) => 2,
-        Some(10) => 1,
-        _ => 0,
+    let rank = |(p, said): &&Side<'_>| {
+        let code = match p.exit_code {
+            Some(13) => 2,
+            Some(10) => 1,
+            _ => 0,
+        };
+        let silent = said.result.is_none_or(|r| r.error.is_none());
+        (code, silent)
     };
     failed.iter().copied().min_by_key(|s| rank(s))
 }
@@ -354,6 +360,11 @@ fn advice(code: i32, error: &str) -> Option<&'static str> {
             "permission denied: the mover needs root with the capabilities listed in docs/security.md (PodSecurity may forbid them)"
         }
         11 if has("Read-only") => "the destination volume is read-only",
+        23 if has("could not be read as uid") => {
+            "the sender runs as the app's identity (--security restricted) or on storage that \
+             denies root (NFS root squash), and may not read them: make them readable to that \
+             identity, or use --security baseline in a namespace that allows it"
+        }
         1 if has("stale") || has("older") => {
             "a mover pod of an earlier attempt is still running: delete it \
              (kubectl delete pods -l volmig.io/operation=<operation>) and resume"

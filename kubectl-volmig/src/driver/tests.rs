@@ -99,6 +99,43 @@ fn the_movers_own_verdict_decides_retryability_and_advice() {
 }
 
 #[test]
+fn files_the_sender_may_not_read_fail_the_attempt_for_good_by_name() {
+    // Both sides exit 23; the receiver only counted failed files, the
+    // sender says which and that no retry helps.
+    let counted = MoverResult {
+        ok: false,
+        exit_code: 23,
+        error: None,
+        retryable: None,
+        summary: None,
+    };
+    let denied = MoverResult {
+        ok: false,
+        exit_code: 23,
+        error: Some(
+            "2 source entries could not be read as uid 1000 gid 2000 (permission denied): \
+             private, sub/secret.key"
+                .into(),
+        ),
+        retryable: Some(false),
+        summary: None,
+    };
+    let mut v = view(exited("receiver", 23), Some(exited("sender", 23)));
+    v.receiver_result = Some(&counted);
+    v.sender_result = Some(&denied);
+    let (reason, retryable) = failed(&v);
+    assert!(!retryable, "{reason}");
+    assert!(
+        reason.starts_with(
+            "sender exited 23 (Error): 2 source entries could not be read as uid 1000"
+        ),
+        "{reason}"
+    );
+    assert!(reason.contains("private, sub/secret.key"), "{reason}");
+    assert!(reason.contains("--security baseline"), "{reason}");
+}
+
+#[test]
 fn a_sender_refusing_its_command_line_is_quoted_not_called_silent() {
     // clap's usage error: no summary line, only `error: ...` on stderr.
     let log = LogDigest::from_text(

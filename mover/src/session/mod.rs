@@ -12,6 +12,7 @@
 
 mod applier;
 mod commit;
+mod denied;
 mod flow;
 mod generator;
 mod journal;
@@ -61,6 +62,22 @@ pub enum SessionError {
     /// Stopped on request (SIGTERM, SIGINT): nothing half-written is left behind.
     #[error("interrupted")]
     Interrupted,
+    /// Source entries this sender may not read (permission denied to its
+    /// uid and groups); everything else was sent.
+    #[error(
+        "{count} source entries could not be read as uid {uid} gid {gid} (permission denied): {}{}",
+        paths.join(", "),
+        match count.saturating_sub(paths.len() as u64) {
+            0 => String::new(),
+            more => format!(" and {more} more"),
+        }
+    )]
+    Unreadable {
+        count: u64,
+        paths: Vec<String>,
+        uid: u32,
+        gid: u32,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -94,6 +111,8 @@ impl SessionError {
             ),
             SessionError::Cancelled | SessionError::Interrupted => true,
             SessionError::Usage(_) | SessionError::Internal(_) => false,
+            // The sender would be the same identity next time.
+            SessionError::Unreadable { .. } => false,
         }
     }
 
@@ -113,6 +132,8 @@ impl SessionError {
             SessionError::PeerAbort(_) => 13,
             SessionError::Cancelled | SessionError::Internal(_) => 14,
             SessionError::Interrupted => 20,
+            // rsync's "partial transfer due to error".
+            SessionError::Unreadable { .. } => 23,
         }
     }
 

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
+use super::denied::Denied;
 use super::flow::Credits;
 
 use super::liveness::{Idle, Metered};
@@ -169,19 +170,24 @@ where
 
     let (out_tx, writer) = writer::start(sink, cfg.bwlimit, tx_count.clone());
     let credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
+    let denied = Arc::new(Denied::default());
     let mut sup = Supervisor::new(cfg.cancel.clone());
     let walker = {
         let walker = Walker::new(cfg.root.clone(), filter.clone(), options.checksum);
         let (out, credits) = (Outbox::new(out_tx.clone()), credits.clone());
-        sup.spawn(move || walk(walker, out, &credits))
+        let denied = denied.clone();
+        sup.spawn(move || walk(walker, out, &credits, &denied))
     };
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
     let queue = Queue::new(req_tx, Prefetcher::start(&source));
     let source_read = Arc::new(AtomicU64::new(0));
     let server = {
         let (out, opts, filter) = (out_tx.clone(), options.clone(), filter.clone());
-        let read = source_read.clone();
-        sup.spawn(move || serve(&source, filter, opts, req_rx, Outbox::new(out), &read))
+        let (read, denied) = (source_read.clone(), denied.clone());
+        sup.spawn(move || {
+            let out = Outbox::new(out);
+            serve(&source, filter, opts, req_rx, out, &read, &denied)
+        })
     };
 
     let mut reader = Reader {
@@ -202,7 +208,9 @@ where
                 reader.credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
                 let walker = Walker::new(cfg.root.clone(), filter.clone(), true);
                 let (out, credits) = (Outbox::new(out_tx.clone()), reader.credits.clone());
-                verifier = Some(sup.spawn(move || walk(walker, out, &credits)));
+                // What it cannot read was noted by the listing already.
+                let again = Denied::default();
+                verifier = Some(sup.spawn(move || walk(walker, out, &credits, &again)));
             }
             Err(e) => break Err(e),
         }
@@ -233,7 +241,10 @@ where
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
     summary.source_bytes_read = source_read.load(Ordering::Relaxed);
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
-    Ok(summary)
+    match denied.error() {
+        Some(e) => Err(e),
+        None => Ok(summary),
+    }
 }
 
 async fn handshake<R: AsyncRead + Unpin>(
@@ -307,7 +318,12 @@ impl Reader {
 }
 
 /// The walker thread: lists the tree within the receiver's credit.
-fn walk(walker: Walker, mut out: Outbox, credits: &Credits) -> Result<(), SessionError> {
+fn walk(
+    walker: Walker,
+    mut out: Outbox,
+    credits: &Credits,
+    denied: &Denied,
+) -> Result<(), SessionError> {
     let mut stats = ListStats::default();
     for item in walker {
         let frame = match item {
@@ -318,6 +334,7 @@ fn walk(walker: Walker, mut out: Outbox, credits: &Credits) -> Result<(), Sessio
             }
             WalkItem::Failed(p, e) => {
                 warn(format_args!("{p}: {e}"));
+                denied.note(&p, &e);
                 stats.failed += 1;
                 continue;
             }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
+use super::denied::Denied;
 use super::outbox::{recv_or_flush, FrameOut, Outbox};
 use super::{cancelled, warn, SessionError};
 use crate::beneath::TreeRoot;
@@ -128,15 +129,16 @@ pub fn serve(
     rx: mpsc::Receiver<Queued>,
     out: Outbox,
     read: &AtomicU64,
+    denied: &Denied,
 ) -> Result<(), SessionError> {
     let Some(level) = opts.compress else {
-        return answer(root, &filter, &opts, rx, out, read);
+        return answer(root, &filter, &opts, rx, out, read, denied);
     };
     let zstd = zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?;
     let (tx, packer_rx) = mpsc::channel(PACK_QUEUE);
     std::thread::scope(|scope| {
         let packer = scope.spawn(move || pack(zstd, packer_rx, out));
-        let answered = answer(root, &filter, &opts, rx, PackerIn(tx), read);
+        let answered = answer(root, &filter, &opts, rx, PackerIn(tx), read, denied);
         let packed = packer
             .join()
             .map_err(|_| SessionError::Internal("packer panicked".into()))?;
@@ -157,6 +159,7 @@ fn answer(
     mut rx: mpsc::Receiver<Queued>,
     mut out: impl FrameOut,
     read: &AtomicU64,
+    denied: &Denied,
 ) -> Result<(), SessionError> {
     while let Some(Queued { req, sigs, .. }) = recv_or_flush(&mut rx, &mut out)? {
         if !listable(filter, &req.path) {
@@ -166,7 +169,7 @@ fn answer(
             ))
             .into());
         }
-        let outcome = send_file(root, opts, &req, sigs, &mut out, read)?;
+        let outcome = send_file(root, opts, &req, sigs, &mut out, read, denied)?;
         out.push(Frame::FileEnd {
             id: req.id,
             outcome,
@@ -258,6 +261,7 @@ fn send_file(
     sigs: Vec<BlockSig>,
     out: &mut dyn FrameOut,
     read: &AtomicU64,
+    denied: &Denied,
 ) -> Result<FileOutcome, SessionError> {
     let file = match root.open_file(&req.path) {
         Ok(f) => f,
@@ -266,7 +270,7 @@ fn send_file(
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
             return Ok(FileOutcome::Changed)
         }
-        Err(e) => return Ok(unreadable(req, e)),
+        Err(e) => return Ok(unreadable(req, e, denied)),
     };
     let index = req.basis.map(|shape| Index::new(shape, sigs));
     let resume = req.resume_from;
@@ -282,7 +286,7 @@ fn send_file(
             Ok(Some(m)) if m.size >= resume => m,
             // Shorter than what the receiver holds: it has changed since it was listed.
             Ok(_) => return Ok(FileOutcome::Changed),
-            Err(e) => return Ok(unreadable(req, e)),
+            Err(e) => return Ok(unreadable(req, e, denied)),
         };
         out.push(Frame::FileBegin {
             id: req.id,
@@ -311,7 +315,7 @@ fn send_file(
             Err(SendError::Read(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
                 return Ok(FileOutcome::Changed)
             }
-            Err(SendError::Read(e)) => return Ok(unreadable(req, e)),
+            Err(SendError::Read(e)) => return Ok(unreadable(req, e, denied)),
         };
         batch.flush()?;
         let after = stat_file(&file).ok().flatten();
@@ -397,8 +401,9 @@ fn send_rest(
     Ok((sent.len, *hasher.finalize().as_bytes()))
 }
 
-fn unreadable(req: &Request, e: io::Error) -> FileOutcome {
+fn unreadable(req: &Request, e: io::Error, denied: &Denied) -> FileOutcome {
     warn(format_args!("{}: {e}", req.path));
+    denied.note(&req.path, &e);
     FileOutcome::Unreadable
 }
 
