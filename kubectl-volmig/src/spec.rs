@@ -197,6 +197,54 @@ pub struct MoverOptions {
     pub cpu_request: String,
     pub memory_request: String,
     pub memory_limit: String,
+    /// `--security`: the Pod Security profile the movers must meet.
+    #[serde(default)]
+    pub security: SecurityMode,
+    /// `--run-as UID[:GID]`: who restricted movers run as when no app
+    /// pod or namespace says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<RunAs>,
+}
+
+/// What `--security` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+pub enum SecurityMode {
+    /// `restricted` where a mover's namespace enforces it (or on
+    /// OpenShift), `baseline` elsewhere.
+    #[default]
+    Auto,
+    /// Root with the few capabilities each side needs: every owner kept.
+    Baseline,
+    /// The app's own identity, no capability: owners are not kept.
+    Restricted,
+}
+
+/// `--run-as UID[:GID]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAs {
+    pub uid: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<i64>,
+}
+
+impl std::str::FromStr for RunAs {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<RunAs, String> {
+        let id = |s: &str| {
+            s.parse::<u32>()
+                .map(i64::from)
+                .map_err(|_| format!("{s:?} is not a numeric user or group id"))
+        };
+        let (uid, gid) = match text.split_once(':') {
+            Some((u, g)) => (id(u)?, Some(id(g)?)),
+            None => (id(text)?, None),
+        };
+        if uid == 0 {
+            return Err("restricted movers cannot run as root (uid 0)".to_string());
+        }
+        Ok(RunAs { uid, gid })
+    }
 }
 
 impl Default for MoverOptions {
@@ -206,6 +254,8 @@ impl Default for MoverOptions {
             cpu_request: "100m".to_string(),
             memory_request: "64Mi".to_string(),
             memory_limit: "512Mi".to_string(),
+            security: SecurityMode::Auto,
+            run_as: None,
         }
     }
 }

@@ -179,6 +179,15 @@ pub struct MigrateArgs {
     /// Memory limit of each mover pod.
     #[arg(long, value_name = "MEMORY", default_value = "512Mi")]
     pub mover_memory_limit: String,
+    /// The Pod Security profile the mover pods meet: restricted runs them as
+    /// the app's own user and groups with no capability (owners are not
+    /// kept); auto picks restricted where a mover's namespace enforces it.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = spec::SecurityMode::Auto)]
+    pub security: spec::SecurityMode,
+    /// Who restricted movers run as when no pod of the app says it (and the
+    /// namespace has no OpenShift UID range): a numeric uid, and gid.
+    #[arg(long, value_name = "UID[:GID]")]
+    pub run_as: Option<spec::RunAs>,
     /// Delete destination files the source does not have (rsync --delete).
     #[arg(long)]
     pub delete: bool,

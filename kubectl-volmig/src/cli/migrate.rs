@@ -11,7 +11,7 @@ use crate::driver::DriverOptions;
 use crate::names;
 use crate::plan::quiesce::{self, Quiesce, ScalableKind};
 use crate::plan::Refusal;
-use crate::plan::{self, ClaimAction, Inputs, NodePlacement, Plan};
+use crate::plan::{self, ClaimAction, Inputs, MoverSecurity, NodePlacement, Plan};
 use crate::record::{configmap, store::RecordStore};
 use crate::resources;
 use crate::spec::{
@@ -176,6 +176,8 @@ pub fn spec_of(args: &MigrateArgs, namespace: &str) -> MigrationSpec {
             cpu_request: args.mover_cpu.clone(),
             memory_request: args.mover_memory.clone(),
             memory_limit: args.mover_memory_limit.clone(),
+            security: args.security,
+            run_as: args.run_as,
         },
         cutover: args.cutover.then_some(CutoverSpec {
             max_downtime_seconds: args.max_downtime.as_secs(),
@@ -212,6 +214,7 @@ pub fn plan_text(plan: &Plan, quiesce: Option<&Quiesce>) -> String {
     );
     out += &placement_line("sender", &plan.placement.sender);
     out += &placement_line("receiver", &plan.placement.receiver);
+    out += &security_line(&plan.security);
     if let (Some(c), Some(q)) = (&plan.spec.cutover, quiesce) {
         out += &cutover_text(plan, c, q);
     }
@@ -273,6 +276,19 @@ fn cutover_text(plan: &Plan, c: &CutoverSpec, q: &Quiesce) -> String {
         }
     );
     out
+}
+
+/// `  security restricted: namespace prod enforces it (...); as uid 1000, ...`
+fn security_line(s: &MoverSecurity) -> String {
+    match &s.identity {
+        None => format!("  security {}: {}\n", s.profile.as_str(), s.reason),
+        Some(id) => format!(
+            "  security {}: {}; the movers run as {}; owners are not kept: new files get that identity\n",
+            s.profile.as_str(),
+            s.reason,
+            id.describe()
+        ),
+    }
 }
 
 fn placement_line(role: &str, p: &NodePlacement) -> String {

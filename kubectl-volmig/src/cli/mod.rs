@@ -246,6 +246,8 @@ pub fn plan_of(vm: &VolumeMigration) -> Option<Plan> {
         source: vm.status.source.clone()?,
         destination: vm.status.destination.clone()?,
         placement: vm.status.placement.clone()?,
+        // Records of older versions planned none: baseline movers.
+        security: vm.status.security.clone().unwrap_or_default(),
     })
 }
 

@@ -1,14 +1,18 @@
 //! Reading what the planner needs, with one request per kind.
 
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 
 use super::objects::is_ours;
 use super::DriverError;
+use crate::plan::security::OpenShift;
 use crate::plan::Inputs;
-use crate::spec::MigrationSpec;
+use crate::spec::{MigrationSpec, SecurityMode};
 
 pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, DriverError> {
     let src_ns = &spec.source.namespace;
@@ -58,7 +62,58 @@ pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, Dri
             .await
             .map_err(|e| DriverError::kube("list nodes", e))?
             .items,
+        source_namespace: namespaces
+            .get_opt(src_ns)
+            .await
+            .map_err(|e| DriverError::kube("get namespace", e))?,
+        openshift: openshift(client, spec.mover.security == SecurityMode::Baseline).await?,
     })
+}
+
+/// OpenShift's SCC API group, through which it is told apart.
+const OPENSHIFT_SECURITY: &str = "security.openshift.io";
+
+/// Whether the cluster is OpenShift, and (when `baseline` movers are
+/// asked for) whether the user may use the SCC that admits them.
+async fn openshift(client: &Client, baseline: bool) -> Result<Option<OpenShift>, DriverError> {
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(|e| DriverError::kube("list the API groups", e))?;
+    if !groups.groups.iter().any(|g| g.name == OPENSHIFT_SECURITY) {
+        return Ok(None);
+    }
+    let privileged_scc = match baseline {
+        false => None,
+        true => may_use_privileged_scc(client).await,
+    };
+    Ok(Some(OpenShift { privileged_scc }))
+}
+
+/// A SelfSubjectAccessReview of `use` on the `privileged` SCC; `None` when
+/// it cannot be asked.
+async fn may_use_privileged_scc(client: &Client) -> Option<bool> {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let asked = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(OPENSHIFT_SECURITY.to_string()),
+                resource: Some("securitycontextconstraints".to_string()),
+                verb: Some("use".to_string()),
+                name: Some("privileged".to_string()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    match reviews.create(&PostParams::default(), &asked).await {
+        Ok(answer) => Some(answer.status.is_some_and(|s| s.allowed)),
+        Err(e) => {
+            tracing::warn!("cannot ask whether you may use the privileged SCC: {e}");
+            None
+        }
+    }
 }
 
 async fn volume_of(

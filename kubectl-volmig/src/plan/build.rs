@@ -8,12 +8,14 @@
 
 mod destination;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
 use super::values::{check_values, requested_size};
-use super::{placement, quantity, Inputs, Placement, Plan, Refusal, SourceVolume};
+use super::{
+    placement, quantity, security, Inputs, MoverSecurity, Placement, Plan, Refusal, SourceVolume,
+};
 use crate::spec::MigrationSpec;
 
 /// Plans `spec` as operation `operation` against what the cluster holds.
@@ -81,6 +83,7 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
         ),
     };
     let destination_claim = inputs.destination_claim.as_ref();
+    let security = movers_security(spec, inputs)?;
 
     Ok(Plan {
         operation: operation.to_string(),
@@ -96,7 +99,24 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
         },
         source,
         destination,
+        security,
     })
+}
+
+/// The movers' profile and identity (their namespaces were found by now).
+fn movers_security(spec: &MigrationSpec, inputs: &Inputs) -> Result<MoverSecurity, Refusal> {
+    let fallback = Namespace::default();
+    let source_ns = inputs.source_namespace.as_ref().unwrap_or(&fallback);
+    let destination_ns = inputs.destination_namespace.as_ref().unwrap_or(&fallback);
+    security::plan(
+        spec.mover.security,
+        &spec.source.name,
+        source_ns,
+        destination_ns,
+        &inputs.pods,
+        inputs.openshift,
+        spec.mover.run_as,
+    )
 }
 
 /// The source claim, which must exist and be Bound.

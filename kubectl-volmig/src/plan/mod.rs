@@ -15,12 +15,14 @@ pub mod placement;
 pub mod quantity;
 pub mod quiesce;
 mod refusal;
+pub mod security;
 #[cfg(test)]
 mod tests;
 mod values;
 
 pub use build::plan;
 pub use refusal::Refusal;
+pub use security::MoverSecurity;
 pub use values::{check_values, mover_resources, start_timeout, MoverResources};
 
 use k8s_openapi::api::core::v1::{
@@ -50,6 +52,10 @@ pub struct Inputs {
     pub destination_volume: Option<PersistentVolume>,
     /// Every node (for `--to-node` and the app pods' nodes).
     pub nodes: Vec<Node>,
+    /// The source namespace (its Pod Security labels, OpenShift ranges).
+    pub source_namespace: Option<Namespace>,
+    /// Set when the cluster is OpenShift.
+    pub openshift: Option<security::OpenShift>,
 }
 
 /// A migration that can run: the spec with every choice made.
@@ -63,6 +69,9 @@ pub struct Plan {
     pub source: SourceVolume,
     pub destination: DestinationClaim,
     pub placement: Placement,
+    /// The movers' Pod Security profile and identity.
+    #[serde(default)]
+    pub security: MoverSecurity,
 }
 
 /// The source as found.

@@ -96,6 +96,56 @@ pub enum Refusal {
     )]
     CutoverAcrossNamespaces { namespace: String, to: String },
 
+    /// `--security baseline` where a mover's namespace enforces
+    /// `restricted`: the API server would refuse the pods.
+    #[error(
+        "--security baseline: namespace {namespace:?} enforces the restricted Pod Security \
+         profile ({label}), which refuses root movers with capabilities; use --security \
+         restricted (or auto), which runs them as the app's own user"
+    )]
+    BaselineForbidden { namespace: String, label: String },
+
+    /// `--security baseline` on OpenShift without the SCC that admits it.
+    #[error(
+        "--security baseline on OpenShift: {}; the default SCC, restricted-v2, refuses root movers \
+         with capabilities. Use --security restricted (or auto), or ask for the privileged SCC",
+        if *checked {
+            "you may not use the privileged SCC (a SelfSubjectAccessReview of `use` on \
+             securitycontextconstraints.security.openshift.io/privileged said no)"
+        } else {
+            "whether an SCC admits the movers could not be checked"
+        }
+    )]
+    SccForbidsBaseline { checked: bool },
+
+    /// Restricted movers, and no identity to run them as.
+    #[error(
+        "restricted movers run as the user that can read {namespace}/{claim}, and none is known: {}, \
+         and namespace {namespace:?} has no OpenShift UID range; pass --run-as UID[:GID] \
+         (the user and group the app writes as)",
+        if unknown_users.is_empty() {
+            "no running pod mounts the claim".to_string()
+        } else {
+            format!("its pods ({}) leave the user to their image", list(unknown_users, 3))
+        }
+    )]
+    NoMoverIdentity {
+        namespace: String,
+        claim: String,
+        unknown_users: Vec<String>,
+    },
+
+    /// The app runs as root: restricted movers cannot.
+    #[error(
+        "{namespace}/{claim} is used as root ({from}); restricted movers cannot run as root: \
+         use --security baseline where the namespace allows it"
+    )]
+    RootApp {
+        namespace: String,
+        claim: String,
+        from: String,
+    },
+
     /// `--detach` by a user who may not create the in-cluster driver's
     /// objects, or who lacks a grant they would give it (Kubernetes lets
     /// no one grant what they do not hold).

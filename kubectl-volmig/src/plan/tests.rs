@@ -14,6 +14,7 @@ mod choices;
 mod placing;
 mod quantities;
 mod refusals;
+mod security;
 mod values;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -86,6 +87,10 @@ impl Cluster {
                 .find(|n| n.metadata.name.as_deref() == Some(&dst.namespace))
                 .cloned(),
             nodes: self.nodes.clone(),
+            source_namespace: (self.namespaces.iter())
+                .find(|n| n.metadata.name.as_deref() == Some(&spec.source.namespace))
+                .cloned(),
+            openshift: None,
         }
     }
 

@@ -114,6 +114,7 @@ pub fn new_record(plan: &Plan) -> VolumeMigration {
             source: Some(plan.source.clone()),
             destination: Some(plan.destination.clone()),
             placement: Some(plan.placement.clone()),
+            security: Some(plan.security.clone()),
             ..MigrationStatus::default()
         },
     }

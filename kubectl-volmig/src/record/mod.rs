@@ -20,7 +20,7 @@ pub mod store;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{DestinationClaim, Placement, SourceVolume};
+use crate::plan::{DestinationClaim, MoverSecurity, Placement, SourceVolume};
 use crate::spec::MigrationSpec;
 
 pub const API_VERSION: &str = "volmig.io/v1alpha1";
@@ -121,6 +121,9 @@ pub struct MigrationStatus {
     /// Where the mover pods run and why (the current attempt's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+    /// The movers' Pod Security profile, and whom they run as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<MoverSecurity>,
     /// Every attempt, oldest first.
     #[serde(default)]
     pub attempts: Vec<Attempt>,

@@ -15,6 +15,7 @@ use super::keys::items_for;
 use super::service::PORT_NAME;
 use super::{metadata, string_map};
 use crate::names::{self, Component};
+use crate::plan::security::{MoverSecurity, Profile};
 use crate::plan::{self, NodePlacement, Plan};
 
 /// On a mover pod: why it runs where it runs, in words.
@@ -199,20 +200,76 @@ fn container<const N: usize>(plan: &Plan, role: Role, attempt: u32, head: [&str;
             )])),
             ..ResourceRequirements::default()
         }),
-        // Root, for numeric owners kept as they are, with only the
-        // capabilities its side needs.
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_user: Some(0),
-            run_as_non_root: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_string()]),
-                add: Some(capabilities.iter().map(|c| c.to_string()).collect()),
-            }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(container_security(&plan.security, capabilities)),
         ..Container::default()
+    }
+}
+
+/// Baseline: root, for numeric owners kept as they are, with only the
+/// capabilities its side needs. Restricted: the app's user and group, no
+/// capability at all.
+fn container_security(security: &MoverSecurity, capabilities: &[&str]) -> SecurityContext {
+    let restricted = security
+        .identity
+        .as_ref()
+        .filter(|_| security.profile == Profile::Restricted);
+    let (user, group, add) = match restricted {
+        Some(id) => (id.uid, id.gid, None),
+        None => (
+            0,
+            None,
+            Some(capabilities.iter().map(|c| c.to_string()).collect()),
+        ),
+    };
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_user: Some(user),
+        run_as_group: group,
+        run_as_non_root: Some(restricted.is_some()),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add,
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// The pod's security context: the runtime's seccomp profile, and for
+/// restricted movers the app's groups. The sender gets the app's own
+/// fsGroup only (any other would make the kubelet re-own the source's
+/// files); the receiver gets that, else the app's group, so that it may
+/// write the new volume's root, which the kubelet gives that group.
+fn pod_security(security: &MoverSecurity, role: Role) -> PodSecurityContext {
+    let mut context = runtime_default_seccomp();
+    let Some(id) = security
+        .identity
+        .as_ref()
+        .filter(|_| security.profile == Profile::Restricted)
+    else {
+        return context;
+    };
+    let fs_group = match role {
+        Role::Sender => id.fs_group,
+        Role::Receiver => id.fs_group.or(id.gid),
+    };
+    context.fs_group = fs_group;
+    // Only the volume's root is looked at when it has the group already.
+    context.fs_group_change_policy = fs_group.map(|_| "OnRootMismatch".to_string());
+    context.supplemental_groups =
+        (!id.supplemental_groups.is_empty()).then(|| id.supplemental_groups.clone());
+    context
+}
+
+/// The key files' mode: root's alone for baseline movers; for restricted
+/// ones, group-readable where the kubelet gives the files the pod's
+/// fsGroup, else readable by the pod's one user whoever it is (nothing
+/// else runs in the pod).
+fn tls_mode(security: &MoverSecurity, fs_group: Option<i64>) -> i32 {
+    match (security.profile, fs_group) {
+        (Profile::Baseline, _) => TLS_MODE,
+        (Profile::Restricted, Some(_)) => 0o440,
+        (Profile::Restricted, None) => 0o444,
     }
 }
 
@@ -246,6 +303,8 @@ fn pod(
     ]));
 
     let read_only = role == Role::Sender;
+    let security = pod_security(&plan.security, role);
+    let tls_mode = tls_mode(&plan.security, security.fs_group);
     Pod {
         metadata: meta,
         spec: Some(PodSpec {
@@ -264,7 +323,7 @@ fn pod(
                     secret: Some(SecretVolumeSource {
                         secret_name: Some(names::keys_name(op)),
                         items: Some(items_for(role)),
-                        default_mode: Some(TLS_MODE),
+                        default_mode: Some(tls_mode),
                         optional: Some(false),
                     }),
                     ..Volume::default()
@@ -281,8 +340,9 @@ fn pod(
             termination_grace_period_seconds: Some(GRACE_SECONDS),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
-            // No fsGroup: the kubelet would re-own every file of the volume.
-            security_context: Some(runtime_default_seccomp()),
+            // No fsGroup but the app's own: the kubelet would re-own every
+            // file of the volume.
+            security_context: Some(security),
             ..PodSpec::default()
         }),
         ..Pod::default()

@@ -123,6 +123,7 @@ fn a_new_record_is_pending_in_the_destination_namespace() {
         app_pod: None,
     };
     let plan = Plan {
+        security: Default::default(),
         operation: "data-bbbbb".into(),
         spec: MigrationSpec::new(ClaimRef::new("a", "data"), ClaimRef::new("b", "data")),
         source: SourceVolume {

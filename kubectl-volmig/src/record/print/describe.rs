@@ -69,6 +69,20 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
         out.field(1, "Sender", node_placement(&placement.sender));
         out.field(1, "Receiver", node_placement(&placement.receiver));
     }
+    // Baseline is what every record of an older version had: said only
+    // when restricted.
+    if let Some(s) = status.security.as_ref().filter(|s| s.identity.is_some()) {
+        let id = s
+            .identity
+            .as_ref()
+            .map(|i| i.describe())
+            .unwrap_or_default();
+        out.field(
+            0,
+            "Security",
+            format!("{} ({}), as {id}", s.profile.as_str(), s.reason),
+        );
+    }
     let budget = Budget::of(vm);
     let mut count = budget.count();
     if budget.replaced > 0 {

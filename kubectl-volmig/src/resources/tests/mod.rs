@@ -26,6 +26,7 @@ fn placement(node: Option<&str>, hostname: Option<&str>, reason: &str) -> NodePl
 /// `app/data` (RWO, 10Gi) to `archive/data-new` on class `fast`.
 fn plan() -> Plan {
     Plan {
+        security: Default::default(),
         operation: OP.to_string(),
         spec: {
             let mut spec = MigrationSpec::new(

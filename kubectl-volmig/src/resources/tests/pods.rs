@@ -278,3 +278,65 @@ fn pods_are_locked_down_to_their_sides_capabilities() {
         );
     }
 }
+
+#[test]
+fn restricted_movers_run_as_the_app_with_no_capability_and_only_its_own_fs_group() {
+    use crate::plan::security::{Identity, MoverSecurity, Profile};
+    let mut plan = plan();
+    plan.security = MoverSecurity {
+        profile: Profile::Restricted,
+        reason: "namespace app enforces it".into(),
+        identity: Some(Identity {
+            uid: 1000,
+            gid: Some(2000),
+            fs_group: None,
+            supplemental_groups: vec![3000],
+            from: "--run-as".into(),
+        }),
+    };
+    let sender = sender_pod(&plan, 1, &plan.placement.sender, "x:7000");
+    let receiver = receiver_pod(&plan, 1);
+    for (pod, fs_group, tls) in [(&sender, None, 0o444), (&receiver, Some(2000), 0o440)] {
+        let spec = spec(pod);
+        let ps = spec
+            .security_context
+            .as_ref()
+            .expect("pod security context");
+        // The sender may not re-own the source: no fsGroup the app has not.
+        assert_eq!(ps.fs_group, fs_group);
+        assert_eq!(ps.supplemental_groups, Some(vec![3000]));
+        assert_eq!(
+            ps.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+            Some("RuntimeDefault")
+        );
+        let c = mover(pod)
+            .security_context
+            .as_ref()
+            .expect("security context");
+        assert_eq!((c.run_as_user, c.run_as_group), (Some(1000), Some(2000)));
+        assert_eq!(c.run_as_non_root, Some(true));
+        assert_eq!(c.allow_privilege_escalation, Some(false));
+        let caps = c.capabilities.as_ref().expect("capabilities");
+        assert_eq!(caps.drop, Some(strings(&["ALL"])));
+        assert_eq!(caps.add, None);
+        let tls_volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "tls")
+            .and_then(|v| v.secret.as_ref())
+            .expect("tls");
+        assert_eq!(tls_volume.default_mode, Some(tls));
+    }
+    // With the app's own fsGroup, both sides have it, cheaply.
+    if let Some(id) = plan.security.identity.as_mut() {
+        id.fs_group = Some(4000);
+    }
+    let sender = sender_pod(&plan, 1, &plan.placement.sender, "x:7000");
+    let ps = spec(&sender)
+        .security_context
+        .clone()
+        .expect("pod security context");
+    assert_eq!(ps.fs_group, Some(4000));
+    assert_eq!(ps.fs_group_change_policy.as_deref(), Some("OnRootMismatch"));
+}
