@@ -161,63 +161,73 @@ async fn kill_driver(client: &Client, ns: &str, op: &str, when: &str) -> String 
     next
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_detached_cutover_survives_its_client_its_senders_and_its_driver_pods() {
+/// An app on claim `data`, with 12 MiB more to copy, and its cutover
+/// handed to the cluster (`--detach`, and `extra`): the client has gone.
+struct Detached {
+    ns: String,
+    op: String,
+    old_dir: std::path::PathBuf,
+    old_volume: String,
+}
+
+async fn detached_cutover(extra: &[&str]) -> (Env, Client, Detached) {
     let env = common::env_with_driver().await;
     let client = env.client().await;
     let ns = env.namespace.clone();
     let old_dir = running_app(&client, &ns, "data", "app").await;
-    // 12 MiB at 4 MiB/s: each pre-copy attempt runs long enough to be hit.
     seed(&old_dir.join("bulk"), 48, 256 << 10);
     let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
-
-    let run = cutover(
-        &env,
-        &[],
-        "data",
-        &[
-            "--detach",
-            "--bwlimit",
-            "4M",
-            "--max-downtime",
-            "0s",
-            "--precopy-rounds",
-            "2",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
-    // The client is gone from here on.
+    let mut args = vec!["--detach", "-o", "json"];
+    args.extend_from_slice(extra);
+    let run = cutover(&env, &[], "data", &args).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("detached: pod"), "{}", run.stderr);
     let op = run.operation().metadata.name;
-    let first = driver_pod(&client, &ns, &op).await;
-    let status = volmig(&env, &["status", &op]).await;
+    let app = Detached {
+        ns,
+        op,
+        old_dir,
+        old_volume,
+    };
+    (env, client, app)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_detached_cutover_survives_its_client_its_senders_and_its_driver_pods() {
+    // 12 MiB at 4 MiB/s: each pre-copy attempt runs long enough to be hit.
+    let extra = [
+        "--bwlimit",
+        "4M",
+        "--max-downtime",
+        "0s",
+        "--precopy-rounds",
+        "2",
+    ];
+    let (env, client, app) = detached_cutover(&extra).await;
+    let (ns, op, old_dir, old_volume) = (&app.ns, &app.op, &app.old_dir, &app.old_volume);
+    let (ns, op) = (ns.as_str(), op.as_str());
+    let first = driver_pod(&client, ns, op).await;
+    let status = volmig(&env, &["status", op]).await;
     assert!(
         status.stdout.contains(&format!("pod/{first}")) && status.stdout.contains("In cluster"),
         "{}",
         status.stdout
     );
     // A laptop's resume follows the driver pod instead of competing.
-    let follower = spawn_volmig(&env, &["resume", &op]);
+    let follower = spawn_volmig(&env, &["resume", op]);
 
     // Two senders killed mid-copy: the driver retries, from the checkpoint.
-    common::await_progress(&client, &ns, &op, 1, MIB).await;
-    assert!(kill_pod_process(&pod_name(&op, Component::Sender, 1)));
-    common::await_progress(&client, &ns, &op, 2, 3 * MIB).await;
-    assert!(kill_pod_process(&pod_name(&op, Component::Sender, 2)));
+    common::await_progress(&client, ns, op, 1, MIB).await;
+    assert!(kill_pod_process(&pod_name(op, Component::Sender, 1)));
+    common::await_progress(&client, ns, op, 2, 3 * MIB).await;
+    assert!(kill_pod_process(&pod_name(op, Component::Sender, 2)));
     // The driver pod killed mid-PreCopy: the Job's next pod takes over.
-    common::await_progress(&client, &ns, &op, 3, 5 * MIB).await;
+    common::await_progress(&client, ns, op, 3, 5 * MIB).await;
     assert_eq!(
-        record(&client, &ns, &op)
-            .await
-            .status
-            .cutover
-            .map(|c| c.step),
+        record(&client, ns, op).await.status.cutover.map(|c| c.step),
         Some(Step::PreCopy)
     );
-    kill_driver(&client, &ns, &op, "mid-PreCopy").await;
+    kill_driver(&client, ns, op, "mid-PreCopy").await;
     // And mid-Swap: the moment the claim is deleted (the request takes
     // effect; the pod never sees the answer).
     if let Some(sandbox) = &env.sandbox {
@@ -236,22 +246,18 @@ async fn a_detached_cutover_survives_its_client_its_senders_and_its_driver_pods(
             other => panic!("the claim deleted by {other:?}"),
         };
         assert_eq!(
-            record(&client, &ns, &op)
-                .await
-                .status
-                .cutover
-                .map(|c| c.step),
+            record(&client, ns, op).await.status.cutover.map(|c| c.step),
             Some(Step::Swap)
         );
         let next = wait_until("a pod replacing the one killed mid-Swap", || async {
-            let now = driver_pod(&client, &ns, &op).await;
+            let now = driver_pod(&client, ns, op).await;
             (now != pod).then_some(now)
         })
         .await;
         eprintln!("mid-Swap: killed {pod} as it deleted the claim; {next} took over");
     }
 
-    let vm = ended(&client, &ns, &op).await;
+    let vm = ended(&client, ns, op).await;
     assert_eq!(vm.status.phase, Phase::Succeeded, "{:?}", vm.status.message);
     let c = vm.status.cutover.clone().expect("cutover");
     assert_eq!(c.step, Step::AwaitingCommit);
@@ -264,15 +270,15 @@ async fn a_detached_cutover_survives_its_client_its_senders_and_its_driver_pods(
     assert!(killed >= 2, "{:#?}", vm.status.attempts);
 
     // The app runs on the new volume under its claim's name, every write kept.
-    let new_volume = bound_volume(&claim_of(&client, &ns, "data").await);
-    assert_ne!(new_volume, old_volume);
-    let old = volume(&client, &old_volume).await.expect("old volume kept");
+    let new_volume = bound_volume(&claim_of(&client, ns, "data").await);
+    assert_ne!(&new_volume, old_volume);
+    let old = volume(&client, old_volume).await.expect("old volume kept");
     assert_eq!(policy(&old), "Retain");
-    assert_eq!(replicas(&client, &ns, "app").await, 1);
-    await_running(&client, &ns, "app").await;
-    let before = sequence(&old_dir);
+    assert_eq!(replicas(&client, ns, "app").await, 1);
+    await_running(&client, ns, "app").await;
+    let before = sequence(old_dir);
     assert_gapless(&before, "old volume");
-    let new_dir = volume_dir(&client, &ns, "data").await;
+    let new_dir = volume_dir(&client, ns, "data").await;
     let after = await_sequence_past(&new_dir, before.len() + 5).await;
     assert_gapless(&after, "new volume");
     assert_eq!(
@@ -296,19 +302,19 @@ async fn a_detached_cutover_survives_its_client_its_senders_and_its_driver_pods(
     );
 
     // Three pods drove it; the last one finished the Job; no grant is left.
-    let pods = driver_pods(&client, &ns, &op).await;
+    let pods = driver_pods(&client, ns, op).await;
     assert!(pods.len() >= 3, "{pods:?}");
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     wait_until("the driver Job complete", || async {
-        let job = jobs.get(&driver_rbac_name(&op)).await.ok()?;
+        let job = jobs.get(&driver_rbac_name(op)).await.ok()?;
         (job.status?.succeeded? == 1).then_some(())
     })
     .await;
-    await_no_grants(&client, &ns, &op).await;
-    assert_never_refused(&env, &op);
+    await_no_grants(&client, ns, op).await;
+    assert_never_refused(&env, op);
 
     // Every driver pod's log, the last one's saying it is done.
-    let logs = volmig(&env, &["logs", &op, "--driver"]).await;
+    let logs = volmig(&env, &["logs", op, "--driver"]).await;
     assert_eq!(logs.code, 0, "{}", logs.stderr);
     for pod in &pods {
         assert!(
@@ -397,25 +403,13 @@ async fn a_detached_copy_is_aborted_and_handed_back_to_the_cluster() {
 /// (which holds the operation) undoes it, the client follows to the end.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_detached_cutover_rolls_back_when_asked_while_its_pod_drives() {
-    let env = common::env_with_driver().await;
-    let client = env.client().await;
-    let ns = env.namespace.clone();
-    let old_dir = running_app(&client, &ns, "data", "app").await;
-    seed(&old_dir.join("bulk"), 48, 256 << 10);
-    let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
-    let run = cutover(
-        &env,
-        &[],
-        "data",
-        &["--detach", "--bwlimit", "2M", "-o", "json"],
-    )
-    .await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let op = run.operation().metadata.name;
-    let pod = driver_pod(&client, &ns, &op).await;
-    common::await_progress(&client, &ns, &op, 1, 2 * MIB).await;
+    let (env, client, app) = detached_cutover(&["--bwlimit", "2M"]).await;
+    let (ns, op, old_dir, old_volume) = (&app.ns, &app.op, &app.old_dir, &app.old_volume);
+    let (ns, op) = (ns.as_str(), op.as_str());
+    let pod = driver_pod(&client, ns, op).await;
+    common::await_progress(&client, ns, op, 1, 2 * MIB).await;
 
-    let rollback = volmig(&env, &["rollback", &op, "-o", "json"]).await;
+    let rollback = volmig(&env, &["rollback", op, "-o", "json"]).await;
     assert_eq!(rollback.code, 0, "{}", rollback.stderr);
     assert!(
         rollback.stderr.contains(&format!("is driven by pod/{pod}")),
@@ -430,15 +424,15 @@ async fn a_detached_cutover_rolls_back_when_asked_while_its_pod_drives() {
         vm.status.message
     );
     assert_eq!(
-        bound_volume(&claim_of(&client, &ns, "data").await),
-        old_volume
+        bound_volume(&claim_of(&client, ns, "data").await),
+        *old_volume
     );
-    assert_eq!(replicas(&client, &ns, "app").await, 1);
-    await_running(&client, &ns, "app").await;
-    let seq = await_sequence_past(&old_dir, sequence(&old_dir).len() + 5).await;
+    assert_eq!(replicas(&client, ns, "app").await, 1);
+    await_running(&client, ns, "app").await;
+    let seq = await_sequence_past(old_dir, sequence(old_dir).len() + 5).await;
     assert_gapless(&seq, "after the rollback");
-    await_no_grants(&client, &ns, &op).await;
-    assert_never_refused(&env, &op);
+    await_no_grants(&client, ns, op).await;
+    assert_never_refused(&env, op);
 }
 
 /// A user who may migrate but not create roles is told so, with each

@@ -179,34 +179,53 @@ fn owner<K: Resource>(kind: &'static str, object: &K) -> Result<Owner, DriverErr
     Ok(Owner { kind, name, uid })
 }
 
-/// A role as built: created, or one of that name brought up to date (an
-/// earlier version of volmig may have granted something else).
-async fn ensure<K>(api: &Api<K>, object: &K) -> Result<K, DriverError>
+/// What [`create_or_find`] did.
+enum Made<K> {
+    Created(K),
+    /// One of that name was there (not being deleted).
+    Found(K),
+}
+
+/// Creates `object`, or finds the live one of its name; one being deleted
+/// is waited out and created again.
+async fn create_or_find<K>(api: &Api<K>, object: &K) -> Result<Made<K>, DriverError>
 where
     K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     let name = object.meta().name.clone().unwrap_or_default();
     loop {
         match api.create(&PostParams::default(), object).await {
-            Ok(created) => return Ok(created),
+            Ok(created) => return Ok(Made::Created(created)),
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(DriverError::kube(format!("create {name}"), e)),
         }
-        let Some(found) = get(api, &name).await? else {
-            continue;
-        };
-        if found.meta().deletion_timestamp.is_some() {
-            wait_gone(api, &name).await?;
-            continue;
+        match get(api, &name).await? {
+            Some(found) if found.meta().deletion_timestamp.is_some() => {
+                wait_gone(api, &name).await?
+            }
+            Some(found) => return Ok(Made::Found(found)),
+            None => {}
         }
-        // Rules as built, keeping the found object's identity.
-        let mut wanted = object.clone();
-        wanted.meta_mut().resource_version = found.meta().resource_version.clone();
-        return api
-            .replace(&name, &PostParams::default(), &wanted)
-            .await
-            .map_err(|e| DriverError::kube(format!("update {name}"), e));
     }
+}
+
+/// A role as built: created, or one of that name brought up to date (an
+/// earlier version of volmig may have granted something else).
+async fn ensure<K>(api: &Api<K>, object: &K) -> Result<K, DriverError>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let found = match create_or_find(api, object).await? {
+        Made::Created(created) => return Ok(created),
+        Made::Found(found) => found,
+    };
+    // Rules as built, keeping the found object's identity.
+    let name = object.meta().name.clone().unwrap_or_default();
+    let mut wanted = object.clone();
+    wanted.meta_mut().resource_version = found.meta().resource_version.clone();
+    api.replace(&name, &PostParams::default(), &wanted)
+        .await
+        .map_err(|e| DriverError::kube(format!("update {name}"), e))
 }
 
 /// An owned object as built: created, or one of that name made the
@@ -216,31 +235,19 @@ async fn ensure_owned<K>(api: &Api<K>, object: &K, owner: &Owner) -> Result<(), 
 where
     K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    let name = object.meta().name.clone().unwrap_or_default();
-    loop {
-        match api.create(&PostParams::default(), object).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(DriverError::kube(format!("create {name}"), e)),
-        }
-        let Some(found) = get(api, &name).await? else {
-            continue;
-        };
-        if found.meta().deletion_timestamp.is_some() {
-            wait_gone(api, &name).await?;
-            continue;
-        }
-        let owned = found.owner_references().iter().any(|r| r.uid == owner.uid);
-        if owned {
-            return Ok(());
-        }
-        let patch = json!({"metadata": {"ownerReferences": object.meta().owner_references}});
-        return api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map(|_| ())
-            .map_err(|e| DriverError::kube(format!("take over {name}"), e));
+    let found = match create_or_find(api, object).await? {
+        Made::Created(_) => return Ok(()),
+        Made::Found(found) => found,
+    };
+    if found.owner_references().iter().any(|r| r.uid == owner.uid) {
+        return Ok(());
     }
+    let name = object.meta().name.clone().unwrap_or_default();
+    let patch = json!({"metadata": {"ownerReferences": object.meta().owner_references}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| DriverError::kube(format!("take over {name}"), e))
 }
 
 /// The Job: created, or kept while it runs; one that has finished (an
@@ -250,13 +257,9 @@ async fn ensure_job(client: &Client, home: &str, job: &Job) -> Result<(), Driver
     let api: Api<Job> = Api::namespaced(client.clone(), home);
     let name = job.metadata.name.clone().unwrap_or_default();
     loop {
-        match api.create(&PostParams::default(), job).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(DriverError::kube(format!("create Job {name}"), e)),
-        }
-        let Some(found) = get(&api, &name).await? else {
-            continue;
+        let found = match create_or_find(&api, job).await? {
+            Made::Created(_) => return Ok(()),
+            Made::Found(found) => found,
         };
         // A running Job drives already, unless it runs another image
         // than asked for now (one that could not be pulled, say).
