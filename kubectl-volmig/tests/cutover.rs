@@ -114,6 +114,8 @@ async fn cutover_moves_the_app_and_commit_deletes_the_old_volume() {
     assert_eq!(c.quiesce[0].replicas, 1);
     // Attempts of every pass are in the history: 2 rounds + the final sync.
     assert!(vm.status.attempts.len() >= 3, "{:?}", vm.status.attempts);
+    // The passes shared one Service and one set of keys; all gone now.
+    assert_eq!(common::leftovers(&client, &ns).await, Vec::<String>::new());
 
     // The claim: same name, labels and annotations, bound to a new volume
     // of the new class.

@@ -216,10 +216,12 @@ impl Driver {
             self.plan.destination.namespace.as_str(),
             self.plan.spec.source.namespace.as_str(),
         ];
-        objects::cleanup(&self.client, &op, &namespaces).await?;
         if pass_first(&self.record).is_some() {
+            // The cutover removes the Service and the keys when it ends.
+            objects::remove_pods(&self.client, &op, &namespaces).await?;
             return self.end_pass(phase, message).await;
         }
+        objects::cleanup(&self.client, &op, &namespaces).await?;
         let msg = message.clone();
         self.write(|vm| {
             vm.status.phase = phase;

@@ -171,6 +171,25 @@ pub async fn cleanup(
     op: &str,
     namespaces: &[&str],
 ) -> Result<Removed, DriverError> {
+    remove(client, op, namespaces, true).await
+}
+
+/// Removes the operation's pods only: a cutover's next pass runs behind
+/// the same Service with the same keys.
+pub async fn remove_pods(
+    client: &Client,
+    op: &str,
+    namespaces: &[&str],
+) -> Result<(), DriverError> {
+    remove(client, op, namespaces, false).await.map(|_| ())
+}
+
+async fn remove(
+    client: &Client,
+    op: &str,
+    namespaces: &[&str],
+    all: bool,
+) -> Result<Removed, DriverError> {
     let selector = names::disposable_selector(op);
     let mut removed = Removed::default();
     let mut seen: Vec<&str> = Vec::new();
@@ -180,8 +199,10 @@ pub async fn cleanup(
         }
         seen.push(ns);
         removed.pods += delete_all::<Pod>(client, ns, &selector).await?;
-        removed.services += delete_all::<Service>(client, ns, &selector).await?;
-        removed.secrets += delete_all::<Secret>(client, ns, &selector).await?;
+        if all {
+            removed.services += delete_all::<Service>(client, ns, &selector).await?;
+            removed.secrets += delete_all::<Secret>(client, ns, &selector).await?;
+        }
     }
     Ok(removed)
 }

@@ -148,6 +148,7 @@ impl Cutover {
                 Step::RollingBack => self.roll_back().await,
                 Step::AwaitingCommit => self.settle().await,
                 Step::Committed | Step::RolledBack => {
+                    self.tidy().await?;
                     self.release().await?;
                     Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
                 }

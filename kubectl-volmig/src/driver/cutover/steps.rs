@@ -9,7 +9,7 @@ use super::machine;
 use super::rebind;
 use super::workload;
 use super::{crash_point, Cutover, Flow, READY_LIMIT};
-use crate::driver::{DriverError, Outcome};
+use crate::driver::{objects, DriverError, Outcome};
 use crate::events::Severity;
 use crate::plan::quiesce;
 use crate::record::cutover::{ClaimCutover, PassKind, Rollback, Step, COMMIT};
@@ -149,8 +149,21 @@ impl Cutover {
         })
         .await?;
         self.post(Severity::Warning, reason, msg).await;
+        self.tidy().await?;
         self.release().await?;
         Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
+    }
+
+    /// Once the cutover has ended: the Service and the key Secrets its
+    /// passes shared go (their pods went with each pass).
+    pub(super) async fn tidy(&self) -> Result<(), DriverError> {
+        let namespaces = [
+            self.plan.destination.namespace.as_str(),
+            self.plan.spec.source.namespace.as_str(),
+        ];
+        objects::cleanup(&self.client, &self.plan.operation, &namespaces)
+            .await
+            .map(|_| ())
     }
 
     /// Scales every recorded owner to zero and waits until no pod (but
@@ -369,6 +382,7 @@ impl Cutover {
         if self.plan.spec.cutover.as_ref().is_some_and(|c| c.commit) {
             self.commit().await?;
         }
+        self.tidy().await?;
         self.release().await?;
         Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
     }
