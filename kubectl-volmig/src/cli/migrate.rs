@@ -30,6 +30,10 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     let inputs = gather::inputs(&cluster.client, &spec).await?;
     refuse_busy_destination(cluster, &spec).await?;
     let plan = plan::plan(&spec, &operation, &inputs)?;
+    let baseline = plan.security.profile == plan::security::Profile::Baseline;
+    if args.detach && baseline && inputs.openshift.is_some() {
+        return Err(Refusal::DetachedBaselineOnOpenShift.into());
+    }
     let quiesce = match &spec.cutover {
         Some(_) => Some(quiesce_plan(cluster, &spec, &inputs).await?),
         None => None,

@@ -104,7 +104,8 @@ pub fn kube_message(e: &kube::Error) -> String {
         kube::Error::Api(status) if !status.message.is_empty() => {
             let advice = match status.code {
                 403 if status.message.contains("PodSecurity") => {
-                    "; the mover pods need the `baseline` Pod Security level (see docs/security.md)"
+                    "; --security restricted runs the movers as the app's own user with no \
+                     capability, which that level admits (see docs/security.md)"
                 }
                 403 => "; ask for the permissions listed in docs/kubectl-volmig.md",
                 _ => "",

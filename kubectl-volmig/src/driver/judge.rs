@@ -357,7 +357,8 @@ fn advice(code: i32, error: &str) -> Option<&'static str> {
              (kubectl volmig cleanup, then kubectl delete pvc) and migrate again with a larger --to-size"
         }
         11 if has("ermission denied") || has("not permitted") => {
-            "permission denied: the mover needs root with the capabilities listed in docs/security.md (PodSecurity may forbid them)"
+            "permission denied: baseline movers need root with the capabilities listed in \
+             docs/security.md; restricted ones write only where the app's user may"
         }
         11 if has("Read-only") => "the destination volume is read-only",
         23 if has("could not be read as uid") => {

@@ -118,6 +118,15 @@ pub enum Refusal {
     )]
     SccForbidsBaseline { checked: bool },
 
+    /// `--security baseline --detach` on OpenShift: the driver's own
+    /// ServiceAccount would create the movers, and no SCC of it admits them.
+    #[error(
+        "--security baseline --detach on OpenShift: the in-cluster driver creates the movers as \
+         its own ServiceAccount, which volmig gives no SCC, so restricted-v2 would refuse them; \
+         run it without --detach (the movers are then created as you), or use --security restricted"
+    )]
+    DetachedBaselineOnOpenShift,
+
     /// Restricted movers, and no identity to run them as.
     #[error(
         "restricted movers run as the user that can read {namespace}/{claim}, and none is known: {}, \

@@ -166,7 +166,12 @@ pub const DRIVER_ACCESS: &[Access] = &[
         "reclaim policies, claimRef, commit",
     ),
     cluster("", "nodes", &["list"], "placement"),
-    cluster("", "namespaces", &["get"], "the destination namespace"),
+    cluster(
+        "",
+        "namespaces",
+        &["get"],
+        "the movers' namespaces: existence, Pod Security labels",
+    ),
     cluster(
         "storage.k8s.io",
         "storageclasses",

@@ -16,9 +16,10 @@ use crate::driver::{gather, objects, DriverError, Outcome};
 use crate::events::Severity;
 use crate::names;
 use crate::plan;
+use crate::plan::security::Profile;
 use crate::record::cutover::{ClaimCutover, ClaimShape, PassKind, Rollback, Step};
 use crate::record::Phase;
-use crate::spec::{ClaimRef, MigrationSpec};
+use crate::spec::{ClaimRef, MigrationSpec, RunAs, SecurityMode};
 
 impl Cutover {
     pub(super) async fn roll_back(&mut self) -> Result<Flow, DriverError> {
@@ -108,6 +109,7 @@ impl Cutover {
         })
         .await?;
         self.post(Severity::Normal, "CutoverRolledBack", &msg).await;
+        self.tidy().await?;
         self.release().await?;
         Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
     }
@@ -200,10 +202,25 @@ impl Cutover {
         spec.transfer.compress = self.plan.spec.transfer.compress;
         spec.retry = self.plan.spec.retry.clone();
         spec.mover = self.plan.spec.mover.clone();
+        // The movers' security as the cutover's: the app is stopped now,
+        // and its pods can no longer say whom restricted movers run as.
+        let security = &self.plan.security;
+        spec.mover.security = match security.profile {
+            Profile::Baseline => SecurityMode::Baseline,
+            Profile::Restricted => SecurityMode::Restricted,
+        };
+        if let Some(id) = &security.identity {
+            spec.mover.run_as = Some(RunAs {
+                uid: id.uid,
+                gid: id.gid,
+            });
+        }
         let inputs = gather::inputs(&self.client, &spec).await?;
-        plan::plan(&spec, &self.plan.operation, &inputs).map_err(|r| {
+        let mut plan = plan::plan(&spec, &self.plan.operation, &inputs).map_err(|r| {
             DriverError::Refused(format!("cannot plan the copy back to the old volume: {r}"))
-        })
+        })?;
+        plan.security = security.clone();
+        Ok(plan)
     }
 
     /// The old volume gets its policy back; the new one is labelled and
