@@ -14,6 +14,7 @@ mod probe;
 mod processes;
 mod projected;
 pub mod runtime;
+mod security;
 mod service_env;
 mod status;
 mod volumes;
