@@ -9,6 +9,7 @@ mod env;
 pub mod image;
 mod launch;
 pub mod logs;
+mod ownership;
 mod pod;
 mod probe;
 mod processes;
