@@ -36,6 +36,7 @@ use serde_json::{json, Value};
 
 use super::ownership::claim;
 use super::placement::daemon_should_run;
+use super::pod_control::{create_pods, Controller};
 use super::workloads::{pod_from_template, template_hash, write_status, REVISION};
 use super::workloads_sts::{available, ready_condition};
 use super::{is_terminating, log_err, name_of, Ctx};
@@ -250,21 +251,23 @@ impl Set<'_> {
 
     /// `syncNodes`' creations: one pod per node, bound there by affinity.
     fn create_on(&self, nodes: &[String]) {
-        let (ns, name) = name_of(self.ds);
+        let name = name_of(self.ds).1;
         let template = &self.ds["spec"]["template"];
         let mut labels = template["metadata"]["labels"].clone();
         labels[REVISION] = json!(self.hash);
         let spec = daemon_spec(self.ds);
-        for node in nodes {
-            let mut spec = spec.clone();
-            pin_to_node(&mut spec, node);
-            let mut pod = pod_from_template(self.ds, labels.clone(), spec);
-            pod["metadata"]["generateName"] = json!(format!("{name}-"));
-            log_err(
-                "create daemon pod",
-                self.ctx.store.create(registry::get("pods"), ns, pod),
-            );
-        }
+        let pods: Vec<Value> = nodes
+            .iter()
+            .map(|node| {
+                let mut spec = spec.clone();
+                pin_to_node(&mut spec, node);
+                let mut pod = pod_from_template(self.ds, labels.clone(), spec);
+                pod["metadata"]["generateName"] = json!(format!("{name}-"));
+                pod
+            })
+            .collect();
+        let controller = Controller::Generic("daemonset-controller");
+        create_pods(self.ctx, controller, self.ds, &pods);
     }
 
     fn delete_all(&self, pods: &[String]) {

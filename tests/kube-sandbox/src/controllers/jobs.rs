@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::ownership::claim;
+use super::pod_control::{create_pods, Controller};
 use super::workloads::{is_active, is_ready, pod_from_template};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
@@ -284,21 +285,14 @@ fn manage(
     {
         return 0;
     }
-    let (ns, name) = name_of(job);
+    let name = name_of(job).1;
     let template = &spec["template"];
     let labels = template["metadata"]["labels"].clone();
     let mut pod = pod_from_template(job, labels, template["spec"].clone());
     pod["metadata"]["generateName"] = json!(format!("{name}-"));
     pod["metadata"]["finalizers"] = json!([TRACKING_FINALIZER]);
-    (0..missing)
-        .filter(|_| {
-            log_err(
-                "create job pod",
-                ctx.store.create(registry::get("pods"), ns, pod.clone()),
-            )
-            .is_some()
-        })
-        .count()
+    let pods = vec![pod; missing];
+    create_pods(ctx, Controller::Generic("job-controller"), job, &pods).0
 }
 
 /// The end of a Job: its active pods deleted, the interim condition

@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod namespaces;
 pub mod ownership;
 pub mod placement;
+pub mod pod_control;
 pub mod root_ca;
 pub mod scheduler;
 pub mod ttl;
@@ -42,6 +43,8 @@ pub struct Ctx {
     pub(crate) daemon_backoff: daemonsets::Backoff,
     /// When the Job controller may next make a pod for a Job.
     pub(crate) job_backoff: jobs::Backoff,
+    /// When an owner whose pod was refused may next create one.
+    pub(crate) pod_creates: pod_control::Backoff,
 }
 
 impl Ctx {
@@ -53,6 +56,7 @@ impl Ctx {
             assumed: Default::default(),
             daemon_backoff: Default::default(),
             job_backoff: Default::default(),
+            pod_creates: Default::default(),
         }
     }
 }

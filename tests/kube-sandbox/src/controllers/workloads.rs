@@ -13,6 +13,7 @@
 use serde_json::{json, Value};
 
 use super::ownership::claim;
+use super::pod_control::{create_pods, Controller, Outcome};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::api::protobuf::omits_zero;
 use crate::registry;
@@ -168,7 +169,7 @@ fn sync_deployment(ctx: &Ctx, deployment: &Value) {
     let (total, ready) = (sum("replicas"), sum("readyReplicas"));
     let generation = deployment["metadata"]["generation"].clone();
     let available = if ready >= want { "True" } else { "False" };
-    let status = json!({
+    let mut status = json!({
         "observedGeneration": generation,
         "replicas": total,
         "updatedReplicas": updated,
@@ -177,6 +178,12 @@ fn sync_deployment(ctx: &Ctx, deployment: &Value) {
         "unavailableReplicas": (want - ready).max(0),
         "conditions": [{"type": "Available", "status": available, "reason": if available == "True" { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" }}],
     });
+    // `getReplicaFailures`: a set's ReplicaFailure shows on the Deployment.
+    if let Some(failure) = owned.iter().find_map(|rs| failure_condition(rs)) {
+        if let Some(conditions) = status["conditions"].as_array_mut() {
+            conditions.push(failure.clone());
+        }
+    }
     write_status(ctx, "deployments", deployment, status);
 }
 
@@ -191,14 +198,18 @@ fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: 
         return;
     };
     let want = replicas(rs) as usize;
+    let mut created = Outcome::Created;
     if active.len() < want {
         let template = &rs["spec"]["template"];
         let labels = template["metadata"]["labels"].clone();
         let mut pod = pod_from_template(rs, labels, template["spec"].clone());
         pod["metadata"]["generateName"] = json!(format!("{name}-"));
-        for _ in active.len()..want {
-            log_err("create pod", ctx.store.create(pod_res, ns, pod.clone()));
-        }
+        let component = match plural {
+            "replicationcontrollers" => "replication-controller",
+            _ => "replicaset-controller",
+        };
+        let pods = vec![pod; want - active.len()];
+        created = create_pods(ctx, Controller::Generic(component), rs, &pods).1;
     } else if active.len() > want {
         // Unscheduled and not-ready pods go first, then the newest.
         let mut victims = active.clone();
@@ -224,14 +235,46 @@ fn sync_replicaset(ctx: &Ctx, plural: &str, rs: &Value, selector: &Value, pods: 
     }
     // As the pass began: pods created or deleted now count on the next.
     let ready = active.iter().filter(|p| is_ready(p)).count();
-    let status = json!({
+    let mut status = json!({
         "observedGeneration": rs["metadata"]["generation"],
         "replicas": active.len(),
         "fullyLabeledReplicas": active.len(),
         "readyReplicas": ready,
         "availableReplicas": ready,
     });
+    if let Some(failure) = replica_failure(rs, &created) {
+        status["conditions"] = json!([failure]);
+    }
     write_status(ctx, plural, rs, status);
+}
+
+/// The `ReplicaFailure` condition `calculateStatus` keeps: set (once, its
+/// first message kept) when a create failed, kept while the set backs off,
+/// gone once creating works again.
+fn replica_failure(rs: &Value, created: &Outcome) -> Option<Value> {
+    let existing = failure_condition(rs).cloned();
+    match created {
+        Outcome::Created => None,
+        Outcome::BackingOff => existing,
+        Outcome::Failed(message) => existing.or_else(|| {
+            Some(json!({
+                "type": REPLICA_FAILURE,
+                "status": "True",
+                "reason": "FailedCreate",
+                "message": message,
+                "lastTransitionTime": crate::time::now(),
+            }))
+        }),
+    }
+}
+
+const REPLICA_FAILURE: &str = "ReplicaFailure";
+
+fn failure_condition(obj: &Value) -> Option<&Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == REPLICA_FAILURE)
 }
 
 /// Leaves out of `status`, a Go struct `message` (`DeploymentStatus`), the

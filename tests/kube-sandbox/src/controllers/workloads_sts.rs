@@ -22,6 +22,7 @@
 use serde_json::{json, Value};
 
 use super::ownership::claim;
+use super::pod_control::{create_pods, Controller};
 use super::workloads::{pod_from_template, replicas, template_hash, write_status, REVISION};
 use super::{is_terminating, log_err, name_of, Ctx};
 use crate::registry;
@@ -123,14 +124,8 @@ impl Set<'_> {
     fn replica(&self, i: usize, pod: Option<&Value>) -> Step {
         let Some(pod) = pod else {
             ensure_claims(self.ctx, self.sts, i);
-            log_err(
-                "create pod",
-                self.ctx.store.create(
-                    registry::get("pods"),
-                    name_of(self.sts).0,
-                    pod_for(self.sts, i, self.revision),
-                ),
-            );
+            let pod = pod_for(self.sts, i, self.revision);
+            create_pods(self.ctx, Controller::StatefulSet, self.sts, &[pod]);
             return Step::Wait;
         };
         let phase = pod["status"]["phase"].as_str().unwrap_or_default();

@@ -3,6 +3,7 @@
 //! it, from the container's spec and its image ([`Files`]).
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::image::Image;
 use super::volumes::HostVolume;
-use super::{env, runtime, Shared};
+use super::{env, runtime, security, Shared};
 
 /// Where a mapped image's binary appears in its containers.
 const MAPPED_BIN: &str = "/volmig/bin";
@@ -73,6 +74,11 @@ pub fn build(
     }
     let env = env::build(&shared.store, pod, spec, &base_env)
         .map_err(|e| ("CreateContainerConfigError", e))?;
+    let (image_user, root) = match files {
+        Files::Image(pulled) => (pulled.config.user.as_deref(), Some(pulled.root.as_path())),
+        Files::Host | Files::Binary(_) => (None, None),
+    };
+    let identity = security::identity(pod, spec, image_user, root)?;
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
             .into_iter()
@@ -114,6 +120,7 @@ pub fn build(
         image_root,
         scratch_dir,
         log_path,
+        identity,
     })
 }
 
@@ -198,6 +205,11 @@ fn injected(
             continue;
         }
         std::fs::write(&host_path, content)?;
+        // Any user may write its termination message, as the kubelet
+        // makes the file.
+        if at == termination {
+            std::fs::set_permissions(&host_path, std::fs::Permissions::from_mode(0o666))?;
+        }
         mounts.push(runtime::Mount {
             host_path,
             container_path: PathBuf::from(at),

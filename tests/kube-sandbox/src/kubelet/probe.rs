@@ -201,6 +201,7 @@ mod tests {
             image_root: None,
             scratch_dir: std::env::temp_dir(),
             log_path: "/dev/null".into(),
+            identity: crate::kubelet::runtime::Identity::root(),
         };
         assert_eq!(run(&Check::Tcp { port }, ip, &none).await, Ok(()));
         let http = run(

@@ -34,7 +34,18 @@ pub fn write(
             let path = token.get("path").and_then(Value::as_str).unwrap_or("token");
             let text = service_account_token(store, authority, pod, node)
                 .map_err(|e| mount_failed(volume, e))?;
-            write_file(dir, path, text.as_bytes(), file_mode(default_mode), volume)?;
+            // With an fsGroup or a user every container runs as, the token
+            // is 0600 (the fsGroup then adds group read) and that user's.
+            let fs_user = fs_user(pod);
+            let mode = match (fs_user, &pod["spec"]["securityContext"]["fsGroup"]) {
+                (None, Value::Null) => file_mode(default_mode),
+                _ => 0o600,
+            };
+            write_file(dir, path, text.as_bytes(), mode, volume)?;
+            if let Some(uid) = fs_user {
+                std::os::unix::fs::lchown(dir.join(path), Some(uid), None)
+                    .map_err(|e| mount_failed(volume, e))?;
+            }
         } else if let Some((plural, object)) = keyed(source) {
             let mut keys = object.clone();
             keys["defaultMode"] = json!(default_mode);
@@ -100,6 +111,25 @@ fn service_account_token(
         .issue(&subject, &Validity::projected())
         .map(|(token, _)| token)
         .map_err(|e| format!("failed to fetch token: {e}"))
+}
+
+/// `FsUserFrom`: the `runAsUser` every container and init container runs
+/// with (its own, else the pod's), when they all have the same one.
+fn fs_user(pod: &Value) -> Option<u32> {
+    let spec = &pod["spec"];
+    let mut users = ["initContainers", "containers"]
+        .into_iter()
+        .flat_map(|list| spec[list].as_array().into_iter().flatten())
+        .map(|c| {
+            c["securityContext"]["runAsUser"]
+                .as_u64()
+                .or(spec["securityContext"]["runAsUser"].as_u64())
+        });
+    let first = users.next()??;
+    users
+        .all(|u| u == Some(first))
+        .then(|| u32::try_from(first).ok())
+        .flatten()
 }
 
 /// A file's permission bits from a (default) mode; the rest left out.

@@ -33,6 +33,14 @@
 //! missing inside a *volume* is refused (`CreateContainerError`): creating
 //! it would write into the volume's host directory. See `rootfs.rs`.
 //!
+//! # Identity
+//!
+//! The process runs as its [`Identity`]: after `chroot`, the child drops
+//! the bounding set to the container's capabilities, sets the groups, the
+//! gid and the uid, then the effective and permitted sets, and
+//! `no_new_privs` when asked, as runc does (see `identity.rs` for what a
+//! non-root process is left with after `execve`).
+//!
 //! # Setting up in the child
 //!
 //! The namespace and mount work runs in a `pre_exec` hook, on data prepared
@@ -48,9 +56,11 @@
 
 mod child;
 mod expand;
+pub mod identity;
 mod rootfs;
 
 pub use expand::expand_vars;
+pub use identity::Identity;
 
 use std::ffi::OsStr;
 use std::fs::OpenOptions;
@@ -103,6 +113,8 @@ pub struct Launch {
     pub scratch_dir: PathBuf,
     /// Where stdout and stderr are appended, as the process writes them.
     pub log_path: PathBuf,
+    /// Who the process runs as and what it may do (see [`identity`]).
+    pub identity: Identity,
 }
 
 /// How a container's process ended, as the kubelet reports it.

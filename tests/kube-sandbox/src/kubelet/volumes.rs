@@ -11,6 +11,7 @@ use base64::prelude::{Engine as _, BASE64_STANDARD};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::Value;
 
+use super::ownership::Managed;
 use crate::auth::Authority;
 use crate::controllers::placement;
 use crate::registry;
@@ -23,11 +24,26 @@ pub struct NotReady {
     pub message: String,
 }
 
-/// A volume on the host, and whether its source makes it read-only.
+/// A volume on the host, whether its source makes it read-only, and how
+/// its ownership follows the pod's `fsGroup`.
 #[derive(Debug, Clone)]
 pub struct HostVolume {
     pub path: PathBuf,
     pub read_only: bool,
+    pub managed: Managed,
+    /// The claim it comes from, if it does.
+    pub claim: Option<String>,
+}
+
+impl HostVolume {
+    fn new(path: PathBuf, read_only: bool, managed: Managed) -> HostVolume {
+        HostVolume {
+            path,
+            read_only,
+            managed,
+            claim: None,
+        }
+    }
 }
 
 /// Resolves every volume of `pod`, materializing Secrets, ConfigMaps and
@@ -49,39 +65,32 @@ pub fn prepare(
                 .get("claimName")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
+            let (path, managed) = claim_path(store, ns, claim_name, node)?;
+            let read_only = claim.get("readOnly") == Some(&Value::Bool(true));
             HostVolume {
-                path: claim_path(store, ns, claim_name, node)?,
-                read_only: claim.get("readOnly") == Some(&Value::Bool(true)),
+                claim: Some(claim_name.to_string()),
+                ..HostVolume::new(path, read_only, managed)
             }
         } else if let Some((plural, source, object)) = keys_source(volume) {
             write_keys(store, plural, ns, object, source, &own_dir, name)?;
-            HostVolume {
-                path: own_dir,
-                read_only: true,
-            }
+            HostVolume::new(own_dir, true, Managed::Always)
         } else if volume["projected"].is_object() {
             let node_name = node["metadata"]["name"].as_str().unwrap_or_default();
             let projected = &volume["projected"];
             super::projected::write(store, authority, pod, node_name, projected, &own_dir, name)?;
-            HostVolume {
-                path: own_dir,
-                read_only: true,
-            }
+            HostVolume::new(own_dir, true, Managed::Always)
         } else if volume["emptyDir"].is_object() {
+            // Anyone may write there, as the emptyDir plugin makes it.
             make_dir(&own_dir, name)?;
-            HostVolume {
-                path: own_dir,
-                read_only: false,
-            }
+            std::fs::set_permissions(&own_dir, std::fs::Permissions::from_mode(0o777))
+                .map_err(|e| mount_failed(name, e))?;
+            HostVolume::new(own_dir, false, Managed::Always)
         } else if let Some(path) = volume["hostPath"]["path"].as_str() {
             let path = PathBuf::from(path);
             if volume["hostPath"]["type"] == "DirectoryOrCreate" {
                 make_dir(&path, name)?;
             }
-            HostVolume {
-                path,
-                read_only: false,
-            }
+            HostVolume::new(path, false, Managed::No)
         } else {
             return Err(NotReady {
                 reason: "FailedMount",
@@ -124,13 +133,14 @@ pub(super) fn make_dir(dir: &Path, volume: &str) -> Result<(), NotReady> {
 /// The directory of the volume a claim is bound to, when this node can
 /// mount it: the claim is not being deleted and the volume's node affinity
 /// admits the node (all nodes share one filesystem here, so this check is
-/// what keeps a node-local volume on its node).
+/// what keeps a node-local volume on its node). With how its plugin
+/// manages ownership: a `local` volume by policy, a `hostPath` one not.
 fn claim_path(
     store: &Store,
     ns: &str,
     claim_name: &str,
     node: &Value,
-) -> Result<PathBuf, NotReady> {
+) -> Result<(PathBuf, Managed), NotReady> {
     let waiting = |message: String| NotReady {
         reason: "FailedMount",
         message,
@@ -160,18 +170,19 @@ fn claim_path(
             "MountVolume.NodeAffinity check failed for volume \"{pv_name}\" : no matching NodeSelectorTerms"
         )));
     }
-    let path = [
-        &pv["spec"]["hostPath"]["path"],
-        &pv["spec"]["local"]["path"],
-    ]
-    .into_iter()
-    .find_map(Value::as_str)
-    .ok_or_else(|| {
-        waiting(format!(
-            "persistentvolume \"{pv_name}\" has no hostPath or local path"
-        ))
-    })?;
-    Ok(PathBuf::from(path))
+    let (path, managed) = match (
+        pv["spec"]["hostPath"]["path"].as_str(),
+        pv["spec"]["local"]["path"].as_str(),
+    ) {
+        (Some(path), _) => (path, Managed::No),
+        (None, Some(path)) => (path, Managed::ByPolicy),
+        (None, None) => {
+            return Err(waiting(format!(
+                "persistentvolume \"{pv_name}\" has no hostPath or local path"
+            )))
+        }
+    };
+    Ok((PathBuf::from(path), managed))
 }
 
 /// Writes a Secret's or ConfigMap's keys (or the listed `items`) as files.

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
-use crate::registry::rules::service_accounts;
+use crate::registry::rules::{pod_security, service_accounts};
 use crate::registry::{self, Resource};
 use crate::status::ApiError;
 
@@ -242,6 +242,18 @@ impl Store {
             inner.allocate_cluster_ip(&mut obj);
         }
         registry::validate_create(res, &obj)?;
+        // The validating admission plugins run on the object as it would
+        // be stored, its name generated.
+        match res.kind {
+            "Pod" => {
+                let ns = key(registry::get("namespaces"), "", namespace);
+                if let Some(ns) = inner.objects.get(&ns) {
+                    pod_security::admit_pod(ns, &obj)?;
+                }
+            }
+            "Namespace" => pod_security::validate_namespace(&obj, None)?,
+            _ => {}
+        }
         let name = obj["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -279,6 +291,16 @@ impl Store {
         }
         if part == Part::Main {
             registry::validate_update(res, &old, &new)?;
+            match res.kind {
+                "Pod" if pod_security::significant_update(&old, &new) => {
+                    let ns = self::key(registry::get("namespaces"), "", namespace);
+                    if let Some(ns) = inner.objects.get(&ns) {
+                        pod_security::admit_pod(ns, &new)?;
+                    }
+                }
+                "Namespace" => pod_security::validate_namespace(&new, Some(&old))?,
+                _ => {}
+            }
         }
         Ok(self.write(&mut inner, key, new))
     }

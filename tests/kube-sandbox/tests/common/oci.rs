@@ -125,6 +125,8 @@ pub struct Image {
     /// `NAME=value`.
     pub env: Vec<String>,
     pub working_dir: Option<String>,
+    /// `User`: `uid`, `name`, `uid:gid`, ...
+    pub user: Option<String>,
     pub labels: HashMap<String, String>,
     /// The manifest's `org.opencontainers.image.ref.name` in the index.
     pub ref_name: Option<String>,
@@ -186,6 +188,9 @@ impl Image {
         }
         if let Some(dir) = self.working_dir {
             config = config.working_dir(dir);
+        }
+        if let Some(user) = self.user {
+            config = config.user(user);
         }
         let configuration = ImageConfigurationBuilder::default()
             .architecture("amd64")

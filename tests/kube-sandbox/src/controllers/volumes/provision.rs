@@ -1,5 +1,7 @@
 //! The built-in provisioners (acting as external ones do).
 
+use std::os::unix::fs::PermissionsExt;
+
 use serde_json::{json, Value};
 
 use super::binding::{claim_ref, class_of};
@@ -60,7 +62,12 @@ fn provision(ctx: &Ctx, claim: &Value, class: &Value, provisioner: &str, node: &
     let uid = str_at(claim, &["metadata", "uid"]);
     let pv_name = format!("pvc-{uid}");
     let dir = ctx.data_dir.join("volumes").join(&pv_name);
-    if let Err(e) = std::fs::create_dir_all(&dir) {
+    // Writable by any user, as local-path-provisioner (kind, k3d) makes
+    // its directories: a non-root pod can use a claim whose plugin does
+    // not apply its fsGroup.
+    let made = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)));
+    if let Err(e) = made {
         failed(ctx, claim, &format!("creating {}: {e}", dir.display()));
         return;
     }

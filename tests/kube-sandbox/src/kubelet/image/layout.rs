@@ -239,6 +239,7 @@ fn image_config(image: &ImageConfiguration) -> ImageConfig {
         cmd: config.cmd().clone(),
         env,
         working_dir: config.working_dir().clone().filter(|d| !d.is_empty()),
+        user: config.user().clone().filter(|u| !u.is_empty()),
         labels: config.labels().clone().unwrap_or_default(),
     }
 }

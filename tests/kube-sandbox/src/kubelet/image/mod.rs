@@ -143,6 +143,8 @@ pub struct ImageConfig {
     /// `NAME=value` pairs, in order.
     pub env: Vec<(String, String)>,
     pub working_dir: Option<String>,
+    /// `User`: `uid`, `name`, `uid:gid` or `name:group`; None when empty.
+    pub user: Option<String>,
     pub labels: HashMap<String, String>,
 }
 

@@ -15,7 +15,10 @@ use std::ffi::{CStr, CString};
 use std::io;
 
 use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
 use rustix::mount::{MountFlags, MountPropagationFlags};
+use rustix::process::{Gid, Uid};
+use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use super::rootfs::{c, Plan};
 use super::{create, Launch, RuntimeError};
@@ -25,7 +28,9 @@ const STEP_NAMESPACE: usize = 0;
 const STEP_CHROOT: usize = 1;
 const STEP_CHDIR: usize = 2;
 const STEP_EXEC: usize = 3;
-const STEP_FIRST_OP: usize = 4;
+const STEP_USER: usize = 4;
+const STEP_CAPABILITIES: usize = 5;
+const STEP_FIRST_OP: usize = 6;
 /// A failed step is sent as `(step + 1) << 16 | errno` in an `i32`.
 const MAX_STEPS: usize = 0x7ffe;
 
@@ -185,6 +190,12 @@ pub(super) struct Container {
     pub(super) program: CString,
     argv: CStrings,
     env: CStrings,
+    uid: Uid,
+    gid: Gid,
+    groups: Vec<Gid>,
+    /// The identity's capabilities, less those the kernel does not have.
+    capabilities: CapabilitySet,
+    no_new_privs: bool,
 }
 
 impl Container {
@@ -216,6 +227,7 @@ impl Container {
                 None => env.push(pair),
             }
         }
+        let identity = &launch.identity;
         Ok(Container {
             ops,
             root,
@@ -226,6 +238,11 @@ impl Container {
                 env.into_iter()
                     .map(|(name, value)| format!("{name}={value}")),
             )?,
+            uid: Uid::from_raw(identity.uid),
+            gid: Gid::from_raw(identity.gid),
+            groups: identity.groups.iter().map(|g| Gid::from_raw(*g)).collect(),
+            capabilities: identity.capabilities & kernel_capabilities(),
+            no_new_privs: identity.no_new_privs,
         })
     }
 
@@ -251,6 +268,7 @@ impl Container {
         }
         rustix::process::chroot(self.root.as_c_str()).map_err(failed(STEP_CHROOT))?;
         rustix::process::chdir(self.cwd.as_c_str()).map_err(failed(STEP_CHDIR))?;
+        self.become_user()?;
         rustix::process::umask(Mode::from_raw_mode(0o022));
         // SAFETY: a NUL-terminated path and two null-terminated arrays of
         // NUL-terminated strings, all alive until `execve` replaces us.
@@ -262,6 +280,48 @@ impl Container {
             )
         };
         Err(step_error(STEP_EXEC, io::Error::last_os_error()))
+    }
+
+    /// runc's `finalizeNamespace` and what follows it, in its order: the
+    /// bounding set dropped to the container's (which takes
+    /// CAP_SETPCAP, so before anything else), the capabilities kept
+    /// across the change of user, `setgroups`, `setgid`, `setuid`, then
+    /// the effective and permitted sets set and the inheritable and
+    /// ambient ones emptied, and `no_new_privs` last. Raw system calls
+    /// that change this thread only, which is the whole child.
+    fn become_user(&self) -> io::Result<()> {
+        use rustix::thread as t;
+        let failed = |step: usize| move |e: Errno| step_error(step, e.into());
+        for bit in 0..64 {
+            let cap = CapabilitySet::from_bits_retain(1 << bit);
+            if self.capabilities.contains(cap) {
+                continue;
+            }
+            match t::remove_capability_from_bounding_set(cap) {
+                // Beyond the kernel's last capability.
+                Ok(()) | Err(Errno::INVAL) => {}
+                Err(e) => return Err(step_error(STEP_CAPABILITIES, e.into())),
+            }
+        }
+        t::set_keep_capabilities(true).map_err(failed(STEP_USER))?;
+        t::set_thread_groups(&self.groups).map_err(failed(STEP_USER))?;
+        t::set_thread_res_gid(self.gid, self.gid, self.gid).map_err(failed(STEP_USER))?;
+        t::set_thread_res_uid(self.uid, self.uid, self.uid).map_err(failed(STEP_USER))?;
+        t::set_keep_capabilities(false).map_err(failed(STEP_USER))?;
+        let sets = CapabilitySets {
+            effective: self.capabilities,
+            permitted: self.capabilities,
+            inheritable: CapabilitySet::empty(),
+        };
+        t::set_capabilities(None, sets).map_err(failed(STEP_CAPABILITIES))?;
+        match t::clear_ambient_capability_set() {
+            Ok(()) | Err(Errno::INVAL) => {}
+            Err(e) => return Err(step_error(STEP_CAPABILITIES, e.into())),
+        }
+        if self.no_new_privs {
+            t::set_no_new_privs(true).map_err(failed(STEP_CAPABILITIES))?;
+        }
+        Ok(())
     }
 
     /// What failed, from the error of a failed spawn, in the parent.
@@ -277,6 +337,13 @@ impl Container {
             Some(STEP_CHROOT) => format!("chroot into {:?}: {cause}", self.root),
             Some(STEP_CHDIR) => format!("chdir to working directory {:?}: {cause}", self.cwd),
             Some(STEP_EXEC) => format!("exec: {:?}: {cause}", self.program),
+            Some(STEP_USER) => format!(
+                "setting the user (uid {}, gid {}, groups {:?}): {cause}",
+                self.uid.as_raw(),
+                self.gid.as_raw(),
+                self.groups.iter().map(|g| g.as_raw()).collect::<Vec<_>>()
+            ),
+            Some(STEP_CAPABILITIES) => format!("applying capabilities: {cause}"),
             Some(step) => match self.ops.get(step - STEP_FIRST_OP) {
                 Some(op) => format!(
                     "setting up the container's mounts: {}: {cause}",
@@ -294,4 +361,17 @@ fn step_error(step: usize, error: io::Error) -> io::Error {
     let errno = error.raw_os_error().unwrap_or(libc::EIO) & 0xffff;
     // `step` is below MAX_STEPS, as `prepare` checked, so this fits.
     io::Error::from_raw_os_error(((step as i32) + 1) << 16 | errno)
+}
+
+/// The capabilities this kernel has (`/proc/sys/kernel/cap_last_cap`), as
+/// runc leaves out those it does not; all it could name when unreadable.
+fn kernel_capabilities() -> CapabilitySet {
+    let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        .filter(|last| *last < 63);
+    match last {
+        Some(last) => CapabilitySet::from_bits_retain((1u64 << (last + 1)) - 1),
+        None => CapabilitySet::all(),
+    }
 }

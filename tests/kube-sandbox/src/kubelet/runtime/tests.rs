@@ -42,6 +42,7 @@ impl Fixture {
             image_root: None,
             scratch_dir: self.dir.path().join("scratch"),
             log_path: self.dir.path().join("container.log"),
+            identity: Identity::root(),
         }
     }
 
@@ -210,6 +211,58 @@ async fn exit_codes_and_signals_pass_through() {
             signal: Some(libc::SIGUSR1)
         }
     );
+}
+
+/// The process status lines that say who a process is and what it may do.
+const IDENTITY_LINES: &str =
+    "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status";
+
+#[tokio::test]
+async fn a_non_root_process_has_its_ids_and_groups_and_no_capabilities_left() {
+    let fixture = Fixture::new();
+    let data = fixture.volume("data", &[]);
+    let mut launch = fixture.sh(&format!("{IDENTITY_LINES}; touch /data/mine"), Some(&data));
+    launch.identity = Identity {
+        uid: 1000,
+        gid: 2000,
+        groups: vec![3000, 2000],
+        capabilities: rustix::thread::CapabilitySet::NET_BIND_SERVICE,
+        no_new_privs: true,
+    };
+    fs::set_permissions(&data, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (exit, log) = fixture.run(&launch).await;
+    assert_eq!(exit, SUCCESS, "{log}");
+    // execve leaves a non-root process without capabilities unless they
+    // are ambient; the bounding set still shows what it was given.
+    assert_eq!(
+        log,
+        "Uid:\t1000\t1000\t1000\t1000\nGid:\t2000\t2000\t2000\t2000\nGroups:\t2000 3000 \n\
+         CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n\
+         CapBnd:\t0000000000000400\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n"
+    );
+    let meta = fs::metadata(data.join("mine")).expect("written");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.uid(), meta.gid()), (1000, 2000));
+}
+
+#[tokio::test]
+async fn root_keeps_exactly_its_capabilities() {
+    let fixture = Fixture::new();
+    let (exit, log) = fixture.run(&fixture.sh(IDENTITY_LINES, None)).await;
+    assert_eq!(exit, SUCCESS, "{log}");
+    let line = |name: &str| {
+        log.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(line("Uid:"), "\t0\t0\t0\t0");
+    assert_eq!(line("Groups:"), "\t0 ");
+    for set in ["CapPrm:", "CapEff:", "CapBnd:"] {
+        assert_eq!(line(set), "\t00000000a80425fb", "{set} in {log}");
+    }
+    assert_eq!(line("CapInh:"), "\t0000000000000000");
+    assert_eq!(line("NoNewPrivs:"), "\t0");
 }
 
 #[tokio::test]

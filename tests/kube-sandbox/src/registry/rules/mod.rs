@@ -10,6 +10,7 @@ mod decode;
 mod defaults;
 pub mod jobs;
 mod metadata;
+pub mod pod_security;
 mod quantity;
 mod secrets;
 pub mod service_accounts;

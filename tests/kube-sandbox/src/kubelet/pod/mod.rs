@@ -14,13 +14,14 @@ use tokio::sync::watch;
 use super::image::{ImageError, Source as ImageSource};
 use super::probe::{self, Check, Probe};
 use super::status::{self, waiting, Container, State, Terminated};
-use super::volumes::{self, HostVolume, NotReady};
+use super::volumes::HostVolume;
 use super::{launch, runtime, LogFile, Shared};
-use crate::controllers::placement::{self, Cluster};
 use crate::events::{self, EventType, Source};
 use crate::registry;
 use crate::store::DeleteOptions;
 use crate::task::Owned;
+
+mod start;
 
 /// Restart back-off: doubles from the first to the cap.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
@@ -198,122 +199,11 @@ impl Worker {
         self.remove().await;
     }
 
-    /// Waits for the node to be Ready and the pod's volumes to be
-    /// attachable and mountable; None when the pod went away first.
-    async fn wait_until_startable(
-        &self,
-        version: &mut watch::Receiver<u64>,
-    ) -> Option<(Value, HashMap<String, HostVolume>)> {
-        {
-            let pod = self.current()?;
-            let mut model = self.model();
-            *model = pod["spec"]["containers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| {
-                    Container::new(
-                        c["name"].as_str().unwrap_or_default(),
-                        c["image"].as_str().unwrap_or_default(),
-                    )
-                })
-                .collect();
-        }
-        self.publish();
-        loop {
-            let pod = self.current()?;
-            if crate::controllers::is_terminating(&pod) {
-                return None;
-            }
-            match self.startable(&pod) {
-                Ok(volumes) => return Some((pod, volumes)),
-                Err(Some(not_ready)) => {
-                    let source = if not_ready.reason == "FailedAttachVolume" {
-                        Source::new("attachdetach-controller")
-                    } else {
-                        Source::on("kubelet", &self.node)
-                    };
-                    events::record(
-                        &self.shared.store,
-                        &source,
-                        &pod,
-                        EventType::Warning,
-                        not_ready.reason,
-                        &not_ready.message,
-                    );
-                }
-                Err(None) => {}
-            }
-            tokio::select! {
-                changed = version.changed() => if changed.is_err() { return None },
-                () = tokio::time::sleep(Duration::from_millis(500)) => {}
-            }
-        }
-    }
-
-    /// Err(None): wait quietly (node not Ready); Err(Some): wait and say why.
-    fn startable(&self, pod: &Value) -> Result<HashMap<String, HostVolume>, Option<NotReady>> {
-        let node = self
-            .shared
-            .store
-            .get(registry::get("nodes"), "", &self.node);
-        let Some(node) = node.ok().filter(is_ready) else {
-            return Err(None);
-        };
-        if pod["spec"]["initContainers"]
-            .as_array()
-            .is_some_and(|c| !c.is_empty())
-        {
-            return Err(Some(NotReady {
-                reason: "Failed",
-                message: "kube-sandbox does not run init containers".into(),
-            }));
-        }
-        if let Some(message) = self.multi_attach(pod) {
-            return Err(Some(NotReady {
-                reason: "FailedAttachVolume",
-                message,
-            }));
-        }
-        volumes::prepare(
-            &self.shared.store,
-            &self.shared.authority,
-            pod,
-            &node,
-            &self.dir,
-        )
-        .map_err(Some)
-    }
-
     fn node_ready(&self) -> bool {
         self.shared
             .store
             .get(registry::get("nodes"), "", &self.node)
             .is_ok_and(|n| is_ready(&n))
-    }
-
-    /// The attach-detach controller's verdict on the pod's claims. A pod
-    /// without any never waits, and the store is not read for it.
-    fn multi_attach(&self, pod: &Value) -> Option<String> {
-        let mut volumes = pod["spec"]["volumes"].as_array().into_iter().flatten();
-        if !volumes.any(|v| v["persistentVolumeClaim"].is_object()) {
-            return None;
-        }
-        let store = &self.shared.store;
-        let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod.clone()).ok()?;
-        let (pods, claims, volumes) = (
-            store.list_as("pods"),
-            store.list_as("persistentvolumeclaims"),
-            store.list_as("persistentvolumes"),
-        );
-        let cluster = Cluster {
-            nodes: &[],
-            pods: &pods,
-            claims: &claims,
-            volumes: &volumes,
-            classes: &[],
-        };
-        placement::multi_attach_conflict(&typed, &self.node, &cluster)
     }
 
     /// Deletes the pod object (its kubelet's confirmation) and cleans up.
