@@ -179,7 +179,9 @@ async fn detached_cutover(extra: &[&str]) -> (Env, Client, Detached) {
     let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
     let mut args = vec!["--detach", "-o", "json"];
     args.extend_from_slice(extra);
+    let started = std::time::Instant::now();
     let run = cutover(&env, &[], "data", &args).await;
+    eprintln!("migrate --detach returned after {:?}", started.elapsed());
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("detached: pod"), "{}", run.stderr);
     let op = run.operation().metadata.name;

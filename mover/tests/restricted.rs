@@ -222,6 +222,47 @@ fn entries_the_sender_may_not_read_fail_the_copy_by_name() {
     assert!(dst.join("big.bin").exists());
 }
 
+/// A volume's root belongs to whoever made it (root, with the kubelet's
+/// fsGroup): a receiver without capabilities fills it, leaves its mode and
+/// times alone, and the verified copy succeeds.
+#[test]
+fn a_root_the_receiver_does_not_own_keeps_its_mode_and_the_copy_verifies() {
+    let Some(prefix) = restricted(NOBODY) else {
+        return;
+    };
+    let tmp = scratch();
+    let src = source(tmp.path());
+    chown_tree(&src, NOBODY);
+    set_mode(&src, 0o2770);
+    set_mode(tmp.path(), 0o755);
+    let dst = tmp.path().join("volume");
+    mkdirs(&dst);
+    set_mode(&dst, 0o777);
+
+    let mut args = prefix;
+    args.extend([
+        MOVER.into(),
+        "sync".into(),
+        "--verify".into(),
+        slash(&src),
+        dst.clone().into(),
+    ]);
+    let out = Proc::spawn_program(&args[0], &args[1..]).wait(RUN_TIMEOUT);
+    out.assert_ok();
+    assert!(
+        out.stderr
+            .contains("the destination root is not this user's"),
+        "{}",
+        out.describe()
+    );
+    let root = std::fs::metadata(&dst).expect("root");
+    assert_eq!((root.uid(), root.mode() & 0o7777), (0, 0o777));
+    assert_eq!(
+        std::fs::read(dst.join("sub/a.txt")).ok().as_deref(),
+        Some(&b"a\n"[..])
+    );
+}
+
 /// A receiver started under `prefix`; returns it with its address.
 fn spawn_restricted_receiver(prefix: &[OsString], dst: &Path, keys: &str) -> (Proc, String) {
     let addr_file = dst.with_file_name("addr");

@@ -9,7 +9,7 @@ use kube::api::{Api, LogParams};
 use tokio::time::Instant;
 
 use super::attempt::progress_of;
-use super::judge::PodView;
+use super::judge::{judge, AttemptView, PodView, Verdict};
 use super::logs::LogDigest;
 use super::objects;
 use super::run::{
@@ -34,6 +34,10 @@ impl Driver {
             .attempts
             .iter()
             .any(|a| a.number == number && a.phase.is_over());
+        let end = match recorded {
+            true => end,
+            false => self.judged_again(end).await,
+        };
         if !recorded {
             self.record_end(number, &end).await?;
         }
@@ -183,6 +187,46 @@ impl Driver {
             failure,
         });
         Ok(State::Done)
+    }
+
+    /// A failure judged again from the whole logs once both sides have
+    /// ended: the followed logs may not have reached a side's last words
+    /// yet (the sender's summary saying which files it may not read, while
+    /// the receiver only counted them failed).
+    async fn judged_again(&mut self, end: AttemptEnd) -> AttemptEnd {
+        if end.phase != AttemptPhase::Failed {
+            return end;
+        }
+        let (receiver, sender, rlog, slog) = self.final_view().await;
+        let ended = |p: &PodView| p.exit_code.is_some();
+        let Some(live) = self.live.as_ref() else {
+            return end;
+        };
+        if !ended(&receiver) || !sender.as_ref().is_some_and(ended) {
+            return end;
+        }
+        let view = AttemptView {
+            receiver,
+            receiver_result: rlog.result.as_ref(),
+            sender,
+            sender_result: slog.as_ref().and_then(|l| l.result.as_ref()),
+            receiver_error: rlog.error.as_ref(),
+            sender_error: slog.as_ref().and_then(|l| l.error.as_ref()),
+            age: live.started.elapsed(),
+            sender_age: live.sender_created.map_or(Duration::ZERO, |t| t.elapsed()),
+            one_side_finished_for: live
+                .one_side_finished_at
+                .map_or(Duration::ZERO, |t| t.elapsed()),
+            start_timeout: self.options.start_timeout,
+        };
+        match judge(&view) {
+            Verdict::Failed { reason, retryable } => AttemptEnd {
+                phase: AttemptPhase::Failed,
+                reason: Some(reason),
+                retryable: Some(retryable),
+            },
+            _ => end,
+        }
     }
 
     /// The pods' last states and their whole logs (a follower may have

@@ -564,9 +564,20 @@ fn finish(
     dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.depth()));
     for (path, meta) in &dirs {
         let placed = placer.place(path);
-        if let Err(e) = placed.and_then(|dir| apply_to_path(&dir, &Kind::Dir, meta, owner)) {
-            warn(format_args!("{path}: {e}"));
-            s.files_failed += 1;
+        match placed.and_then(|dir| apply_to_path(&dir, &Kind::Dir, meta, owner)) {
+            Ok(()) => {}
+            // The volume's root belongs to whoever made it (the kubelet
+            // gives it the pod's fsGroup): without root's capabilities it
+            // keeps its own mode and times, and verification leaves it be.
+            Err(e) if path.is_root() && !owner && e.kind() == io::ErrorKind::PermissionDenied => {
+                warn(format_args!(
+                    "the destination root is not this user's: it keeps its own mode and times ({e})"
+                ));
+            }
+            Err(e) => {
+                warn(format_args!("{path}: {e}"));
+                s.files_failed += 1;
+            }
         }
     }
     rustix::fs::syncfs(&**placer.tree()).map_err(|e| SessionError::local("syncing", e.into()))?;

@@ -52,6 +52,12 @@ pub struct Verifier {
     result: VerifyResult,
 }
 
+/// Whether this process owns the destination root (and so could give it
+/// the source root's mode and times without root's capabilities).
+fn owns_root(tree: &TreeRoot) -> bool {
+    rustix::fs::fstat(tree).is_ok_and(|st| st.st_uid == rustix::process::geteuid().as_raw())
+}
+
 impl Verifier {
     pub fn new(
         tree: Arc<TreeRoot>,
@@ -62,13 +68,14 @@ impl Verifier {
         window: Arc<ListWindow>,
     ) -> Result<Verifier, SessionError> {
         Ok(Verifier {
+            opts: ManifestOptions {
+                owner,
+                // A root this receiver could not set is not its to compare.
+                root_meta: owner || owns_root(&tree),
+            },
             placer: Placer::new(tree),
             filter,
             delete,
-            opts: ManifestOptions {
-                owner,
-                root_meta: true,
-            },
             out: Outbox::new(out),
             window,
             children: None,
