@@ -11,7 +11,7 @@ use super::follow::Follower;
 use super::judge::{judge, AttemptView, PodView, Verdict};
 use super::logs::LogDigest;
 use super::objects;
-use super::run::{AttemptEnd, Driver, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
+use super::run::{AttemptEnd, Driver, Live, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
 use super::DriverError;
 use crate::names::{self, Component};
 use crate::plan::{placement, NodePlacement};
@@ -164,21 +164,13 @@ impl Driver {
         if finished > 0 {
             live.one_side_finished_at.get_or_insert_with(Instant::now);
         }
-        let view = AttemptView {
+        judge(&live.attempt_view(
             receiver,
-            receiver_result: rlog.result.as_ref(),
             sender,
-            sender_result: slog.as_ref().and_then(|l| l.result.as_ref()),
-            receiver_error: rlog.error.as_ref(),
-            sender_error: slog.as_ref().and_then(|l| l.error.as_ref()),
-            age: live.started.elapsed(),
-            sender_age: live.sender_created.map_or(Duration::ZERO, |t| t.elapsed()),
-            one_side_finished_for: live
-                .one_side_finished_at
-                .map_or(Duration::ZERO, |t| t.elapsed()),
-            start_timeout: self.options.start_timeout,
-        };
-        judge(&view)
+            &rlog,
+            slog.as_ref(),
+            self.options.start_timeout,
+        ))
     }
 
     pub(super) async fn await_listener(&mut self, number: u32) -> Result<State, DriverError> {
@@ -403,5 +395,33 @@ pub fn progress_of(p: &mover::stats::Progress) -> Progress {
         eta_seconds: p.eta_s,
         current: p.current.clone(),
         updated: Some(Timestamp::now()),
+    }
+}
+
+impl Live {
+    /// What the judge sees of this attempt: its pods, what their logs
+    /// said, and how long it has run.
+    pub(super) fn attempt_view<'a>(
+        &self,
+        receiver: PodView,
+        sender: Option<PodView>,
+        rlog: &'a LogDigest,
+        slog: Option<&'a LogDigest>,
+        start_timeout: Duration,
+    ) -> AttemptView<'a> {
+        AttemptView {
+            receiver,
+            receiver_result: rlog.result.as_ref(),
+            sender,
+            sender_result: slog.and_then(|l| l.result.as_ref()),
+            receiver_error: rlog.error.as_ref(),
+            sender_error: slog.and_then(|l| l.error.as_ref()),
+            age: self.started.elapsed(),
+            sender_age: self.sender_created.map_or(Duration::ZERO, |t| t.elapsed()),
+            one_side_finished_for: self
+                .one_side_finished_at
+                .map_or(Duration::ZERO, |t| t.elapsed()),
+            start_timeout,
+        }
     }
 }

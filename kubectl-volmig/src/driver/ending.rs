@@ -9,7 +9,7 @@ use kube::api::{Api, LogParams};
 use tokio::time::Instant;
 
 use super::attempt::progress_of;
-use super::judge::{judge, AttemptView, PodView, Verdict};
+use super::judge::{judge, PodView, Verdict};
 use super::logs::LogDigest;
 use super::objects;
 use super::run::{
@@ -20,6 +20,9 @@ use crate::events::Severity;
 use crate::names::{self, Component};
 use crate::record::figures::{self, Seen};
 use crate::record::{Attempt, AttemptPhase, Phase, PodRecord, Summary};
+
+/// An attempt's pods as last seen, and their logs' digests.
+pub(super) type FinalView = (PodView, Option<PodView>, LogDigest, Option<LogDigest>);
 
 impl Driver {
     pub(super) async fn end_attempt(
@@ -34,13 +37,16 @@ impl Driver {
             .attempts
             .iter()
             .any(|a| a.number == number && a.phase.is_over());
-        let end = match recorded {
-            true => end,
-            false => self.judged_again(end).await,
+        let end = if recorded {
+            end
+        } else {
+            // The whole logs, read once: the failure is judged again from
+            // them, and the record keeps their tails.
+            let last = self.final_view().await;
+            let end = self.judged_again(end, &last);
+            self.record_end(number, &end, last).await?;
+            end
         };
-        if !recorded {
-            self.record_end(number, &end).await?;
-        }
         // The pods go; their logs' tails stay in the record.
         self.live = None;
         let receiver_name = names::pod_name(&self.plan.operation, Component::Receiver, number);
@@ -70,8 +76,8 @@ impl Driver {
         &mut self,
         number: u32,
         end: &AttemptEnd,
+        (receiver, sender, rlog, slog): FinalView,
     ) -> Result<(), DriverError> {
-        let (receiver, sender, rlog, slog) = self.final_view().await;
         let mut log_tail: Vec<String> = rlog
             .tail()
             .into_iter()
@@ -193,32 +199,23 @@ impl Driver {
     /// ended: the followed logs may not have reached a side's last words
     /// yet (the sender's summary saying which files it may not read, while
     /// the receiver only counted them failed).
-    async fn judged_again(&mut self, end: AttemptEnd) -> AttemptEnd {
+    fn judged_again(&self, end: AttemptEnd, last: &FinalView) -> AttemptEnd {
+        let (receiver, sender, rlog, slog) = last;
+        let ended = |p: &PodView| p.exit_code.is_some();
+        let both_ended = ended(receiver) && sender.as_ref().is_some_and(ended);
+        let Some(live) = self.live.as_ref().filter(|_| both_ended) else {
+            return end;
+        };
         if end.phase != AttemptPhase::Failed {
             return end;
         }
-        let (receiver, sender, rlog, slog) = self.final_view().await;
-        let ended = |p: &PodView| p.exit_code.is_some();
-        let Some(live) = self.live.as_ref() else {
-            return end;
-        };
-        if !ended(&receiver) || !sender.as_ref().is_some_and(ended) {
-            return end;
-        }
-        let view = AttemptView {
-            receiver,
-            receiver_result: rlog.result.as_ref(),
-            sender,
-            sender_result: slog.as_ref().and_then(|l| l.result.as_ref()),
-            receiver_error: rlog.error.as_ref(),
-            sender_error: slog.as_ref().and_then(|l| l.error.as_ref()),
-            age: live.started.elapsed(),
-            sender_age: live.sender_created.map_or(Duration::ZERO, |t| t.elapsed()),
-            one_side_finished_for: live
-                .one_side_finished_at
-                .map_or(Duration::ZERO, |t| t.elapsed()),
-            start_timeout: self.options.start_timeout,
-        };
+        let view = live.attempt_view(
+            receiver.clone(),
+            sender.clone(),
+            rlog,
+            slog.as_ref(),
+            self.options.start_timeout,
+        );
         match judge(&view) {
             Verdict::Failed { reason, retryable } => AttemptEnd {
                 phase: AttemptPhase::Failed,
@@ -231,9 +228,7 @@ impl Driver {
 
     /// The pods' last states and their whole logs (a follower may have
     /// missed the end).
-    pub(super) async fn final_view(
-        &self,
-    ) -> (PodView, Option<PodView>, LogDigest, Option<LogDigest>) {
+    pub(super) async fn final_view(&self) -> FinalView {
         let (receiver, sender, mut rlog, mut slog) = self.view().unwrap_or_default();
         if rlog.result.is_none() {
             if let Some(d) = full_log(&self.receiver_pods, &receiver.name).await {
