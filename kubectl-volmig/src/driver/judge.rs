@@ -35,8 +35,22 @@ pub struct PodView {
     pub finished_at: Option<jiff::Timestamp>,
 }
 
+/// The role of the in-cluster driver's pods in a [`PodView`].
+pub const DRIVER_ROLE: &str = "driver";
+
 impl PodView {
     pub fn new(role: &'static str, name: &str, pod: Option<&Pod>) -> PodView {
+        PodView::of_container(role, name, pod, crate::resources::CONTAINER)
+    }
+
+    /// The view of `pod` through its container `container` (the driver
+    /// pod's is not the movers').
+    pub fn of_container(
+        role: &'static str,
+        name: &str,
+        pod: Option<&Pod>,
+        container: &str,
+    ) -> PodView {
         let mut view = PodView {
             name: name.to_string(),
             role,
@@ -60,7 +74,7 @@ impl PodView {
             .container_statuses
             .iter()
             .flatten()
-            .find(|c| c.name == crate::resources::CONTAINER);
+            .find(|c| c.name == container);
         if let Some(state) = container.and_then(|c| c.state.as_ref()) {
             if let Some(t) = &state.terminated {
                 view.exit_code = Some(t.exit_code);
@@ -100,7 +114,7 @@ impl PodView {
     }
 
     /// A waiting state no retry fixes by itself.
-    fn stuck(&self) -> Option<String> {
+    pub fn stuck(&self) -> Option<String> {
         let reason = self.reason.as_deref()?;
         if self.finished() {
             return None;
@@ -108,6 +122,9 @@ impl PodView {
         let detail = self.message.as_deref().unwrap_or("");
         let advice = match reason {
             // ErrImagePull alone may be a registry hiccup the kubelet retries.
+            "ImagePullBackOff" | "InvalidImageName" if self.role == DRIVER_ROLE => {
+                "check --driver-image and that the nodes can pull it"
+            }
             "ImagePullBackOff" | "InvalidImageName" => {
                 "check --mover-image and that the nodes can pull it"
             }

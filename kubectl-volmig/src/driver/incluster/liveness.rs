@@ -10,12 +10,13 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::POLL;
+use crate::driver::judge::{PodView, DRIVER_ROLE};
 use crate::driver::DriverError;
 use crate::names;
 use crate::record::store::RecordStore;
 use crate::record::{Driver as Lease, Phase, VolumeMigration};
 use crate::resources::access::driver_rbac_name;
-use crate::resources::driver::DRIVER_OF_KEY;
+use crate::resources::driver::{DRIVER_CONTAINER, DRIVER_OF_KEY};
 
 /// Whether a Job may still run a pod: not deleted, not Complete, not
 /// Failed.
@@ -129,14 +130,14 @@ pub async fn await_start(
             .driver
             .as_ref()
             .filter(|d| d.is_alive(Timestamp::now()));
-        let running = pods.iter().rev().find(|p| phase_of(p) == "Running");
+        let running = pods.iter().rev().find(|p| view(p).running);
         if let (Some(lease), Some(pod)) = (client_holds, running) {
             return Ok(Start::Following {
                 pod: pod.name_any(),
                 holder: lease.holder.clone(),
             });
         }
-        if let Some(why) = pods.iter().rev().find_map(cannot_start) {
+        if let Some(why) = pods.iter().rev().find_map(|p| view(p).stuck()) {
             return Ok(Start::Stuck(why));
         }
         if !job_active(client, &vm).await && !pods.is_empty() {
@@ -153,8 +154,12 @@ pub async fn await_start(
             )));
         }
         if tokio::time::Instant::now() >= deadline {
-            let state = match pods.last() {
-                Some(p) => format!("pod {} is {}", p.name_any(), phase_of(p)),
+            let state = match pods.last().map(view) {
+                Some(p) => format!(
+                    "pod {} is {}",
+                    p.name,
+                    p.phase.as_deref().unwrap_or("Pending")
+                ),
                 None => "no pod was created".to_string(),
             };
             return Ok(Start::Stuck(format!(
@@ -166,38 +171,9 @@ pub async fn await_start(
     }
 }
 
-fn phase_of(pod: &Pod) -> String {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-    phase.unwrap_or_else(|| "Pending".to_string())
-}
-
-/// Why a driver pod's container cannot start, if it waits for something
-/// that will not come by itself.
-fn cannot_start(pod: &Pod) -> Option<String> {
-    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-    statuses.iter().find_map(|c| {
-        let waiting = c.state.as_ref()?.waiting.as_ref()?;
-        let reason = waiting.reason.as_deref()?;
-        let stuck = matches!(
-            reason,
-            "ErrImagePull"
-                | "ImagePullBackOff"
-                | "InvalidImageName"
-                | "CreateContainerConfigError"
-                | "CreateContainerError"
-        );
-        stuck.then(|| {
-            format!(
-                "pod {} cannot start: {reason}{}",
-                pod.name_any(),
-                waiting
-                    .message
-                    .as_deref()
-                    .map(|m| format!(" ({m})"))
-                    .unwrap_or_default()
-            )
-        })
-    })
+/// A driver pod as the judge of attempts sees a mover pod.
+fn view(pod: &Pod) -> PodView {
+    PodView::of_container(DRIVER_ROLE, &pod.name_any(), Some(pod), DRIVER_CONTAINER)
 }
 
 #[cfg(test)]
