@@ -269,7 +269,7 @@ pub(super) async fn observe(
     let mut last: Option<(u32, Progress)> = None;
     loop {
         let vm = store.get(op).await?;
-        if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
+        if vm.status.phase.is_stopped() {
             if vm.status.phase == Phase::Aborted {
                 say!("{}", notes::aborted(&vm));
             }

@@ -10,7 +10,7 @@ use crate::driver::incluster::{self, Start};
 use crate::driver::DriverOptions;
 use crate::plan::Refusal;
 use crate::record::store::RecordStore;
-use crate::record::{Phase, VolumeMigration};
+use crate::record::VolumeMigration;
 use crate::resources::access::Need;
 
 /// Refuses `--detach` before anything is created when the user may not
@@ -116,15 +116,10 @@ pub async fn drive(cluster: &Cluster, args: DriveArgs) -> Result<i32, CliError> 
     let op = args.operation;
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let me = crate::names::holder();
-    loop {
+    let vm = loop {
         let vm = store.get(&op).await?;
-        if ended(&vm) {
-            say!(
-                "operation {op} is {}; the driver is done",
-                vm.status.phase.as_str()
-            );
-            remove_own_grants(cluster, &vm).await;
-            return Ok(exit::OK);
+        if vm.status.phase.is_stopped() {
+            break vm;
         }
         if let Some(lease) = incluster::live_holder(&cluster.client, &vm, &me).await {
             say!("operation {op} is driven by {}; following it", lease.holder);
@@ -139,18 +134,20 @@ pub async fn drive(cluster: &Cluster, args: DriveArgs) -> Result<i32, CliError> 
         };
         let code = super::control::take_up(cluster, vm, options, Output::Table).await?;
         let vm = store.get(&op).await?;
-        if !ended(&vm) {
+        if !vm.status.phase.is_stopped() {
             return Ok(match code {
                 exit::OK => exit::ERROR,
                 code => code,
             });
         }
-    }
-}
-
-/// Whether nothing is left to drive: a final phase, or aborted.
-fn ended(vm: &VolumeMigration) -> bool {
-    vm.status.phase.is_final() || vm.status.phase == Phase::Aborted
+        break vm;
+    };
+    say!(
+        "operation {op} is {}; the driver is done",
+        vm.status.phase.as_str()
+    );
+    remove_own_grants(cluster, &vm).await;
+    Ok(exit::OK)
 }
 
 /// The driver pod's last act; whatever it cannot remove (someone took
@@ -169,7 +166,10 @@ async fn remove_own_grants(cluster: &Cluster, vm: &VolumeMigration) {
 /// at the end of [`drive`]: it may not delete its Job, which ends with it.)
 pub async fn ended_here(cluster: &Cluster, vm: &VolumeMigration) {
     let me = crate::names::holder();
-    if vm.status.in_cluster.is_none() || !ended(vm) || crate::names::holder_pod(&me).is_some() {
+    if vm.status.in_cluster.is_none()
+        || !vm.status.phase.is_stopped()
+        || crate::names::holder_pod(&me).is_some()
+    {
         return;
     }
     if let Err(e) = incluster::remove(&cluster.client, vm).await {

@@ -35,7 +35,7 @@ pub async fn abort(
         let flags = RollbackFlags::default();
         return request_rollback(client, namespace, op, who, flags).await;
     }
-    if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
+    if vm.status.phase.is_stopped() {
         return Err(DriverError::Refused(nothing_to_abort(op, vm.status.phase)));
     }
     // What the running attempt did, seen before its pods go: with no
@@ -46,7 +46,7 @@ pub async fn abort(
     };
     let vm = store
         .update(op, |vm| {
-            if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
+            if vm.status.phase.is_stopped() {
                 return Err(StoreError::Changed(format!(
                     "operation {op} ended ({}) meanwhile",
                     vm.status.phase.as_str()

@@ -103,6 +103,11 @@ impl Phase {
     pub fn is_final(self) -> bool {
         matches!(self, Phase::Succeeded | Phase::Failed | Phase::RolledBack)
     }
+
+    /// Final, or Aborted: nothing drives it until someone resumes it.
+    pub fn is_stopped(self) -> bool {
+        self.is_final() || self == Phase::Aborted
+    }
 }
 
 /// Everything that happened so far.

@@ -121,7 +121,7 @@ pub async fn await_start(
         if let Some(pod) = holder.and_then(names::holder_pod) {
             return Ok(Start::Driving(pod.to_string()));
         }
-        if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
+        if vm.status.phase.is_stopped() {
             return Ok(Start::Ended(vm.status.phase));
         }
         let pods = driver_pods(client, &vm.metadata.namespace, op).await?;
@@ -143,7 +143,7 @@ pub async fn await_start(
         if !job_active(client, &vm).await && !pods.is_empty() {
             // Its pod may have ended the operation since it was read.
             let vm = store.get(op).await?;
-            if vm.status.phase.is_final() || vm.status.phase == Phase::Aborted {
+            if vm.status.phase.is_stopped() {
                 return Ok(Start::Ended(vm.status.phase));
             }
             return Ok(Start::Stuck(format!(
