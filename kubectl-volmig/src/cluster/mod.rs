@@ -115,3 +115,26 @@ pub fn kube_message(e: &kube::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// Whether the API server lets this client do what `attributes` say (a
+/// SelfSubjectAccessReview, what `kubectl auth can-i` asks).
+pub async fn can_i(
+    client: &kube::Client,
+    attributes: k8s_openapi::api::authorization::v1::ResourceAttributes,
+) -> Result<bool, kube::Error> {
+    use k8s_openapi::api::authorization::v1::{
+        SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let reviews: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    let asked = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(attributes),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = reviews
+        .create(&kube::api::PostParams::default(), &asked)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}

@@ -1,11 +1,9 @@
 //! Reading what the planner needs, with one request per kind.
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authorization::v1::ResourceAttributes;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use kube::Client;
 
 use super::objects::is_ours;
@@ -93,22 +91,15 @@ async fn openshift(client: &Client, baseline: bool) -> Result<Option<OpenShift>,
 /// A SelfSubjectAccessReview of `use` on the `privileged` SCC; `None` when
 /// it cannot be asked.
 async fn may_use_privileged_scc(client: &Client) -> Option<bool> {
-    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let asked = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(OPENSHIFT_SECURITY.to_string()),
-                resource: Some("securitycontextconstraints".to_string()),
-                verb: Some("use".to_string()),
-                name: Some("privileged".to_string()),
-                ..ResourceAttributes::default()
-            }),
-            ..SelfSubjectAccessReviewSpec::default()
-        },
-        ..SelfSubjectAccessReview::default()
+    let scc = ResourceAttributes {
+        group: Some(OPENSHIFT_SECURITY.to_string()),
+        resource: Some("securitycontextconstraints".to_string()),
+        verb: Some("use".to_string()),
+        name: Some("privileged".to_string()),
+        ..ResourceAttributes::default()
     };
-    match reviews.create(&PostParams::default(), &asked).await {
-        Ok(answer) => Some(answer.status.is_some_and(|s| s.allowed)),
+    match crate::cluster::can_i(client, scc).await {
+        Ok(allowed) => Some(allowed),
         Err(e) => {
             tracing::warn!("cannot ask whether you may use the privileged SCC: {e}");
             None

@@ -53,6 +53,15 @@ pub struct MoverSecurity {
     pub identity: Option<Identity>,
 }
 
+impl MoverSecurity {
+    /// Whom restricted movers run as; `None` for baseline movers.
+    pub fn restricted_identity(&self) -> Option<&Identity> {
+        self.identity
+            .as_ref()
+            .filter(|_| self.profile == Profile::Restricted)
+    }
+}
+
 /// A user and groups to run as.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -209,10 +209,7 @@ fn container<const N: usize>(plan: &Plan, role: Role, attempt: u32, head: [&str;
 /// capabilities its side needs. Restricted: the app's user and group, no
 /// capability at all.
 fn container_security(security: &MoverSecurity, capabilities: &[&str]) -> SecurityContext {
-    let restricted = security
-        .identity
-        .as_ref()
-        .filter(|_| security.profile == Profile::Restricted);
+    let restricted = security.restricted_identity();
     let (user, group, add) = match restricted {
         Some(id) => (id.uid, id.gid, None),
         None => (
@@ -242,11 +239,7 @@ fn container_security(security: &MoverSecurity, capabilities: &[&str]) -> Securi
 /// write the new volume's root, which the kubelet gives that group.
 fn pod_security(security: &MoverSecurity, role: Role) -> PodSecurityContext {
     let mut context = runtime_default_seccomp();
-    let Some(id) = security
-        .identity
-        .as_ref()
-        .filter(|_| security.profile == Profile::Restricted)
-    else {
+    let Some(id) = security.restricted_identity() else {
         return context;
     };
     let fs_group = match role {

@@ -20,9 +20,7 @@ use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authorization::v1::ResourceAttributes;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -77,15 +75,11 @@ pub async fn preflight(
     home: &str,
     namespaces: &[String],
 ) -> Result<Vec<Check>, DriverError> {
-    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let checks = access::needed_to_detach(op, home, namespaces);
     let answers: Vec<Result<Option<Check>, DriverError>> = stream::iter(checks)
-        .map(|check| {
-            let reviews = reviews.clone();
-            async move {
-                let allowed = review(&reviews, &check).await?;
-                Ok((!allowed).then_some(check))
-            }
+        .map(|check| async move {
+            let allowed = review(client, &check).await?;
+            Ok((!allowed).then_some(check))
         })
         .buffered(REVIEWS_AT_ONCE)
         .collect()
@@ -93,31 +87,20 @@ pub async fn preflight(
     answers.into_iter().filter_map(Result::transpose).collect()
 }
 
-async fn review(
-    reviews: &Api<SelfSubjectAccessReview>,
-    check: &Check,
-) -> Result<bool, DriverError> {
+async fn review(client: &Client, check: &Check) -> Result<bool, DriverError> {
     let (resource, subresource) = check.resource_and_subresource();
-    let asked = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(check.group.to_string()),
-                resource: Some(resource.to_string()),
-                subresource: subresource.map(str::to_string),
-                verb: Some(check.verb.to_string()),
-                namespace: check.namespace.clone(),
-                name: check.name.clone(),
-                ..ResourceAttributes::default()
-            }),
-            ..SelfSubjectAccessReviewSpec::default()
-        },
-        ..SelfSubjectAccessReview::default()
+    let attributes = ResourceAttributes {
+        group: Some(check.group.to_string()),
+        resource: Some(resource.to_string()),
+        subresource: subresource.map(str::to_string),
+        verb: Some(check.verb.to_string()),
+        namespace: check.namespace.clone(),
+        name: check.name.clone(),
+        ..ResourceAttributes::default()
     };
-    let answer = reviews
-        .create(&PostParams::default(), &asked)
+    crate::cluster::can_i(client, attributes)
         .await
-        .map_err(|e| DriverError::kube(format!("ask whether you may {check}"), e))?;
-    Ok(answer.status.is_some_and(|s| s.allowed))
+        .map_err(|e| DriverError::kube(format!("ask whether you may {check}"), e))
 }
 
 /// Creates the driver of `vm` (its `status.inCluster` recorded): the
