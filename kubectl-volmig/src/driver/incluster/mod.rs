@@ -249,7 +249,7 @@ async fn ensure_job(client: &Client, home: &str, job: &Job) -> Result<(), Driver
         if is_active(&found) && image_of(&found) == image_of(job) {
             return Ok(());
         }
-        delete(&api, &name, PropagationPolicy::Background).await?;
+        delete(&api, &name).await?;
         wait_gone(&api, &name).await?;
     }
 }
@@ -265,15 +265,10 @@ fn image_of(job: &Job) -> Option<&str> {
 /// bindings go with their roles.
 pub async fn remove_grants(client: &Client, op: &str, ic: &InCluster) -> Result<(), DriverError> {
     let name = driver_rbac_name(op);
-    delete(
-        &Api::<ClusterRole>::all(client.clone()),
-        &name,
-        PropagationPolicy::Background,
-    )
-    .await?;
+    delete(&Api::<ClusterRole>::all(client.clone()), &name).await?;
     for ns in ic.namespaces.iter().rev() {
         let roles: Api<Role> = Api::namespaced(client.clone(), ns);
-        delete(&roles, &name, PropagationPolicy::Background).await?;
+        delete(&roles, &name).await?;
     }
     Ok(())
 }
@@ -285,7 +280,7 @@ pub async fn remove(client: &Client, vm: &VolumeMigration) -> Result<(), DriverE
         return Ok(());
     };
     let jobs: Api<Job> = Api::namespaced(client.clone(), &vm.metadata.namespace);
-    delete(&jobs, &ic.job, PropagationPolicy::Background).await?;
+    delete(&jobs, &ic.job).await?;
     remove_grants(client, &vm.metadata.name, ic).await
 }
 
@@ -298,17 +293,14 @@ where
         .map_err(|e| DriverError::kube(format!("get {name}"), e))
 }
 
-/// Deletes `name`; one already gone is fine.
-async fn delete<K>(
-    api: &Api<K>,
-    name: &str,
-    propagation: PropagationPolicy,
-) -> Result<(), DriverError>
+/// Deletes `name` and, in the background, what it owns (a Job's pods, a
+/// role's bindings and account); one already gone is fine.
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), DriverError>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let params = DeleteParams {
-        propagation_policy: Some(propagation),
+        propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
     };
     match api.delete(name, &params).await {
