@@ -1,4 +1,8 @@
 //! Reading what the planner needs, with one request per kind.
+//!
+//! - [`select`]: what the selection of several claims reads (issue 18).
+
+pub mod select;
 
 use k8s_openapi::api::authorization::v1::ResourceAttributes;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};

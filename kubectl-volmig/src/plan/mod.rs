@@ -7,6 +7,7 @@
 //! - [`quiesce`]: who must stop for a cutover, and how (issue 16; not yet
 //!   used by a command);
 //! - [`refusal`]: why a migration cannot work, with what to do about it;
+//! - [`select`]: which claims an operation of several migrates (issue 18);
 //! - [`values`]: the command's own values, refused before anything is read
 //!   or created when the API server or the mover would reject them.
 
@@ -16,6 +17,7 @@ pub mod quantity;
 pub mod quiesce;
 mod refusal;
 pub mod security;
+pub mod select;
 #[cfg(test)]
 mod tests;
 mod values;

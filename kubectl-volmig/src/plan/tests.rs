@@ -9,6 +9,8 @@
 //! - [`quantities`]: Kubernetes quantities to bytes and back;
 //! - [`values`]: the command's own values the API server or the mover
 //!   would reject.
+//!
+//! [`Cluster`] is also the loader of `select`'s tests (`many.yaml`).
 
 mod choices;
 mod placing;
@@ -17,6 +19,7 @@ mod refusals;
 mod security;
 mod values;
 
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -30,13 +33,16 @@ const DESTINATION: &str = include_str!("../../tests/fixtures/plan/destination.ya
 
 /// The objects of a fixture, by kind.
 #[derive(Debug, Clone, Default)]
-struct Cluster {
+pub(super) struct Cluster {
     namespaces: Vec<Namespace>,
     classes: Vec<StorageClass>,
     nodes: Vec<Node>,
-    claims: Vec<PersistentVolumeClaim>,
-    volumes: Vec<PersistentVolume>,
-    pods: Vec<Pod>,
+    pub(super) claims: Vec<PersistentVolumeClaim>,
+    pub(super) volumes: Vec<PersistentVolume>,
+    pub(super) pods: Vec<Pod>,
+    pub(super) deployments: Vec<Deployment>,
+    pub(super) replica_sets: Vec<ReplicaSet>,
+    pub(super) stateful_sets: Vec<StatefulSet>,
 }
 
 impl Cluster {
@@ -51,7 +57,7 @@ impl Cluster {
     }
 
     /// This cluster plus the objects of a multi-document YAML fixture.
-    fn with(mut self, yaml: &str) -> Self {
+    pub(super) fn with(mut self, yaml: &str) -> Self {
         let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).expect("fixture YAML");
         for doc in docs {
             match doc["kind"].as_str().expect("every object has a kind") {
@@ -61,6 +67,9 @@ impl Cluster {
                 "PersistentVolumeClaim" => self.claims.push(object(doc)),
                 "PersistentVolume" => self.volumes.push(object(doc)),
                 "Pod" => self.pods.push(object(doc)),
+                "Deployment" => self.deployments.push(object(doc)),
+                "ReplicaSet" => self.replica_sets.push(object(doc)),
+                "StatefulSet" => self.stateful_sets.push(object(doc)),
                 other => panic!("unexpected kind {other} in a fixture"),
             }
         }
@@ -110,7 +119,7 @@ impl Cluster {
             .cloned()
     }
 
-    fn claim(&mut self, name: &str) -> &mut PersistentVolumeClaim {
+    pub(super) fn claim(&mut self, name: &str) -> &mut PersistentVolumeClaim {
         (self.claims.iter_mut())
             .find(|c| c.metadata.name.as_deref() == Some(name))
             .unwrap_or_else(|| panic!("no claim {name} in the fixture"))
@@ -122,7 +131,7 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no volume {name} in the fixture"))
     }
 
-    fn pod(&mut self, name: &str) -> &mut Pod {
+    pub(super) fn pod(&mut self, name: &str) -> &mut Pod {
         (self.pods.iter_mut())
             .find(|p| p.metadata.name.as_deref() == Some(name))
             .unwrap_or_else(|| panic!("no pod {name} in the fixture"))
@@ -134,7 +143,7 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no class {name} in the fixture"))
     }
 
-    fn remove_pod(&mut self, name: &str) {
+    pub(super) fn remove_pod(&mut self, name: &str) {
         self.pods
             .retain(|p| p.metadata.name.as_deref() != Some(name));
     }

@@ -172,7 +172,8 @@ fn name(meta: &ObjectMeta) -> String {
     meta.name.clone().unwrap_or_default()
 }
 
-fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
+/// The owner that controls an object (`controller: true`), if any.
+pub(super) fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
     meta.owner_references
         .iter()
         .flatten()
