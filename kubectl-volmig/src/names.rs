@@ -16,6 +16,13 @@ pub const ATTEMPT_KEY: &str = "volmig.io/attempt";
 pub const PHASE_KEY: &str = "volmig.io/phase";
 /// On a destination claim volmig created: the source claim (`ns.name`).
 pub const SOURCE_KEY: &str = "volmig.io/source";
+/// On the head of a set of claims: how many it holds.
+pub const CLAIMS_KEY: &str = "volmig.io/claims";
+/// On a claim's record in a set: the set's operation id, its namespace,
+/// and the claim's key in it.
+pub const GROUP_KEY: &str = "volmig.io/group";
+pub const GROUP_NAMESPACE_KEY: &str = "volmig.io/group-namespace";
+pub const CLAIM_KEY: &str = "volmig.io/claim";
 
 /// The port the receiver listens on, in its pod and on its Service.
 pub const MOVER_PORT: i32 = 7000;
@@ -31,6 +38,8 @@ pub enum Component {
     Destination,
     /// The in-cluster driver and its RBAC objects.
     Driver,
+    /// The head record of a set of claims.
+    Operation,
 }
 
 impl Component {
@@ -43,6 +52,7 @@ impl Component {
             Component::Sender => "sender",
             Component::Destination => "destination",
             Component::Driver => "driver",
+            Component::Operation => "operation",
         }
     }
 }
@@ -75,6 +85,22 @@ pub fn record_selector() -> String {
     format!("{MANAGED_BY_KEY}={MANAGED_BY},{COMPONENT_KEY}=record")
 }
 
+/// Selects every head of a set of claims.
+pub fn group_selector() -> String {
+    format!("{MANAGED_BY_KEY}={MANAGED_BY},{COMPONENT_KEY}=operation")
+}
+
+/// Selects the records of set `op`'s claims.
+pub fn members_selector(op: &str) -> String {
+    format!("{MANAGED_BY_KEY}={MANAGED_BY},{COMPONENT_KEY}=record,{GROUP_KEY}={op}")
+}
+
+/// The operation id of claim `key` of set `op`: its record, pods, Service
+/// and key Secret carry it.
+pub fn member_operation(op: &str, key: u32) -> String {
+    format!("{op}-{key}")
+}
+
 /// The record ConfigMap of operation `op`.
 pub fn record_name(op: &str) -> String {
     format!("volmig-{op}")
@@ -105,9 +131,19 @@ pub fn pod_name(op: &str, component: Component, attempt: u32) -> String {
 /// longest derived name, a pod's, within 63 characters) and five random
 /// characters. It is a valid label value and mover operation id.
 pub fn new_operation_id(source: &str, random: [u8; 5]) -> String {
+    operation_id(source, random, 0)
+}
+
+/// An operation id for a set of claims named after `what` (the workload,
+/// the class): room is left for a claim's `-<key>` (up to 9999).
+pub fn new_group_id(what: &str, random: [u8; 5]) -> String {
+    operation_id(what, random, "-9999".len())
+}
+
+fn operation_id(source: &str, random: [u8; 5], reserve: usize) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     // "volmig-" + op + "-receiver-" + up to 4 digits ≤ 63
-    let keep = 63 - "volmig-".len() - "-receiver-9999".len() - 6;
+    let keep = 63 - "volmig-".len() - "-receiver-9999".len() - 6 - reserve;
     // Service names are DNS-1035 labels: a claim's dots become dashes.
     let stem: String = source
         .chars()
@@ -128,6 +164,15 @@ pub fn new_operation_id(source: &str, random: [u8; 5]) -> String {
 
 /// A fresh operation id for `source`, from the OS's random source.
 pub fn generate_operation_id(source: &str) -> String {
+    new_operation_id(source, random())
+}
+
+/// A fresh operation id for a set of claims named after `what`.
+pub fn generate_group_id(what: &str) -> String {
+    new_group_id(what, random())
+}
+
+fn random() -> [u8; 5] {
     let mut random = [0u8; 5];
     // Without randomness the id is still unique enough per second.
     if getrandom::fill(&mut random).is_err() {
@@ -138,7 +183,7 @@ pub fn generate_operation_id(source: &str) -> String {
             .try_into()
             .unwrap_or([0; 5]);
     }
-    new_operation_id(source, random)
+    random
 }
 
 /// Who drives an operation: `host/pid`, or `pod/NAME` for the in-cluster
@@ -217,6 +262,13 @@ mod tests {
         assert_eq!(new_operation_id("", [0; 5]), "op-bbbbb");
         assert_eq!(new_operation_id("data.v1", [0; 5]), "data-v1-bbbbb");
         assert_eq!(new_operation_id("1.2.", [0; 5]), "1-2-bbbbb");
+        let group = new_group_id(&long, [1, 2, 3, 4, 5]);
+        let member = member_operation(&group, 9999);
+        assert!(
+            pod_name(&member, Component::Receiver, 9999).len() <= 63,
+            "{member}"
+        );
+        assert!(keys_name(&member).len() <= 63);
     }
 
     #[test]

@@ -130,11 +130,42 @@ pub struct MonitorArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("claims").required(true).args(["source", "workload", "selector", "all", "from_storage_class"])))]
 pub struct MigrateArgs {
-    /// The claim to copy (in -n's namespace).
+    /// The claims to copy (in -n's namespace); several make one operation.
     #[arg(value_name = "SOURCE_PVC")]
-    pub source: String,
-    /// Destination claim name (default: SOURCE_PVC-migrated, or SOURCE_PVC in another namespace).
+    pub source: Vec<String>,
+    /// Every claim the pods of this workload mount (deployment/NAME,
+    /// statefulset/NAME: all its replicas' claims; replicaset/NAME, pod/NAME).
+    #[arg(long, value_name = "KIND/NAME", help_heading = "Several claims")]
+    pub workload: Option<String>,
+    /// Every claim with these labels (a label selector: tier=db,app!=x).
+    #[arg(
+        short = 'l',
+        long,
+        value_name = "SELECTOR",
+        help_heading = "Several claims"
+    )]
+    pub selector: Option<String>,
+    /// Every claim in the namespace.
+    #[arg(long, help_heading = "Several claims")]
+    pub all: bool,
+    /// Every claim of this storage class (its volume's class, else its own).
+    #[arg(long, value_name = "SC", help_heading = "Several claims")]
+    pub from_storage_class: Option<String>,
+    /// With -l or --from-storage-class: in every namespace.
+    #[arg(short = 'A', long, help_heading = "Several claims")]
+    pub all_namespaces: bool,
+    /// How many claims copy at once.
+    #[arg(long, value_name = "N", default_value_t = crate::record::group::DEFAULT_PARALLEL, value_parser = clap::value_parser!(u32).range(1..=64), help_heading = "Several claims")]
+    pub parallel: u32,
+    /// The most mover pods on one node at once.
+    #[arg(long, value_name = "M", default_value_t = crate::record::group::DEFAULT_PER_NODE, value_parser = clap::value_parser!(u32).range(2..=256), help_heading = "Several claims")]
+    pub per_node: u32,
+    /// Go on without the claims the plan refuses (each is named, with why).
+    #[arg(long, help_heading = "Several claims")]
+    pub skip_refused: bool,
+    /// Destination claim name (default: SOURCE_PVC-migrated, or SOURCE_PVC in another namespace); one claim only.
     #[arg(long, value_name = "NAME")]
     pub to: Option<String>,
     /// Destination namespace (default: the source's).

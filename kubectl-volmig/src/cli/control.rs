@@ -5,14 +5,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::args::{CleanupArgs, OpArgs, Output, ResumeArgs};
 use super::notes::{self, LeftBehind};
 use super::report::{self, Mode};
-use super::{exit, exit_for, plan_of, show, CliError};
+use super::{exit, exit_for, plan_of, set, show, CliError};
 use crate::cluster::Cluster;
 use crate::driver::follow::attempt_logs;
 use crate::driver::judge::PodView;
@@ -127,6 +127,14 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
     let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let op = &args.operation;
+    if let set::Found::Set(group) = set::find(cluster, op).await? {
+        if args.detach {
+            return Err(CliError::Usage(
+                "--detach takes an operation of one claim in this version".into(),
+            ));
+        }
+        return set::resume(cluster, *group, args.force, start_timeout, output).await;
+    }
     let me = crate::names::holder();
     loop {
         let vm = store.get(op).await?;
@@ -207,29 +215,16 @@ pub async fn take_up(
             vm.metadata.name
         ))
     })?;
-    let plan = with_current_destination(cluster, plan).await;
+    let plan = crate::driver::gather::with_current_destination(&cluster.client, plan).await;
     drive(cluster, plan, vm, options, output).await
-}
-
-/// The plan with the destination claim's size as it is now: a claim
-/// expanded after its data did not fit gets a receiver that knows it.
-async fn with_current_destination(cluster: &Cluster, plan: Plan) -> Plan {
-    let dest = &plan.destination;
-    let claims: Api<PersistentVolumeClaim> =
-        Api::namespaced(cluster.client.clone(), &dest.namespace);
-    match claims.get_opt(&dest.name).await {
-        Ok(Some(claim)) => plan.with_grown_destination(&claim),
-        Ok(None) => plan,
-        Err(e) => {
-            tracing::debug!("cannot read the destination claim: {e}");
-            plan
-        }
-    }
 }
 
 /// Marks a Failed or Aborted operation Running again, with a fresh
 /// budget: attempts count against the backoff limit from the next one.
-async fn restart_record(store: &RecordStore, op: &str) -> Result<VolumeMigration, CliError> {
+pub(super) async fn restart_record(
+    store: &RecordStore,
+    op: &str,
+) -> Result<VolumeMigration, CliError> {
     let vm = store
         .update(op, |vm| {
             if !matches!(vm.status.phase, Phase::Failed | Phase::Aborted) {
@@ -312,6 +307,9 @@ async fn logged_progress(
 
 pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
     let op = &args.operation;
+    if let set::Found::Set(group) = set::find(cluster, op).await? {
+        return set::abort(cluster, *group, output).await;
+    }
     let who = crate::names::who(cluster.user.as_deref());
     let vm = crate::driver::abort::abort(&cluster.client, &cluster.namespace, op, &who)
         .await
@@ -366,6 +364,9 @@ pub async fn drive_rollback(
 pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliError> {
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let op = &args.operation;
+    if let set::Found::Set(group) = set::find(cluster, op).await? {
+        return set::cleanup(cluster, *group, args.force).await;
+    }
     let vm = store.get(op).await?;
     let live = incluster::live_holder(&cluster.client, &vm, "").await;
     if let (Some(d), false) = (live, args.force) {

@@ -20,7 +20,18 @@ use crate::spec::{
 };
 
 pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result<i32, CliError> {
-    let spec = spec_of(&args, &cluster.namespace);
+    let one = match args.source.as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    };
+    let Some(source) = one else {
+        return super::many::run(cluster, args, output).await;
+    };
+    let spec = spec_of(
+        &args,
+        &ClaimRef::new(&cluster.namespace, &source),
+        args.to.as_deref(),
+    );
     // Values the API server or the mover would reject are refused before
     // the cluster is read, and so before anything is created.
     plan::check_values(&spec)?;
@@ -66,7 +77,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
 }
 
 /// A cutover stays in the claim's namespace.
-fn check_cutover_flags(spec: &MigrationSpec) -> Result<(), CliError> {
+pub(super) fn check_cutover_flags(spec: &MigrationSpec) -> Result<(), CliError> {
     if spec.cutover.is_none() {
         return Ok(());
     }
@@ -113,7 +124,10 @@ async fn quiesce_plan(
 
 /// Refuses a destination another operation has not finished with: two
 /// receivers would write one tree, each discarding the other's checkpoint.
-async fn refuse_busy_destination(cluster: &Cluster, spec: &MigrationSpec) -> Result<(), CliError> {
+pub(super) async fn refuse_busy_destination(
+    cluster: &Cluster,
+    spec: &MigrationSpec,
+) -> Result<(), CliError> {
     let dest = &spec.destination;
     let records = RecordStore::new(cluster.client.clone(), &dest.namespace)
         .list()
@@ -137,24 +151,22 @@ async fn refuse_busy_destination(cluster: &Cluster, spec: &MigrationSpec) -> Res
     }
 }
 
-/// The spec from the flags; `namespace` is -n's (or the context's).
-pub fn spec_of(args: &MigrateArgs, namespace: &str) -> MigrationSpec {
+/// The spec of copying `source` as the flags say, into `to` (default:
+/// `<source>-migrated`, or the source's name in another namespace).
+pub fn spec_of(args: &MigrateArgs, source: &ClaimRef, to: Option<&str>) -> MigrationSpec {
     let dest_ns = args
         .to_namespace
         .clone()
-        .unwrap_or_else(|| namespace.to_string());
-    let dest_name = args.to.clone().unwrap_or_else(|| {
-        if dest_ns == namespace {
-            format!("{}-migrated", args.source)
+        .unwrap_or_else(|| source.namespace.clone());
+    let dest_name = to.map(str::to_string).unwrap_or_else(|| {
+        if dest_ns == source.namespace {
+            format!("{}-migrated", source.name)
         } else {
-            args.source.clone()
+            source.name.clone()
         }
     });
     MigrationSpec {
-        source: ClaimRef {
-            namespace: namespace.to_string(),
-            name: args.source.clone(),
-        },
+        source: source.clone(),
         destination: DestinationSpec {
             namespace: dest_ns,
             name: dest_name,
@@ -295,7 +307,7 @@ fn security_line(s: &MoverSecurity) -> String {
     }
 }
 
-fn placement_line(role: &str, p: &NodePlacement) -> String {
+pub(super) fn placement_line(role: &str, p: &NodePlacement) -> String {
     format!(
         "  {role:<8} {}: {}\n",
         p.node.as_deref().unwrap_or("any node"),
@@ -357,7 +369,7 @@ fn print_dry_run(
     Ok(())
 }
 
-fn describe_object(o: &Value) -> String {
+pub(super) fn describe_object(o: &Value) -> String {
     format!(
         "{} {}/{}",
         o["kind"].as_str().unwrap_or("?"),

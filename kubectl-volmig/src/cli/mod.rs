@@ -21,9 +21,11 @@ pub mod complete;
 pub mod control;
 mod cutover;
 mod detach;
+mod many;
 mod migrate;
 mod notes;
 mod report;
+mod set;
 mod show;
 
 pub use args::{Cli, Command, Output};
@@ -240,21 +242,18 @@ async fn monitor(
 
 /// The plan a record was made from.
 pub fn plan_of(vm: &VolumeMigration) -> Option<Plan> {
-    Some(Plan {
-        operation: vm.metadata.name.clone(),
-        spec: vm.spec.clone(),
-        source: vm.status.source.clone()?,
-        destination: vm.status.destination.clone()?,
-        placement: vm.status.placement.clone()?,
-        // Records of older versions planned none: baseline movers.
-        security: vm.status.security.clone().unwrap_or_default(),
-    })
+    vm.plan()
 }
 
 /// The exit code for an operation's phase.
 pub fn exit_for(vm: &VolumeMigration) -> i32 {
+    exit_for_phase(vm.status.phase)
+}
+
+/// The exit code for a phase (of a claim, or of a set).
+pub fn exit_for_phase(phase: crate::record::Phase) -> i32 {
     use crate::record::Phase;
-    match vm.status.phase {
+    match phase {
         Phase::Succeeded | Phase::Running | Phase::Pending => exit::OK,
         Phase::Failed => exit::FAILED,
         Phase::Aborted => exit::ABORTED,

@@ -1,13 +1,15 @@
 //! Showing a running operation: indicatif bars on a terminal, a plain line
 //! every few seconds otherwise, nothing at all for `-o json|yaml`.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mover::stats::human_bytes;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::driver::group::GroupUpdate;
 use crate::driver::Update;
 use crate::record::figures::Budget;
 use crate::record::Progress;
@@ -41,13 +43,7 @@ impl Mode {
 pub async fn show(mode: Mode, budget: Budget, mut updates: UnboundedReceiver<Update>) {
     let bar = (mode == Mode::Bars).then(|| {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix:.bold} [{bar:32.cyan/blue}] {binary_bytes}/{binary_total_bytes} {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
+        bar.set_style(bar_style());
         bar
     });
     let mut last_line: Option<Instant> = None;
@@ -105,6 +101,87 @@ pub async fn show(mode: Mode, budget: Budget, mut updates: UnboundedReceiver<Upd
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+}
+
+/// Shows a set's updates: a bar per claim that runs on a terminal (its
+/// name as the prefix), plain lines prefixed with the claim otherwise.
+pub async fn show_set(mode: Mode, mut updates: UnboundedReceiver<GroupUpdate>) {
+    let bars = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+    let mut shown: BTreeMap<u32, ProgressBar> = BTreeMap::new();
+    let mut last_line: BTreeMap<u32, Instant> = BTreeMap::new();
+    let print = |text: String| match mode {
+        Mode::Bars => {
+            let _ = bars.println(text);
+        }
+        Mode::Lines => say!("{text}"),
+        Mode::Quiet => {}
+    };
+    while let Some(update) = updates.recv().await {
+        match update {
+            GroupUpdate::Started { key, claim } => {
+                if mode == Mode::Bars {
+                    let bar = bars.add(ProgressBar::new(0));
+                    bar.set_style(bar_style());
+                    bar.set_prefix(claim.clone());
+                    shown.insert(key, bar);
+                }
+                print(format!("{claim}: started"));
+            }
+            GroupUpdate::Ended {
+                key,
+                claim,
+                phase,
+                message,
+            } => {
+                if let Some(bar) = shown.remove(&key) {
+                    bar.finish_and_clear();
+                    bars.remove(&bar);
+                }
+                let why = message.map(|m| format!(": {m}")).unwrap_or_default();
+                print(format!("{claim}: {}{why}", phase.as_str().to_lowercase()));
+            }
+            GroupUpdate::Claim { key, claim, update } => match update {
+                Update::Progress { attempt, progress } => match shown.get(&key) {
+                    Some(bar) => {
+                        bar.set_length(progress.bytes_total);
+                        bar.set_position(progress.bytes_done);
+                        bar.set_message(format!("attempt {attempt}, {}", rate_and_eta(&progress)));
+                    }
+                    None if mode == Mode::Lines
+                        && last_line
+                            .get(&key)
+                            .is_none_or(|t| t.elapsed() >= LINE_EVERY) =>
+                    {
+                        last_line.insert(key, Instant::now());
+                        say!("{claim}: {}", line(attempt, &progress));
+                    }
+                    None => {}
+                },
+                Update::AttemptEnded(a) => print(format!(
+                    "{claim}: attempt {} {}{}",
+                    a.number,
+                    a.phase.as_str().to_lowercase(),
+                    a.reason.map(|r| format!(": {r}")).unwrap_or_default()
+                )),
+                Update::Backoff { next, delay } => print(format!(
+                    "{claim}: attempt {next} starts in {}s (the checkpoint keeps what was copied)",
+                    delay.as_secs()
+                )),
+                Update::AttemptStarted { .. } | Update::Cutover(_) => {}
+            },
+        }
+    }
+    for bar in shown.values() {
+        bar.finish_and_clear();
+    }
+}
+
+fn bar_style() -> ProgressStyle {
+    ProgressStyle::with_template(
+        "{prefix:.bold} [{bar:32.cyan/blue}] {binary_bytes}/{binary_total_bytes} {msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ")
 }
 
 fn rate_and_eta(p: &Progress) -> String {

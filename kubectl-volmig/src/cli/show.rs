@@ -7,10 +7,10 @@ use kube::api::{Api, LogParams};
 use kube::ResourceExt;
 
 use super::args::{LogsArgs, Output, Role, StatusArgs};
-use super::{exit, CliError};
+use super::{exit, set, CliError};
 use crate::cluster::Cluster;
 use crate::driver::incluster;
-use crate::record::store::RecordStore;
+use crate::record::store::{group_view, RecordStore};
 use crate::record::{print, Attempt, VolumeMigration};
 use crate::resources::driver::DRIVER_CONTAINER;
 
@@ -32,8 +32,13 @@ pub fn print_one(vm: &VolumeMigration, output: Output) -> Result<(), CliError> {
 pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Result<i32, CliError> {
     let client = cluster.client.clone();
     if let Some(op) = &args.operation {
-        let vm = RecordStore::new(client, &cluster.namespace).get(op).await?;
-        print_one(&vm, output)?;
+        match set::find(cluster, op).await? {
+            set::Found::One(vm) => print_one(&vm, output)?,
+            set::Found::Set(g) => {
+                let view = group_view(&client, *g).await?;
+                set::print_set(&view, output)?;
+            }
+        }
         return Ok(exit::OK);
     }
     let ops = if args.all_namespaces {
@@ -41,13 +46,29 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
     } else {
         RecordStore::new(client, &cluster.namespace).list().await?
     };
+    let sets = set::list_sets(cluster, args.all_namespaces).await?;
     let text = match output {
-        Output::Table if ops.is_empty() => {
+        Output::Table if ops.is_empty() && sets.is_empty() => {
             let ns = (!args.all_namespaces).then_some(cluster.namespace.as_str());
             say!("{}", empty_status(ns));
             return Ok(exit::OK);
         }
-        Output::Table => print::table(&ops, Timestamp::now(), args.all_namespaces),
+        Output::Table => print::table_with_sets(&ops, &sets, Timestamp::now(), args.all_namespaces),
+        Output::Json | Output::Yaml if !sets.is_empty() => {
+            let mut items: Vec<serde_json::Value> = sets
+                .iter()
+                .map(crate::record::print::group::set_object)
+                .collect();
+            for vm in &ops {
+                items.push(serde_json::to_value(vm).map_err(|e| CliError::Print(e.to_string()))?);
+            }
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items,
+                "metadata": {"resourceVersion": ""}});
+            match output {
+                Output::Json => set::json_text(&list)?,
+                _ => set::yaml_text(&list)?,
+            }
+        }
         Output::Json => print::to_json(&ops, false).map_err(|e| CliError::Print(e.to_string()))?,
         Output::Yaml => print::to_yaml(&ops, false).map_err(|e| CliError::Print(e.to_string()))?,
     };
@@ -66,9 +87,23 @@ fn empty_status(namespace: Option<&str>) -> String {
 }
 
 pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
-    let vm = RecordStore::new(cluster.client.clone(), &cluster.namespace)
-        .get(&args.operation)
-        .await?;
+    let vm = match set::find(cluster, &args.operation).await? {
+        set::Found::One(vm) => *vm,
+        set::Found::Set(g) => {
+            let claims: Vec<String> = g
+                .spec
+                .claims
+                .iter()
+                .map(|m| format!("{} ({} -n {})", m.source, m.operation, m.namespace()))
+                .collect();
+            return Err(CliError::Usage(format!(
+                "operation {} is a set of claims; each has its own logs: kubectl volmig logs \
+                 <claim's operation> -n <its namespace>, one of: {}",
+                args.operation,
+                claims.join(", ")
+            )));
+        }
+    };
     if args.driver {
         return driver_logs(cluster, &vm, args.follow).await;
     }

@@ -13,7 +13,7 @@ use kube::Client;
 use super::objects::is_ours;
 use super::DriverError;
 use crate::plan::security::OpenShift;
-use crate::plan::Inputs;
+use crate::plan::{Inputs, Plan};
 use crate::spec::{MigrationSpec, SecurityMode};
 
 pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, DriverError> {
@@ -127,4 +127,19 @@ async fn volume_of(
         .get_opt(name)
         .await
         .map_err(|e| DriverError::kube(format!("get volume {name}"), e))
+}
+
+/// `plan` with the destination claim's size as it is now: a claim
+/// expanded after its data did not fit gets a receiver that knows it.
+pub async fn with_current_destination(client: &Client, plan: Plan) -> Plan {
+    let dest = &plan.destination;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &dest.namespace);
+    match claims.get_opt(&dest.name).await {
+        Ok(Some(claim)) => plan.with_grown_destination(&claim),
+        Ok(None) => plan,
+        Err(e) => {
+            tracing::debug!("cannot read the destination claim: {e}");
+            plan
+        }
+    }
 }

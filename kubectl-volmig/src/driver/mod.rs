@@ -23,6 +23,7 @@ pub mod cutover;
 mod ending;
 pub mod follow;
 pub mod gather;
+pub mod group;
 pub mod incluster;
 pub mod judge;
 mod lease;

@@ -12,6 +12,7 @@
 //!   or created when the API server or the mover would reject them.
 
 mod build;
+pub mod many;
 pub mod placement;
 pub mod quantity;
 pub mod quiesce;
@@ -144,4 +145,8 @@ pub struct NodePlacement {
     /// The app pod whose node this is, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_pod: Option<String>,
+    /// With no `node`: the hostnames the scheduler must not choose, full
+    /// with a set's movers (`--per-node`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoid: Vec<String>,
 }

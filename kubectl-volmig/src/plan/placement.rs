@@ -90,6 +90,7 @@ pub fn sender(
             .and_then(|s| s.tolerations.clone())
             .unwrap_or_default(),
         app_pod: Some(app_name),
+        avoid: Vec::new(),
     }
 }
 
@@ -118,6 +119,7 @@ pub fn receiver(
             tolerations: found.map(tolerations_for).unwrap_or_default(),
             reason: format!("pinned to {node} by --to-node"),
             app_pod: None,
+            avoid: Vec::new(),
         };
     }
     if let Some(volume) = destination_volume {
@@ -306,6 +308,7 @@ fn unpinned(reason: String) -> NodePlacement {
         tolerations: Vec::new(),
         reason,
         app_pod: None,
+        avoid: Vec::new(),
     }
 }
 

@@ -352,6 +352,34 @@ pub enum Refusal {
         pinned_to: Vec<String>,
         node: String,
     },
+
+    /// Two claims of a set would be copied into one destination.
+    #[error(
+        "claims {} would all be copied into persistentvolumeclaim {name:?} in namespace {namespace:?}: \
+         leave all but one out, or drop --to-namespace",
+        list(.sources, 8)
+    )]
+    DuplicateDestination {
+        namespace: String,
+        name: String,
+        sources: Vec<String>,
+    },
+
+    /// Some claims of a set cannot be moved (each was named with why).
+    #[error(
+        "{refused} of the {total} claims cannot be moved (see above): fix them, leave them out \
+         of the selection, or pass --skip-refused to move the other {}",
+        total - refused
+    )]
+    ClaimsRefused { refused: usize, total: usize },
+
+    /// Another operation that has not ended copies into the destination.
+    #[error("{0}")]
+    DestinationBusy(String),
+
+    /// `--skip-refused` left nothing to move.
+    #[error("none of the {total} claims selected can be moved (see above)")]
+    NothingToMove { total: usize },
 }
 
 impl Refusal {

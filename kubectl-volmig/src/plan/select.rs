@@ -13,7 +13,7 @@
 mod tests;
 mod workload;
 
-pub use workload::{parse_workload, replica_claims, WorkloadKind};
+pub use workload::{parse_workload, replica_claims, template_of, WorkloadKind};
 
 use std::cmp::Ordering;
 

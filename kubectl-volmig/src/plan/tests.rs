@@ -13,6 +13,7 @@
 //! [`Cluster`] is also the loader of `select`'s tests (`many.yaml`).
 
 mod choices;
+mod many;
 mod placing;
 mod quantities;
 mod refusals;

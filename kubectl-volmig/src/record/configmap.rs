@@ -107,6 +107,7 @@ pub fn new_record(plan: &Plan) -> VolumeMigration {
             namespace: plan.destination.namespace.clone(),
             creation_timestamp: None,
             resource_version: None,
+            group: None,
         },
         spec: plan.spec.clone(),
         status: MigrationStatus {
@@ -135,6 +136,11 @@ pub fn to_config_map(vm: &VolumeMigration) -> Result<ConfigMap, RecordError> {
         names::PHASE_KEY.to_string(),
         vm.status.phase.as_str().to_string(),
     );
+    if let Some(g) = &vm.metadata.group {
+        labels.insert(names::GROUP_KEY.to_string(), g.name.clone());
+        labels.insert(names::GROUP_NAMESPACE_KEY.to_string(), g.namespace.clone());
+        labels.insert(names::CLAIM_KEY.to_string(), g.key.to_string());
+    }
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(names::record_name(op)),
@@ -201,6 +207,18 @@ pub fn from_config_map(cm: &ConfigMap) -> Result<VolumeMigration, RecordError> {
     let spec: MigrationSpec = serde_json::from_str(key(SPEC_KEY)?).map_err(decode(SPEC_KEY))?;
     let status: MigrationStatus =
         serde_json::from_str(key(STATUS_KEY)?).map_err(decode(STATUS_KEY))?;
+    let group = match (
+        label(names::GROUP_KEY),
+        label(names::GROUP_NAMESPACE_KEY),
+        label(names::CLAIM_KEY).and_then(|k| k.parse().ok()),
+    ) {
+        (Some(name), Some(ns), Some(key)) => Some(super::group::GroupRef {
+            name: name.to_string(),
+            namespace: ns.to_string(),
+            key,
+        }),
+        _ => None,
+    };
     Ok(VolumeMigration {
         api_version: API_VERSION.to_string(),
         kind: KIND.to_string(),
@@ -209,6 +227,7 @@ pub fn from_config_map(cm: &ConfigMap) -> Result<VolumeMigration, RecordError> {
             namespace,
             creation_timestamp: cm.metadata.creation_timestamp.as_ref().map(|t| t.0),
             resource_version: cm.metadata.resource_version.clone(),
+            group,
         },
         spec,
         status,

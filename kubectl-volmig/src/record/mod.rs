@@ -14,6 +14,7 @@
 pub mod configmap;
 pub mod cutover;
 pub mod figures;
+pub mod group;
 pub mod print;
 pub mod store;
 
@@ -47,6 +48,20 @@ impl VolumeMigration {
         last.filter(|a| goes_on && !a.phase.is_over())
     }
 
+    /// The plan the record was made from, or `None` for a record that
+    /// never got one (it never started).
+    pub fn plan(&self) -> Option<crate::plan::Plan> {
+        Some(crate::plan::Plan {
+            operation: self.metadata.name.clone(),
+            spec: self.spec.clone(),
+            source: self.status.source.clone()?,
+            destination: self.status.destination.clone()?,
+            placement: self.status.placement.clone()?,
+            // Records of older versions planned none: baseline movers.
+            security: self.status.security.clone().unwrap_or_default(),
+        })
+    }
+
     /// Whether a cutover rollback has been asked for.
     pub fn rolling_back(&self) -> bool {
         let cutover = self.status.cutover.as_ref();
@@ -65,6 +80,10 @@ pub struct Metadata {
     pub creation_timestamp: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
+    /// The set this claim's record belongs to (`migrate a b`, `--workload`,
+    /// ...), from its labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<group::GroupRef>,
 }
 
 /// The operation's phase.

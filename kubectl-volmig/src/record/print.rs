@@ -8,6 +8,7 @@
 
 mod describe;
 pub(crate) mod format;
+pub mod group;
 #[cfg(test)]
 mod tests;
 
@@ -17,6 +18,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use super::cutover::CutoverStatus;
+use super::group::GroupView;
 use super::VolumeMigration;
 use format::{age, attempts_cell, claim, columns, progress_cell};
 
@@ -44,6 +46,17 @@ impl PrintError {
 /// record's own namespace are shown by name, others as `namespace/name`.
 /// `ops` empty gives the header alone: say [`empty_message`] instead.
 pub fn table(ops: &[VolumeMigration], now: Timestamp, wide_namespace: bool) -> String {
+    table_with_sets(ops, &[], now, wide_namespace)
+}
+
+/// [`table`] with a row for each set of claims first (each claim of a set
+/// has its own row too, named `<set>-<key>`).
+pub fn table_with_sets(
+    ops: &[VolumeMigration],
+    sets: &[GroupView],
+    now: Timestamp,
+    wide_namespace: bool,
+) -> String {
     let mut header = vec![
         "NAME",
         "SOURCE",
@@ -57,6 +70,13 @@ pub fn table(ops: &[VolumeMigration], now: Timestamp, wide_namespace: bool) -> S
         header.insert(0, "NAMESPACE");
     }
     let mut rows = vec![header.into_iter().map(String::from).collect()];
+    for view in sets {
+        let mut row = group::row(view, now);
+        if wide_namespace {
+            row.insert(0, view.group.metadata.namespace.clone());
+        }
+        rows.push(row);
+    }
     for vm in ops {
         let here = &vm.metadata.namespace;
         let spec = &vm.spec;

@@ -6,15 +6,64 @@
 //! so a driver and an `abort` from another machine never lose each other's
 //! changes.
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 
-use super::configmap::{from_config_map, to_config_map, RecordError};
-use super::VolumeMigration;
+use super::configmap::RecordError;
+use super::group::{GroupView, MigrationGroup};
+use super::{Metadata, VolumeMigration};
 use crate::names;
+
+/// What a store keeps in ConfigMaps: a claim's record, or the head of a
+/// set of claims.
+pub trait Stored: Clone + PartialEq + Sized {
+    fn to_config_map(&self) -> Result<ConfigMap, RecordError>;
+    fn from_config_map(cm: &ConfigMap) -> Result<Self, RecordError>;
+    fn metadata(&self) -> &Metadata;
+    fn metadata_mut(&mut self) -> &mut Metadata;
+    /// The label selector that lists them.
+    fn selector() -> String;
+}
+
+impl Stored for VolumeMigration {
+    fn to_config_map(&self) -> Result<ConfigMap, RecordError> {
+        super::configmap::to_config_map(self)
+    }
+    fn from_config_map(cm: &ConfigMap) -> Result<Self, RecordError> {
+        super::configmap::from_config_map(cm)
+    }
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
+    }
+    fn selector() -> String {
+        names::record_selector()
+    }
+}
+
+impl Stored for MigrationGroup {
+    fn to_config_map(&self) -> Result<ConfigMap, RecordError> {
+        super::group::to_config_map(self)
+    }
+    fn from_config_map(cm: &ConfigMap) -> Result<Self, RecordError> {
+        super::group::from_config_map(cm)
+    }
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
+    }
+    fn selector() -> String {
+        names::group_selector()
+    }
+}
 
 /// How many times [`RecordStore::update`] re-reads after a conflict before
 /// giving up.
@@ -86,19 +135,35 @@ fn kube_retryable(e: &kube::Error) -> bool {
     }
 }
 
-/// The records of one namespace.
-#[derive(Clone)]
-pub struct RecordStore {
+/// The records of one namespace, of kind `T`.
+pub struct Store<T> {
     api: Api<ConfigMap>,
     namespace: String,
+    kind: PhantomData<fn() -> T>,
 }
 
-impl RecordStore {
+impl<T> Clone for Store<T> {
+    fn clone(&self) -> Self {
+        Store {
+            api: self.api.clone(),
+            namespace: self.namespace.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+/// Claims' records (one-claim operations, and each claim of a set).
+pub type RecordStore = Store<VolumeMigration>;
+/// Heads of sets of claims.
+pub type GroupStore = Store<MigrationGroup>;
+
+impl<T: Stored> Store<T> {
     /// The records in `namespace` (operations whose destination is there).
     pub fn new(client: Client, namespace: &str) -> Self {
-        RecordStore {
+        Store {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
+            kind: PhantomData,
         }
     }
 
@@ -109,14 +174,14 @@ impl RecordStore {
 
     /// Stores a new record (`vm`'s `resourceVersion` is ignored) and returns
     /// it as stored, with its creation time and `resourceVersion`.
-    pub async fn create(&self, vm: &VolumeMigration) -> Result<VolumeMigration, StoreError> {
-        let op = &vm.metadata.name;
-        let mut cm = to_config_map(vm)?;
+    pub async fn create(&self, vm: &T) -> Result<T, StoreError> {
+        let op = &vm.metadata().name;
+        let mut cm = vm.to_config_map()?;
         cm.metadata.namespace = Some(self.namespace.clone());
         cm.metadata.resource_version = None;
         cm.metadata.creation_timestamp = None;
         match self.api.create(&PostParams::default(), &cm).await {
-            Ok(cm) => Ok(from_config_map(&cm)?),
+            Ok(cm) => Ok(T::from_config_map(&cm)?),
             Err(kube::Error::Api(s)) if s.is_already_exists() => Err(StoreError::AlreadyExists {
                 op: op.clone(),
                 namespace: self.namespace.clone(),
@@ -126,9 +191,9 @@ impl RecordStore {
     }
 
     /// The record of operation `op`.
-    pub async fn get(&self, op: &str) -> Result<VolumeMigration, StoreError> {
+    pub async fn get(&self, op: &str) -> Result<T, StoreError> {
         match self.api.get(&names::record_name(op)).await {
-            Ok(cm) => Ok(from_config_map(&cm)?),
+            Ok(cm) => Ok(T::from_config_map(&cm)?),
             Err(e) => Err(self.kube_error("reading", op, e)),
         }
     }
@@ -136,7 +201,7 @@ impl RecordStore {
     /// Every record in the namespace, oldest first (then by name). A
     /// ConfigMap that carries a record's labels but does not decode is
     /// skipped with a warning.
-    pub async fn list(&self) -> Result<Vec<VolumeMigration>, StoreError> {
+    pub async fn list(&self) -> Result<Vec<T>, StoreError> {
         list_records(&self.api)
             .await
             .map_err(|source| StoreError::Kube {
@@ -146,7 +211,7 @@ impl RecordStore {
     }
 
     /// Every record in every namespace, by namespace, then oldest first.
-    pub async fn list_all(client: Client) -> Result<Vec<VolumeMigration>, StoreError> {
+    pub async fn list_all(client: Client) -> Result<Vec<T>, StoreError> {
         let mut records =
             list_records(&Api::all(client))
                 .await
@@ -154,7 +219,7 @@ impl RecordStore {
                     doing: "listing operations in all namespaces".to_string(),
                     source: Box::new(source),
                 })?;
-        records.sort_by(|a, b| a.metadata.namespace.cmp(&b.metadata.namespace));
+        records.sort_by(|a: &T, b: &T| a.metadata().namespace.cmp(&b.metadata().namespace));
         Ok(records)
     }
 
@@ -166,9 +231,9 @@ impl RecordStore {
     /// of the record it is given, not of an earlier copy. It may return an
     /// error (typically [`StoreError::Changed`]) to stop without writing.
     /// Changes to the metadata are ignored. Returns the record as stored.
-    pub async fn update<F>(&self, op: &str, mut change: F) -> Result<VolumeMigration, StoreError>
+    pub async fn update<F>(&self, op: &str, mut change: F) -> Result<T, StoreError>
     where
-        F: FnMut(&mut VolumeMigration) -> Result<(), StoreError>,
+        F: FnMut(&mut T) -> Result<(), StoreError>,
     {
         let name = names::record_name(op);
         for conflicts in 0..MAX_CONFLICTS {
@@ -178,13 +243,13 @@ impl RecordStore {
             let current = self.get(op).await?;
             let mut next = current.clone();
             change(&mut next)?;
-            next.metadata = current.metadata.clone();
+            *next.metadata_mut() = current.metadata().clone();
             if next == current {
                 return Ok(current);
             }
-            let cm = to_config_map(&next)?;
+            let cm = next.to_config_map()?;
             match self.api.replace(&name, &PostParams::default(), &cm).await {
-                Ok(cm) => return Ok(from_config_map(&cm)?),
+                Ok(cm) => return Ok(T::from_config_map(&cm)?),
                 Err(kube::Error::Api(s)) if s.is_conflict() => {
                     tracing::debug!(op, "record changed while updating it; reading it again");
                 }
@@ -229,6 +294,73 @@ impl RecordStore {
     }
 }
 
+/// An operation as stored under its name: one claim's record, or a set's
+/// head.
+pub enum AnyRecord {
+    One(Box<VolumeMigration>),
+    Set(Box<MigrationGroup>),
+}
+
+/// Operation `op` of `namespace`, whichever it is: one read, decoded as
+/// its labels say.
+pub async fn get_any(client: &Client, namespace: &str, op: &str) -> Result<AnyRecord, StoreError> {
+    let store = RecordStore::new(client.clone(), namespace);
+    let cm = match store.api.get(&names::record_name(op)).await {
+        Ok(cm) => cm,
+        Err(e) => return Err(store.kube_error("reading", op, e)),
+    };
+    let component = cm
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::COMPONENT_KEY));
+    if component.map(String::as_str) == Some(names::Component::Operation.as_str()) {
+        return Ok(AnyRecord::Set(Box::new(MigrationGroup::from_config_map(
+            &cm,
+        )?)));
+    }
+    Ok(AnyRecord::One(Box::new(VolumeMigration::from_config_map(
+        &cm,
+    )?)))
+}
+
+/// A set's head with its claims' records, read with one list per
+/// namespace the claims' records live in.
+pub async fn group_view(client: &Client, group: MigrationGroup) -> Result<GroupView, StoreError> {
+    let mut found: Vec<VolumeMigration> = Vec::new();
+    let mut namespaces: Vec<&str> = group.spec.claims.iter().map(|m| m.namespace()).collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    for ns in namespaces {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let selector = names::members_selector(&group.metadata.name);
+        let listed = list_selected(&api, &selector)
+            .await
+            .map_err(|source| StoreError::Kube {
+                doing: format!(
+                    "reading the claims of operation {:?} in namespace {ns:?}",
+                    group.metadata.name
+                ),
+                source: Box::new(source),
+            })?;
+        found.extend(listed);
+    }
+    let members = group
+        .spec
+        .claims
+        .iter()
+        .map(|m| {
+            found
+                .iter()
+                .find(|vm| {
+                    vm.metadata.name == m.operation && vm.metadata.namespace == m.namespace()
+                })
+                .cloned()
+        })
+        .collect();
+    Ok(GroupView { group, members })
+}
+
 /// The pause before the `n`th re-read after a conflict: 5 ms doubling up to
 /// 1 s, half of it random, so that writers fall out of step and a writer
 /// that keeps losing waits out a burst of the other's writes.
@@ -239,14 +371,20 @@ fn conflict_backoff(n: u32) -> Duration {
 }
 
 /// The records `api` lists, oldest first, then by name.
-async fn list_records(api: &Api<ConfigMap>) -> Result<Vec<VolumeMigration>, kube::Error> {
-    let list = api
-        .list(&ListParams::default().labels(&names::record_selector()))
-        .await?;
-    let mut records: Vec<VolumeMigration> = list
+async fn list_records<T: Stored>(api: &Api<ConfigMap>) -> Result<Vec<T>, kube::Error> {
+    list_selected(api, &T::selector()).await
+}
+
+/// The records `api` lists with `selector`, oldest first, then by name.
+async fn list_selected<T: Stored>(
+    api: &Api<ConfigMap>,
+    selector: &str,
+) -> Result<Vec<T>, kube::Error> {
+    let list = api.list(&ListParams::default().labels(selector)).await?;
+    let mut records: Vec<T> = list
         .items
         .iter()
-        .filter_map(|cm| match from_config_map(cm) {
+        .filter_map(|cm| match T::from_config_map(cm) {
             Ok(vm) => Some(vm),
             Err(e) => {
                 tracing::warn!("skipping {e}");
@@ -259,17 +397,17 @@ async fn list_records(api: &Api<ConfigMap>) -> Result<Vec<VolumeMigration>, kube
 }
 
 /// Oldest first, then by name; records without a creation time last.
-fn sort_records(records: &mut [VolumeMigration]) {
+fn sort_records<T: Stored>(records: &mut [T]) {
     records.sort_by(|a, b| {
-        let created = |vm: &VolumeMigration| {
+        let created = |vm: &T| {
             (
-                vm.metadata.creation_timestamp.is_none(),
-                vm.metadata.creation_timestamp,
+                vm.metadata().creation_timestamp.is_none(),
+                vm.metadata().creation_timestamp,
             )
         };
         created(a)
             .cmp(&created(b))
-            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+            .then_with(|| a.metadata().name.cmp(&b.metadata().name))
     });
 }
 

@@ -344,18 +344,26 @@ fn pod(
 
 /// Required affinity to the placement's node, by its hostname label (never
 /// `nodeName`, which would skip the scheduler and so the binding of
-/// WaitForFirstConsumer claims). `None` when the scheduler chooses.
+/// WaitForFirstConsumer claims); or, when the scheduler chooses, away from
+/// the nodes a set of claims has filled (`--per-node`). `None` when the
+/// scheduler chooses freely.
 fn affinity(placement: &NodePlacement) -> Option<Affinity> {
-    let node = placement.node.as_ref()?;
-    let hostname = placement.hostname.as_ref().unwrap_or(node);
+    let (operator, values) = match &placement.node {
+        Some(node) => (
+            "In",
+            vec![placement.hostname.as_ref().unwrap_or(node).clone()],
+        ),
+        None if !placement.avoid.is_empty() => ("NotIn", placement.avoid.clone()),
+        None => return None,
+    };
     Some(Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
                 node_selector_terms: vec![NodeSelectorTerm {
                     match_expressions: Some(vec![NodeSelectorRequirement {
                         key: HOSTNAME_LABEL.to_string(),
-                        operator: "In".to_string(),
-                        values: Some(vec![hostname.clone()]),
+                        operator: operator.to_string(),
+                        values: Some(values),
                     }]),
                     match_fields: None,
                 }],

@@ -32,19 +32,7 @@ pub enum OwnerAction {
     Done,
 }
 
-/// The claim template of `sts` that made `claim` (`TEMPLATE-STS-ORDINAL`).
-pub fn template_of(claim: &str, sts: &StatefulSet) -> Option<String> {
-    let name = sts.metadata.name.as_deref()?;
-    let templates = sts.spec.as_ref()?.volume_claim_templates.as_ref()?;
-    templates
-        .iter()
-        .filter_map(|t| t.metadata.name.clone())
-        .find(|t| {
-            claim
-                .strip_prefix(&format!("{t}-{name}-"))
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })
-}
+pub use crate::plan::select::template_of;
 
 /// The StatefulSet among the `stopped` owners whose claim template made
 /// `claim`, with that template's name.

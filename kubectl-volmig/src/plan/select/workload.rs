@@ -12,7 +12,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use super::{name, Candidate, Found, SelectError};
-use crate::driver::cutover::owner::template_of;
 use crate::plan::quiesce::{self, Workloads};
 
 /// A workload whose claims `--workload` selects.
@@ -277,4 +276,18 @@ fn no_pod(claim: &str, sts: &StatefulSet) -> String {
         Some(Ok(n)) => format!("ordinal {n}: no pod now"),
         _ => "no pod".to_string(),
     }
+}
+
+/// The claim template of `sts` that made `claim` (`TEMPLATE-STS-ORDINAL`).
+pub fn template_of(claim: &str, sts: &StatefulSet) -> Option<String> {
+    let name = sts.metadata.name.as_deref()?;
+    let templates = sts.spec.as_ref()?.volume_claim_templates.as_ref()?;
+    templates
+        .iter()
+        .filter_map(|t| t.metadata.name.clone())
+        .find(|t| {
+            claim
+                .strip_prefix(&format!("{t}-{name}-"))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
 }

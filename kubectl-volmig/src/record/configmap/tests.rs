@@ -121,6 +121,7 @@ fn a_new_record_is_pending_in_the_destination_namespace() {
         tolerations: Vec::new(),
         reason: "the scheduler chooses".into(),
         app_pod: None,
+        avoid: Vec::new(),
     };
     let plan = Plan {
         security: Default::default(),

@@ -20,6 +20,7 @@ fn placement(node: Option<&str>, hostname: Option<&str>, reason: &str) -> NodePl
         tolerations: vec![],
         reason: reason.to_string(),
         app_pod: None,
+        avoid: vec![],
     }
 }
 

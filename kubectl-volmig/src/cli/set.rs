@@ -1,0 +1,260 @@
+//! Commands on a set of claims (`status`, `resume`, `abort`, `cleanup`
+//! of an operation made by `migrate a b`, `--workload`, ...): each acts on
+//! the whole set, claim by claim through each claim's own record.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde_json::{json, Value};
+
+use super::args::Output;
+use super::{exit, CliError};
+use crate::cluster::Cluster;
+use crate::driver::{objects, DriverError, DriverOptions};
+use crate::plan::many::ManyPlan;
+use crate::record::group::{GroupView, MigrationGroup};
+use crate::record::print::group::{describe_set, set_object};
+use crate::record::store::{get_any, group_view, GroupStore, RecordStore, StoreError};
+use crate::record::{configmap, Phase, VolumeMigration};
+
+pub use crate::record::store::AnyRecord as Found;
+
+/// Operation `op` in -n's namespace: one claim's record, or a set's head.
+pub async fn find(cluster: &Cluster, op: &str) -> Result<Found, CliError> {
+    Ok(get_any(&cluster.client, &cluster.namespace, op).await?)
+}
+
+/// Prints a set as `-o` says (`table`: the detailed view).
+pub fn print_set(view: &GroupView, output: Output) -> Result<(), CliError> {
+    let text = match output {
+        Output::Table => describe_set(view, Timestamp::now()),
+        Output::Json => json_text(&set_object(view))?,
+        Output::Yaml => yaml_text(&set_object(view))?,
+    };
+    super::out(&text);
+    Ok(())
+}
+
+pub(super) fn json_text(v: &Value) -> Result<String, CliError> {
+    serde_json::to_string_pretty(v)
+        .map(|t| t + "\n")
+        .map_err(|e| CliError::Print(e.to_string()))
+}
+
+pub(super) fn yaml_text(v: &Value) -> Result<String, CliError> {
+    serde_saphyr::to_string(v).map_err(|e| CliError::Print(e.to_string()))
+}
+
+/// `migrate ... --dry-run` of a set: the plan, and the head and claims'
+/// records it would create (each claim's pods as its own dry run shows).
+pub fn print_dry_run_set(
+    many: &ManyPlan,
+    group: &MigrationGroup,
+    members: &[VolumeMigration],
+    output: Output,
+) -> Result<(), CliError> {
+    let print_err = |e: &dyn std::fmt::Display| CliError::Print(e.to_string());
+    let mut items = Vec::new();
+    let mut head = serde_json::to_value(
+        crate::record::group::to_config_map(group).map_err(|e| print_err(&e))?,
+    )
+    .map_err(|e| print_err(&e))?;
+    head["apiVersion"] = json!("v1");
+    head["kind"] = json!("ConfigMap");
+    items.push(head);
+    for (vm, (_, plan)) in members.iter().zip(many.accepted()) {
+        let mut record =
+            serde_json::to_value(configmap::to_config_map(vm).map_err(|e| print_err(&e))?)
+                .map_err(|e| print_err(&e))?;
+        record["apiVersion"] = json!("v1");
+        record["kind"] = json!("ConfigMap");
+        items.push(record);
+        let objects = crate::resources::dry_run_objects(plan, "<receiver Service IP>:7000")
+            .map_err(|e| print_err(&e))?;
+        items.extend(objects);
+    }
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}});
+    let p = group.spec.parallelism;
+    match output {
+        Output::Json => {
+            super::out(&json_text(&list)?);
+        }
+        Output::Yaml => {
+            super::out(&yaml_text(&list)?);
+        }
+        Output::Table => {
+            super::out(&many.text(p.claims, p.per_node));
+            super::out("would create (nothing was created; -o yaml shows the objects):\n");
+            for item in &items {
+                super::out(&format!("  {}\n", super::migrate::describe_object(item)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `resume` of a set: every claim that did not succeed runs again (a
+/// Failed or Aborted one with a fresh budget); the others stay done.
+pub async fn resume(
+    cluster: &Cluster,
+    group: MigrationGroup,
+    force: bool,
+    start_timeout: Duration,
+    output: Output,
+) -> Result<i32, CliError> {
+    let op = group.metadata.name.clone();
+    let me = crate::names::holder();
+    let driven = group
+        .status
+        .driver
+        .as_ref()
+        .filter(|d| d.holder != me && d.is_alive(Timestamp::now()));
+    if let (Some(d), false) = (driven, force) {
+        return Err(CliError::Usage(format!(
+            "operation {op} is driven by {}; watch it with kubectl volmig status {op}, \
+             or take it over with --force",
+            d.holder
+        )));
+    }
+    let view = group_view(&cluster.client, group).await?;
+    if view.phase() == Phase::Succeeded {
+        say!("operation {op}: every claim has succeeded already");
+        print_set(&view, output)?;
+        return Ok(exit::OK);
+    }
+    for (m, vm) in view.group.spec.claims.iter().zip(&view.members) {
+        let Some(vm) = vm else { continue };
+        if matches!(vm.status.phase, Phase::Failed | Phase::Aborted) {
+            let store = RecordStore::new(cluster.client.clone(), m.namespace());
+            super::control::restart_record(&store, &m.operation).await?;
+        }
+    }
+    let store = GroupStore::new(cluster.client.clone(), &view.group.metadata.namespace);
+    let group = store
+        .update(&op, |g| {
+            g.status.phase = Phase::Running;
+            g.status.message = None;
+            g.status.aborted_by = None;
+            g.status.completion_time = None;
+            Ok(())
+        })
+        .await?;
+    if output == Output::Table {
+        say!(
+            "resuming operation {op}: {} claims ({})",
+            group.spec.claims.len(),
+            view.phases_text()
+        );
+    }
+    let options = DriverOptions {
+        start_timeout,
+        holder: me,
+    };
+    super::many::drive(cluster, group, options, output).await
+}
+
+/// `abort` of a set: the head says Aborted (nothing new starts), then
+/// every claim that runs is aborted as one claim would be.
+pub async fn abort(
+    cluster: &Cluster,
+    group: MigrationGroup,
+    output: Output,
+) -> Result<i32, CliError> {
+    let op = group.metadata.name.clone();
+    let who = crate::names::who(cluster.user.as_deref());
+    let store = GroupStore::new(cluster.client.clone(), &group.metadata.namespace);
+    store
+        .update(&op, |g| {
+            if g.status.phase.is_final() {
+                return Err(StoreError::Changed(format!(
+                    "operation {op} has ended ({}): nothing to abort",
+                    g.status.phase.as_str()
+                )));
+            }
+            g.status.phase = Phase::Aborted;
+            g.status.aborted_by = Some(who.clone());
+            Ok(())
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Changed(m) => CliError::Usage(m),
+            e => e.into(),
+        })?;
+    for m in &group.spec.claims {
+        match crate::driver::abort::abort(&cluster.client, m.namespace(), &m.operation, &who).await
+        {
+            Ok(_) | Err(DriverError::Refused(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let view = group_view(&cluster.client, group).await?;
+    say!(
+        "operation {op} aborted; resume it with: kubectl volmig resume {op} -n {}",
+        view.group.metadata.namespace
+    );
+    print_set(&view, output)?;
+    Ok(exit::OK)
+}
+
+/// `cleanup` of a set: every claim's pods, Service, Secrets and record,
+/// then the head; the destination claims stay.
+pub async fn cleanup(
+    cluster: &Cluster,
+    group: MigrationGroup,
+    force: bool,
+) -> Result<i32, CliError> {
+    let op = group.metadata.name.clone();
+    let live = group
+        .status
+        .driver
+        .as_ref()
+        .filter(|d| d.is_alive(Timestamp::now()));
+    if let (Some(d), false) = (live, force) {
+        return Err(CliError::Usage(format!(
+            "operation {op} is being driven by {}; abort it first (kubectl volmig abort {op}), \
+             or pass --force",
+            d.holder
+        )));
+    }
+    let mut pods = 0;
+    for m in &group.spec.claims {
+        let namespaces = [m.namespace(), m.source.namespace.as_str()];
+        let removed = objects::cleanup(&cluster.client, &m.operation, &namespaces).await?;
+        pods += removed.pods;
+        let store = RecordStore::new(cluster.client.clone(), m.namespace());
+        match store.delete(&m.operation).await {
+            Ok(()) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    GroupStore::new(cluster.client.clone(), &group.metadata.namespace)
+        .delete(&op)
+        .await?;
+    super::out(&format!(
+        "removed operation {op}: {} claims' records, {pods} pods and the set's record; \
+         kept the destination claims\n",
+        group.spec.claims.len()
+    ));
+    Ok(exit::OK)
+}
+
+/// Every set in -n's namespace (or all), each with its claims' records.
+pub async fn list_sets(
+    cluster: &Cluster,
+    all_namespaces: bool,
+) -> Result<Vec<GroupView>, CliError> {
+    let client = cluster.client.clone();
+    let heads = match all_namespaces {
+        true => GroupStore::list_all(client.clone()).await?,
+        false => {
+            GroupStore::new(client.clone(), &cluster.namespace)
+                .list()
+                .await?
+        }
+    };
+    let mut views = Vec::new();
+    for g in heads {
+        views.push(group_view(&client, g).await?);
+    }
+    Ok(views)
+}

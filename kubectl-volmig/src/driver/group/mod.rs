@@ -1,0 +1,439 @@
+//! The driver of a set of claims: an explicit state machine over the set
+//! that runs each claim's own attempt driver ([`Driver`]) on that claim's
+//! record, up to `--parallel` at once and `--per-node` movers a node.
+//!
+//! `Setup` takes the set's lease → `Copy` (admit, run, record each end;
+//! a failed claim retries on its own budget inside its driver, the others
+//! go on) → `Finish` (the set's phase from its claims') → `Done`. The
+//! set's head holds only what they share; each claim's driver writes its
+//! own record with the same holder, so any client can take any claim up.
+//!
+//! - [`admit`]: which queued claims start now (pure).
+
+pub mod admit;
+mod load;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::Client;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::run::API_OUTAGE;
+use super::{release_lease, Driver, DriverError, DriverOptions, Outcome, Update};
+use crate::record::group::{GroupView, Member, MigrationGroup};
+use crate::record::store::{group_view, GroupStore, RecordStore, StoreError};
+use crate::record::{Driver as Lease, Phase, VolumeMigration};
+use admit::{Admission, Candidate, Limits};
+
+/// How often the set's heartbeat is written and the nodes' load looked at.
+const TICK: Duration = Duration::from_secs(5);
+
+/// What the set's driver tells its user interface.
+#[derive(Debug, Clone)]
+pub enum GroupUpdate {
+    /// Claim `key` (source claim `claim`) said `update`.
+    Claim {
+        key: u32,
+        claim: String,
+        update: Update,
+    },
+    /// Claim `key` started copying (with `avoid`: nodes full of movers).
+    Started { key: u32, claim: String },
+    /// Claim `key` ended (this run) in `phase`.
+    Ended {
+        key: u32,
+        claim: String,
+        phase: Phase,
+        message: Option<String>,
+    },
+}
+
+/// Where a set is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    /// The lease taken, the head Running.
+    Setup,
+    /// Claims copying, each on its own budget.
+    Copy,
+    /// The head's final phase, the lease given back.
+    Finish {
+        phase: Phase,
+        message: Option<String>,
+    },
+    Done,
+}
+
+/// Drives one set of claims.
+pub struct GroupDriver {
+    client: Client,
+    store: GroupStore,
+    group: MigrationGroup,
+    options: DriverOptions,
+    updates: UnboundedSender<GroupUpdate>,
+    holds_lease: bool,
+    /// Claims that ran here: their leases go when this driver stops.
+    ran: Vec<u32>,
+    outcome: Option<GroupView>,
+}
+
+type Joined = (u32, Result<Outcome, DriverError>);
+
+impl GroupDriver {
+    pub fn new(
+        client: Client,
+        group: MigrationGroup,
+        options: DriverOptions,
+        updates: UnboundedSender<GroupUpdate>,
+    ) -> GroupDriver {
+        GroupDriver {
+            store: GroupStore::new(client.clone(), &group.metadata.namespace),
+            client,
+            group,
+            options,
+            updates,
+            holds_lease: false,
+            ran: Vec::new(),
+            outcome: None,
+        }
+    }
+
+    /// Runs until every claim has ended, or the set is aborted; the set
+    /// as it then stands.
+    pub async fn run(mut self) -> Result<GroupView, DriverError> {
+        let mut state = State::Setup;
+        let mut failing: Option<Instant> = None;
+        loop {
+            tracing::debug!(?state, "set step");
+            state = match self.step(state.clone()).await {
+                Ok(State::Done) => break,
+                Ok(next) => {
+                    failing = None;
+                    next
+                }
+                Err(e)
+                    if e.is_retryable()
+                        && failing.get_or_insert_with(Instant::now).elapsed() < API_OUTAGE =>
+                {
+                    tracing::warn!("{e}; trying again");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    state
+                }
+                Err(e) => {
+                    self.release_claims().await;
+                    return Err(e);
+                }
+            };
+        }
+        self.outcome.take().ok_or_else(|| {
+            DriverError::Conflict("the set's driver stopped without an outcome".into())
+        })
+    }
+
+    async fn step(&mut self, state: State) -> Result<State, DriverError> {
+        match state {
+            State::Setup => {
+                self.write(|g| {
+                    if !g.status.phase.is_stopped() {
+                        g.status.phase = Phase::Running;
+                        g.status.start_time.get_or_insert_with(Timestamp::now);
+                    }
+                })
+                .await?;
+                Ok(State::Copy)
+            }
+            State::Copy => self.copy().await,
+            State::Finish { phase, message } => {
+                self.write(|g| {
+                    g.status.phase = phase;
+                    g.status.message = message.clone();
+                    g.status.completion_time = Some(Timestamp::now());
+                })
+                .await?;
+                let view = group_view(&self.client, self.group.clone()).await?;
+                self.release().await?;
+                self.outcome = Some(view);
+                Ok(State::Done)
+            }
+            State::Done => Ok(State::Done),
+        }
+    }
+
+    /// The scheduler: claims start as the limits allow, each one's end is
+    /// noted; the head's heartbeat every tick.
+    async fn copy(&mut self) -> Result<State, DriverError> {
+        let view = group_view(&self.client, self.group.clone()).await?;
+        let mut queue: VecDeque<u32> = VecDeque::new();
+        for (m, vm) in self.group.spec.claims.iter().zip(&view.members) {
+            match vm {
+                Some(vm) if !vm.status.phase.is_stopped() => queue.push_back(m.key),
+                Some(_) => {}
+                None => {
+                    return Ok(State::Finish {
+                        phase: Phase::Failed,
+                        message: Some(format!(
+                        "the record of claim {} ({}) is gone; clean the set up and migrate again",
+                        m.source, m.operation
+                    )),
+                    })
+                }
+            }
+        }
+        let mut plans = BTreeMap::new();
+        for key in &queue {
+            let vm = member_record(&view, *key)?;
+            let plan = vm.plan().ok_or_else(|| {
+                DriverError::Refused(format!(
+                    "claim {} of operation {} has no plan in its record",
+                    vm.spec.source, self.group.metadata.name
+                ))
+            })?;
+            plans.insert(*key, (plan, vm.clone()));
+        }
+        let limits = Limits {
+            claims: self.group.spec.parallelism.claims,
+            per_node: self.group.spec.parallelism.per_node,
+        };
+        let mut running: JoinSet<Joined> = JoinSet::new();
+        let mut active: BTreeSet<u32> = BTreeSet::new();
+        let mut stopping: Option<DriverError> = None;
+        let mut aborted = false;
+        let mut next_tick = Instant::now();
+        loop {
+            if stopping.is_none() && !aborted && !queue.is_empty() {
+                let now_running: Vec<(&Member, &crate::plan::Plan)> = self
+                    .group
+                    .spec
+                    .claims
+                    .iter()
+                    .filter(|m| active.contains(&m.key))
+                    .filter_map(|m| plans.get(&m.key).map(|(p, _)| (m, p)))
+                    .collect();
+                let load = load::now(&self.client, &now_running).await?;
+                let candidates: Vec<Candidate> = queue
+                    .iter()
+                    .filter_map(|k| plans.get(k).map(|(p, _)| load::candidate(*k, p)))
+                    .collect();
+                for Admission { key, avoid } in admit::admit(&candidates, &load.load, limits) {
+                    queue.retain(|k| *k != key);
+                    let Some((plan, vm)) = plans.get(&key).cloned() else {
+                        continue;
+                    };
+                    let plan = load::avoiding(plan, &avoid, &load.hostnames);
+                    active.insert(key);
+                    self.start_claim(&mut running, key, plan, vm);
+                }
+            }
+            if running.is_empty() && (queue.is_empty() || stopping.is_some() || aborted) {
+                break;
+            }
+            tokio::select! {
+                Some(joined) = running.join_next() => {
+                    if let Ok((key, _)) = &joined {
+                        active.remove(key);
+                    }
+                    match joined {
+                        Ok((key, Ok(outcome))) => self.claim_ended(key, outcome),
+                        Ok((key, Err(e))) => {
+                            tracing::warn!("claim {key}: {e}");
+                            stopping.get_or_insert(e);
+                        }
+                        Err(e) => {
+                            stopping.get_or_insert(DriverError::Conflict(format!(
+                                "a claim's driver stopped: {e}"
+                            )));
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(next_tick) => {
+                    next_tick = Instant::now() + TICK;
+                    match self.write(|_| {}).await {
+                        Ok(()) => {}
+                        // abort marks every claim too: their drivers stop
+                        // by themselves; nothing new starts.
+                        Err(DriverError::Aborted) => aborted = true,
+                        Err(e @ DriverError::TakenOver(_)) => {
+                            running.abort_all();
+                            return Err(e);
+                        }
+                        Err(e) if e.is_retryable() => tracing::warn!("{e}"),
+                        Err(e) => stopping = Some(e),
+                    }
+                }
+            }
+        }
+        if let Some(e) = stopping {
+            return Err(e);
+        }
+        let view = group_view(&self.client, self.group.clone()).await?;
+        let phase = if aborted {
+            Phase::Aborted
+        } else {
+            view.phase()
+        };
+        let message = match phase {
+            Phase::Succeeded => None,
+            _ => Some(format!("claims: {}", view.phases_text())),
+        };
+        Ok(State::Finish { phase, message })
+    }
+
+    fn start_claim(
+        &mut self,
+        running: &mut JoinSet<Joined>,
+        key: u32,
+        plan: crate::plan::Plan,
+        vm: VolumeMigration,
+    ) {
+        let claim = plan.spec.source.name.clone();
+        let _ = self.updates.send(GroupUpdate::Started {
+            key,
+            claim: claim.clone(),
+        });
+        self.ran.push(key);
+        let client = self.client.clone();
+        let options = self.options.clone();
+        let out = self.updates.clone();
+        running.spawn(async move {
+            let plan = super::gather::with_current_destination(&client, plan).await;
+            let (tx, mut rx) = unbounded_channel();
+            let forward = async {
+                while let Some(update) = rx.recv().await {
+                    let claim = claim.clone();
+                    let _ = out.send(GroupUpdate::Claim { key, claim, update });
+                }
+            };
+            let (result, ()) =
+                tokio::join!(Driver::new(client, plan, vm, options, tx).run(), forward);
+            (key, result)
+        });
+    }
+
+    fn claim_ended(&mut self, key: u32, outcome: Outcome) {
+        let (Outcome::Finished(vm) | Outcome::PassEnded { record: vm, .. }) = outcome;
+        let _ = self.updates.send(GroupUpdate::Ended {
+            key,
+            claim: vm.spec.source.name.clone(),
+            phase: vm.status.phase,
+            message: vm.status.message.clone(),
+        });
+    }
+
+    /// Changes the head (re-read on conflict), with the heartbeat; stops
+    /// with [`DriverError::Aborted`] once the set is aborted,
+    /// [`DriverError::TakenOver`] once another client drives it.
+    async fn write(
+        &mut self,
+        mut change: impl FnMut(&mut MigrationGroup),
+    ) -> Result<(), DriverError> {
+        let now = Timestamp::now();
+        let lease = Lease {
+            holder: self.options.holder.clone(),
+            heartbeat: now,
+        };
+        let claiming = !self.holds_lease;
+        let mut taken_by = None;
+        let result = self
+            .store
+            .update(&self.group.metadata.name, |g| {
+                if g.status.phase == Phase::Aborted {
+                    return Err(StoreError::Changed("the operation was aborted".into()));
+                }
+                if let Some(other) = g
+                    .status
+                    .driver
+                    .as_ref()
+                    .filter(|d| !claiming && d.holder != lease.holder && d.is_alive(now))
+                {
+                    taken_by = Some(other.holder.clone());
+                    return Err(StoreError::Changed(format!(
+                        "taken over by {}",
+                        other.holder
+                    )));
+                }
+                change(g);
+                g.status.driver = Some(lease.clone());
+                Ok(())
+            })
+            .await;
+        match result {
+            Ok(g) => {
+                self.group = g;
+                self.holds_lease = true;
+                Ok(())
+            }
+            Err(StoreError::Changed(_)) => match taken_by {
+                Some(holder) => Err(DriverError::TakenOver(holder)),
+                None => Err(DriverError::Aborted),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Gives up the head's lease and every claim's this driver ran.
+    async fn release(&mut self) -> Result<(), DriverError> {
+        let holder = self.options.holder.clone();
+        self.group = self
+            .store
+            .update(&self.group.metadata.name, |g| {
+                if g.status.driver.as_ref().is_some_and(|d| d.holder == holder) {
+                    g.status.driver = None;
+                }
+                Ok(())
+            })
+            .await?;
+        self.holds_lease = false;
+        self.release_claims().await;
+        Ok(())
+    }
+
+    async fn release_claims(&mut self) {
+        for key in std::mem::take(&mut self.ran) {
+            if let Some(m) = self.group.spec.claims.iter().find(|m| m.key == key) {
+                release_claim(&self.client, m, &self.options.holder).await;
+            }
+        }
+    }
+}
+
+/// Releases `holder`'s lease on claim `m`'s record, if it holds it.
+pub async fn release_claim(client: &Client, m: &Member, holder: &str) {
+    let store = RecordStore::new(client.clone(), m.namespace());
+    if let Err(e) = release_lease(&store, &m.operation, holder).await {
+        tracing::debug!("cannot release claim {}: {e}", m.operation);
+    }
+}
+
+/// Every lease of set `group` that `holder` holds, given back (after
+/// Ctrl-C): the head's and its claims'.
+pub async fn release_all(client: &Client, group: &MigrationGroup, holder: &str) {
+    let store = GroupStore::new(client.clone(), &group.metadata.namespace);
+    let released = store
+        .update(&group.metadata.name, |g| {
+            if g.status.driver.as_ref().is_some_and(|d| d.holder == holder) {
+                g.status.driver = None;
+            }
+            Ok(())
+        })
+        .await;
+    if let Err(e) = released {
+        tracing::debug!("cannot release operation {}: {e}", group.metadata.name);
+    }
+    for m in &group.spec.claims {
+        release_claim(client, m, holder).await;
+    }
+}
+
+fn member_record(view: &GroupView, key: u32) -> Result<&VolumeMigration, DriverError> {
+    view.group
+        .spec
+        .claims
+        .iter()
+        .position(|m| m.key == key)
+        .and_then(|i| view.members.get(i))
+        .and_then(Option::as_ref)
+        .ok_or_else(|| DriverError::Conflict(format!("claim {key} has no record")))
+}

@@ -1,0 +1,135 @@
+//! The plan of a set of claims: each claim planned on its own by
+//! [`super::plan`](super::plan()) (so every refusal of one claim applies),
+//! then the set checked as a whole. Pure.
+
+use super::select::Selection;
+use super::{ClaimAction, Plan, Refusal};
+use crate::spec::ClaimRef;
+
+/// One claim of the set, planned or refused.
+#[derive(Debug, Clone)]
+pub struct ClaimPlanned {
+    /// Its key in the set: its place in plan order, kept by its record's
+    /// name (`<op>-<key>`) whether or not the others are refused.
+    pub key: u32,
+    pub source: ClaimRef,
+    /// Why the selection chose it, in words.
+    pub why: String,
+    pub outcome: Result<Plan, Refusal>,
+}
+
+/// The plan of a set.
+#[derive(Debug, Clone)]
+pub struct ManyPlan {
+    pub operation: String,
+    pub selection: Selection,
+    pub claims: Vec<ClaimPlanned>,
+}
+
+impl ManyPlan {
+    /// The set of `claims` (in plan order), with the checks that span
+    /// claims made: no two onto one destination.
+    pub fn new(operation: &str, selection: Selection, mut claims: Vec<ClaimPlanned>) -> ManyPlan {
+        refuse_shared_destinations(&mut claims);
+        ManyPlan {
+            operation: operation.to_string(),
+            selection,
+            claims,
+        }
+    }
+
+    /// The claims that can be moved, with their plans.
+    pub fn accepted(&self) -> impl Iterator<Item = (&ClaimPlanned, &Plan)> {
+        self.claims
+            .iter()
+            .filter_map(|c| c.outcome.as_ref().ok().map(|p| (c, p)))
+    }
+
+    pub fn refused(&self) -> usize {
+        self.claims.iter().filter(|c| c.outcome.is_err()).count()
+    }
+
+    /// Whether the set may go ahead: every claim planned, or with
+    /// `skip_refused` at least one.
+    pub fn verdict(&self, skip_refused: bool) -> Result<(), Refusal> {
+        let (refused, total) = (self.refused(), self.claims.len());
+        match refused {
+            0 => Ok(()),
+            r if r == total => Err(Refusal::NothingToMove { total }),
+            _ if skip_refused => Ok(()),
+            _ => Err(Refusal::ClaimsRefused { refused, total }),
+        }
+    }
+
+    /// The plan in words: a line per claim, as printed before anything is
+    /// created.
+    pub fn text(&self, parallel: u32, per_node: u32) -> String {
+        let n = self.claims.len();
+        let mut out = format!(
+            "operation {}: {} ({n} claim{}); {parallel} at once, at most {per_node} movers on a node\n",
+            self.operation,
+            self.selection.describe(),
+            if n == 1 { "" } else { "s" }
+        );
+        for c in &self.claims {
+            out += &match &c.outcome {
+                Ok(p) => claim_line(c, p),
+                Err(refusal) => format!("  {}  REFUSED: {refusal}\n", c.source),
+            };
+        }
+        out
+    }
+}
+
+/// `  prod/data-db-0  1Gi standard -> prod/data-db-0-migrated (local, new claim); sender node-1, receiver any node  [mounted by ...]`
+fn claim_line(c: &ClaimPlanned, p: &Plan) -> String {
+    let s = &p.source;
+    let d = &p.destination;
+    let node = |n: &Option<String>| n.clone().unwrap_or_else(|| "any node".to_string());
+    format!(
+        "  {}  {} {} -> {}/{} ({}, {}); sender {}, receiver {}; {}\n",
+        c.source,
+        s.capacity,
+        s.storage_class.as_deref().unwrap_or("no class"),
+        d.namespace,
+        d.name,
+        d.storage_class.as_deref().unwrap_or("default class"),
+        match d.action {
+            ClaimAction::Create => "new claim",
+            ClaimAction::Reuse => "existing claim",
+        },
+        node(&p.placement.sender.node),
+        node(&p.placement.receiver.node),
+        c.why
+    )
+}
+
+/// Every claim after the first whose destination another accepted claim
+/// takes is refused, naming all the claims that wanted it.
+fn refuse_shared_destinations(claims: &mut [ClaimPlanned]) {
+    let wanted: Vec<(ClaimRef, Option<ClaimRef>)> = claims
+        .iter()
+        .map(|c| {
+            let dest = c.outcome.as_ref().ok();
+            let dest = dest.map(|p| ClaimRef::new(&p.destination.namespace, &p.destination.name));
+            (c.source.clone(), dest)
+        })
+        .collect();
+    for (i, c) in claims.iter_mut().enumerate() {
+        let Some(dest) = &wanted[i].1 else {
+            continue;
+        };
+        let sharing: Vec<&ClaimRef> = wanted
+            .iter()
+            .filter(|(_, d)| d.as_ref() == Some(dest))
+            .map(|(source, _)| source)
+            .collect();
+        if sharing.len() > 1 && *sharing[0] != wanted[i].0 {
+            c.outcome = Err(Refusal::DuplicateDestination {
+                namespace: dest.namespace.clone(),
+                name: dest.name.clone(),
+                sources: sharing.iter().map(|s| s.to_string()).collect(),
+            });
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The record of an operation on several claims (`migrate a b c`,
+//! `--workload`, `-l`, `--all`, `--from-storage-class`): one head that
+//! holds what the set shares, and one ordinary record per claim.
+//!
+//! The head, ConfigMap `volmig-<op>` (component `operation`, format `"2"`),
+//! holds how the claims were chosen, the claims in plan order with their
+//! keys, `--parallel`/`--per-node`, and the set's phase and lease. Each
+//! claim's attempts, checkpoints, progress and placement live in its own
+//! record, `volmig-<op>-<key>` in its destination namespace, labelled with
+//! the head: the format-1 record of a one-claim operation, driven by the
+//! same attempt driver. So a claim's writes (a heartbeat every few seconds)
+//! rewrite a few kilobytes, not the whole set; no claim waits on another's
+//! write; and a set is not bounded by the 1 MiB of one ConfigMap.
+//! `status OP -o json` joins head and claims into one `VolumeMigration`
+//! with a list of claims ([`print`](super::print)).
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde::{Deserialize, Serialize};
+
+use super::configmap::{RecordError, FORMAT_KEY, SPEC_KEY, STATUS_KEY};
+use super::{Driver, Metadata, Phase, VolumeMigration};
+use crate::names::{self, Component};
+use crate::plan::select::Selection;
+use crate::spec::ClaimRef;
+
+/// The head's layout.
+pub const FORMAT: &str = "2";
+/// How a set is printed: the one-claim record's kind, a new version.
+pub const API_VERSION: &str = "volmig.io/v1alpha2";
+
+/// `--parallel` by default: a few copies side by side, not a storm.
+pub const DEFAULT_PARALLEL: u32 = 2;
+/// `--per-node` by default.
+pub const DEFAULT_PER_NODE: u32 = 4;
+
+/// The head of a set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationGroup {
+    pub metadata: Metadata,
+    pub spec: GroupSpec,
+    pub status: GroupStatus,
+}
+
+/// What the set is: fixed when it is planned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupSpec {
+    pub selection: Selection,
+    /// In plan order; a key is never reused.
+    pub claims: Vec<Member>,
+    pub parallelism: Parallelism,
+}
+
+/// One claim of a set, and where its record is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    pub key: u32,
+    /// The claim's own operation id (`<op>-<key>`): its record, pods and
+    /// key Secret are named and labelled with it.
+    pub operation: String,
+    pub source: ClaimRef,
+    /// Its record lives in this claim's namespace.
+    pub destination: ClaimRef,
+}
+
+impl Member {
+    /// The namespace of the claim's record.
+    pub fn namespace(&self) -> &str {
+        &self.destination.namespace
+    }
+}
+
+/// How many claims copy at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Parallelism {
+    /// Claims copying at once (`--parallel`).
+    pub claims: u32,
+    /// Mover pods at once on one node (`--per-node`).
+    pub per_node: u32,
+}
+
+impl Default for Parallelism {
+    fn default() -> Self {
+        Parallelism {
+            claims: DEFAULT_PARALLEL,
+            per_node: DEFAULT_PER_NODE,
+        }
+    }
+}
+
+/// The set's own status; each claim's is in its record.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupStatus {
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+    /// The client driving the set (and, with the same holder, each
+    /// claim it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<Driver>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted_by: Option<String>,
+}
+
+/// A claim's record as the head sees it: where it belongs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupRef {
+    pub name: String,
+    pub namespace: String,
+    pub key: u32,
+}
+
+/// A head and its claims' records, as read together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupView {
+    pub group: MigrationGroup,
+    /// In the head's claim order; `None` for a record that could not be
+    /// read (deleted by hand, or not yet created).
+    pub members: Vec<Option<VolumeMigration>>,
+}
+
+impl GroupView {
+    /// The set's phase from its claims': Running while one runs or
+    /// waits, Aborted if one was, Failed if one failed, Succeeded when
+    /// all have. The head's own phase wins once it says Aborted.
+    pub fn phase(&self) -> Phase {
+        let head = self.group.status.phase;
+        if head == Phase::Aborted || head == Phase::Pending {
+            return head;
+        }
+        let phases: Vec<Phase> = self
+            .members
+            .iter()
+            .map(|m| m.as_ref().map_or(Phase::Failed, |vm| vm.status.phase))
+            .collect();
+        if phases.iter().any(|p| !p.is_stopped()) {
+            return Phase::Running;
+        }
+        if phases.contains(&Phase::Aborted) {
+            Phase::Aborted
+        } else if phases.iter().any(|p| *p != Phase::Succeeded) {
+            Phase::Failed
+        } else {
+            Phase::Succeeded
+        }
+    }
+
+    /// Claims by phase, in words: `2 Succeeded, 1 Running`.
+    pub fn phases_text(&self) -> String {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in &self.members {
+            let phase = m.as_ref().map_or("Missing", |vm| vm.status.phase.as_str());
+            *counts.entry(phase).or_default() += 1;
+        }
+        let order = [
+            "Succeeded",
+            "Running",
+            "Pending",
+            "Failed",
+            "Aborted",
+            "RolledBack",
+            "Missing",
+        ];
+        order
+            .iter()
+            .filter_map(|p| counts.get(p).map(|n| format!("{n} {p}")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl MigrationGroup {
+    /// A fresh head: Pending, in `namespace`.
+    pub fn new(
+        operation: &str,
+        namespace: &str,
+        selection: Selection,
+        claims: Vec<Member>,
+        parallelism: Parallelism,
+    ) -> MigrationGroup {
+        MigrationGroup {
+            metadata: Metadata {
+                name: operation.to_string(),
+                namespace: namespace.to_string(),
+                ..Metadata::default()
+            },
+            spec: GroupSpec {
+                selection,
+                claims,
+                parallelism,
+            },
+            status: GroupStatus::default(),
+        }
+    }
+
+    /// How the set reads in a table's SOURCE cell: `statefulset/db (3 claims)`.
+    pub fn source_text(&self) -> String {
+        let n = self.spec.claims.len();
+        let plural = if n == 1 { "" } else { "s" };
+        format!("{} ({n} claim{plural})", self.spec.selection.describe())
+    }
+
+    /// The claim with operation id `op`, or with source claim name `op`.
+    pub fn member(&self, name: &str) -> Option<&Member> {
+        self.spec
+            .claims
+            .iter()
+            .find(|m| m.operation == name || m.source.name == name)
+    }
+}
+
+/// The ConfigMap that stores a head.
+pub fn to_config_map(g: &MigrationGroup) -> Result<ConfigMap, RecordError> {
+    let op = &g.metadata.name;
+    let encode = |source| RecordError::Encode {
+        op: op.clone(),
+        source,
+    };
+    let spec = serde_json::to_string_pretty(&g.spec).map_err(encode)?;
+    let status = serde_json::to_string_pretty(&g.status).map_err(encode)?;
+    let size = spec.len() + status.len();
+    if size > super::configmap::MAX_DATA_BYTES {
+        return Err(RecordError::TooLarge {
+            op: op.clone(),
+            size,
+        });
+    }
+    let mut labels = names::labels(op, Component::Operation);
+    labels.insert(
+        names::PHASE_KEY.to_string(),
+        g.status.phase.as_str().to_string(),
+    );
+    labels.insert(
+        names::CLAIMS_KEY.to_string(),
+        g.spec.claims.len().to_string(),
+    );
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(names::record_name(op)),
+            namespace: Some(g.metadata.namespace.clone()),
+            labels: Some(labels),
+            resource_version: g.metadata.resource_version.clone(),
+            creation_timestamp: g.metadata.creation_timestamp.map(Time),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([
+            (FORMAT_KEY.to_string(), FORMAT.to_string()),
+            (SPEC_KEY.to_string(), spec),
+            (STATUS_KEY.to_string(), status),
+        ])),
+        ..ConfigMap::default()
+    })
+}
+
+/// The head a ConfigMap stores.
+pub fn from_config_map(cm: &ConfigMap) -> Result<MigrationGroup, RecordError> {
+    let name = cm.metadata.name.clone().unwrap_or_default();
+    let namespace = cm.metadata.namespace.clone().unwrap_or_default();
+    let not_a_record = |why: String| RecordError::NotARecord {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        why,
+    };
+    let labels = cm.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    if label(names::COMPONENT_KEY) != Some(Component::Operation.as_str()) {
+        return Err(not_a_record("it is not the head of a set of claims".into()));
+    }
+    let op = label(names::OPERATION_KEY)
+        .ok_or_else(|| not_a_record(format!("it has no {} label", names::OPERATION_KEY)))?;
+    let data = cm.data.as_ref();
+    let key = |key: &'static str| {
+        data.and_then(|d| d.get(key))
+            .ok_or_else(|| not_a_record(format!("it has no {key:?} key")))
+    };
+    let format = key(FORMAT_KEY)?;
+    if format.trim() != FORMAT {
+        return Err(RecordError::UnknownFormat {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            found: format.clone(),
+        });
+    }
+    let decode = |key: &'static str| {
+        let (namespace, name) = (namespace.clone(), name.clone());
+        move |source| RecordError::Decode {
+            namespace,
+            name,
+            key,
+            source,
+        }
+    };
+    let spec: GroupSpec = serde_json::from_str(key(SPEC_KEY)?).map_err(decode(SPEC_KEY))?;
+    let status: GroupStatus = serde_json::from_str(key(STATUS_KEY)?).map_err(decode(STATUS_KEY))?;
+    Ok(MigrationGroup {
+        metadata: Metadata {
+            name: op.to_string(),
+            namespace,
+            creation_timestamp: cm.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            resource_version: cm.metadata.resource_version.clone(),
+            group: None,
+        },
+        spec,
+        status,
+    })
+}
+
+#[cfg(test)]
+mod tests;
