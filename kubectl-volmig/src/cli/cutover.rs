@@ -1,18 +1,20 @@
 //! `commit` and `rollback`: the two ways a cutover ends.
 
 use super::args::{OpArgs, Output, RollbackArgs};
-use super::{control, exit, plan_of, show, CliError};
+use super::{control, exit, plan_of, set, show, CliError};
 use crate::cluster::Cluster;
 use crate::driver::cutover::request::{request_rollback, RollbackFlags};
 use crate::driver::{Cutover, DriverError, DriverOptions};
 use crate::record::cutover::Step;
-use crate::record::store::RecordStore;
+use crate::record::VolumeMigration;
 
 /// Deletes the old volume of a cutover awaiting commit.
 pub async fn commit(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
     let op = &args.operation;
-    let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
-    let vm = store.get(op).await?;
+    let vm = match set::find(cluster, op).await? {
+        set::Found::One(vm) => *vm,
+        set::Found::Set(group) => return set::commit(cluster, *group, output).await,
+    };
     let step = vm.status.cutover.as_ref().map(|c| c.step);
     match step {
         None => {
@@ -34,6 +36,22 @@ pub async fn commit(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i
             )))
         }
     }
+    let vm = commit_one(cluster, vm).await?;
+    say!(
+        "operation {op}: {}",
+        vm.status.message.as_deref().unwrap_or("committed")
+    );
+    show::print_one(&vm, output)?;
+    Ok(exit::OK)
+}
+
+/// Deletes the old volume of one claim's cutover awaiting commit; its
+/// record as then written.
+pub(super) async fn commit_one(
+    cluster: &Cluster,
+    vm: VolumeMigration,
+) -> Result<VolumeMigration, CliError> {
+    let op = vm.metadata.name.clone();
     let plan = plan_of(&vm)
         .ok_or_else(|| CliError::Usage(format!("operation {op} has no plan in its record")))?;
     let options = DriverOptions {
@@ -46,13 +64,7 @@ pub async fn commit(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i
     let released = cutover.release().await;
     result.map_err(refused_as_usage)?;
     released?;
-    let vm = cutover.record();
-    say!(
-        "operation {op}: {}",
-        vm.status.message.as_deref().unwrap_or("committed")
-    );
-    show::print_one(vm, output)?;
-    Ok(exit::OK)
+    Ok(cutover.record().clone())
 }
 
 /// Records the rollback, then drives it (or follows the client that
@@ -67,6 +79,10 @@ pub async fn rollback(
         discard_new_writes: args.discard_new_writes,
         delete_new: args.delete_new,
     };
+    if let set::Found::Set(group) = set::find(cluster, &args.operation).await? {
+        let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
+        return set::rollback(cluster, *group, flags, args.force, start_timeout, output).await;
+    }
     let vm = request_rollback(
         &cluster.client,
         &cluster.namespace,

@@ -5,7 +5,7 @@
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::args::{MigrateArgs, Output};
-use super::migrate::{refuse_busy_destination, spec_of};
+use super::migrate::{check_cutover_flags, quiesce_plan, refuse_busy_destination, spec_of};
 use super::{exit, report, CliError};
 use crate::cluster::Cluster;
 use crate::driver::gather::{self, select::found};
@@ -13,6 +13,7 @@ use crate::driver::group::{release_all, GroupDriver};
 use crate::driver::DriverOptions;
 use crate::names;
 use crate::plan::many::{ClaimPlanned, ManyPlan};
+use crate::plan::quiesce::{Quiesce, ScaleTarget};
 use crate::plan::select::{self, Selection};
 use crate::plan::{self, Refusal};
 use crate::record::configmap;
@@ -47,6 +48,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     let chosen = select::select(&selection, &seen).map_err(|e| CliError::Usage(e.to_string()))?;
     let operation = names::generate_group_id(&stem(&selection, &cluster.namespace));
     let mut claims = Vec::new();
+    let mut stops: Vec<ScaleTarget> = Vec::new();
     for (key, c) in (0u32..).zip(chosen) {
         let spec = spec_of(&args, &c.claim, None);
         let member = names::member_operation(&operation, key);
@@ -55,7 +57,18 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
             Err(e) => return Err(e),
             Ok(()) => {
                 let inputs = gather::inputs(&cluster.client, &spec).await?;
-                plan::plan(&spec, &member, &inputs)
+                match plan::plan(&spec, &member, &inputs) {
+                    Ok(p) if spec.cutover.is_some() => {
+                        match cutover_check(cluster, &spec, &inputs).await? {
+                            Ok(q) => {
+                                stops.extend(q.targets);
+                                Ok(p)
+                            }
+                            Err(refusal) => Err(refusal),
+                        }
+                    }
+                    other => other,
+                }
             }
         };
         claims.push(ClaimPlanned {
@@ -65,7 +78,18 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
             outcome,
         });
     }
-    let many = ManyPlan::new(&operation, selection, claims);
+    let mut many = ManyPlan::new(&operation, selection, claims);
+    stops.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    stops.dedup_by(|a, b| a.kind == b.kind && a.name == b.name);
+    many.stops = stops
+        .iter()
+        .map(|t| {
+            format!(
+                "{:?} {} ({} -> 0 -> {})",
+                t.kind, t.name, t.replicas, t.replicas
+            )
+        })
+        .collect();
     let parallelism = Parallelism {
         claims: args.parallel,
         per_node: args.per_node,
@@ -181,7 +205,6 @@ fn refuse_single_claim_flags(args: &MigrateArgs) -> Result<(), CliError> {
     let one_claim = [
         ("--to", args.to.is_some()),
         ("--to-size", args.to_size.is_some()),
-        ("--cutover", args.cutover),
         ("--detach", args.detach),
     ];
     match one_claim.iter().find(|(_, set)| *set) {
@@ -190,6 +213,25 @@ fn refuse_single_claim_flags(args: &MigrateArgs) -> Result<(), CliError> {
              (destinations are <claim>-migrated, or the claim's name with --to-namespace)"
         ))),
         None => Ok(()),
+    }
+}
+
+/// A claim's cutover checks, as for one claim: in its own namespace, its
+/// consumers stoppable, its StatefulSet's template there for
+/// `--update-owner`. `Ok(Err(_))`: this claim is refused.
+async fn cutover_check(
+    cluster: &Cluster,
+    spec: &crate::spec::MigrationSpec,
+    inputs: &plan::Inputs,
+) -> Result<Result<Quiesce, Refusal>, CliError> {
+    let checked = match check_cutover_flags(spec) {
+        Ok(()) => quiesce_plan(cluster, spec, inputs).await,
+        Err(e) => Err(e),
+    };
+    match checked {
+        Ok(q) => Ok(Ok(q)),
+        Err(CliError::Refused(r)) => Ok(Err(r)),
+        Err(e) => Err(e),
     }
 }
 

@@ -93,7 +93,7 @@ pub(super) fn check_cutover_flags(spec: &MigrationSpec) -> Result<(), CliError> 
 
 /// Who must stop for the cutover and how, or every consumer that scaling
 /// cannot stop (refused before anything is created).
-async fn quiesce_plan(
+pub(super) async fn quiesce_plan(
     cluster: &Cluster,
     spec: &MigrationSpec,
     inputs: &Inputs,

@@ -10,8 +10,10 @@ use serde_json::{json, Value};
 use super::args::Output;
 use super::{exit, CliError};
 use crate::cluster::Cluster;
+use crate::driver::cutover::request::{request_rollback, RollbackFlags};
 use crate::driver::{objects, DriverError, DriverOptions};
 use crate::plan::many::ManyPlan;
+use crate::record::cutover::Step;
 use crate::record::group::{GroupView, MigrationGroup};
 use crate::record::print::group::{describe_set, set_object};
 use crate::record::store::{get_any, group_view, GroupStore, RecordStore, StoreError};
@@ -151,6 +153,76 @@ pub async fn resume(
         holder: me,
     };
     super::many::drive(cluster, group, options, output).await
+}
+
+/// `rollback` of a set: every claim's rollback recorded (those with
+/// nothing to undo are passed over), then the set driven back as one.
+pub async fn rollback(
+    cluster: &Cluster,
+    group: MigrationGroup,
+    flags: RollbackFlags,
+    force: bool,
+    start_timeout: Duration,
+    output: Output,
+) -> Result<i32, CliError> {
+    let who = crate::names::who(cluster.user.as_deref());
+    let mut asked = 0;
+    for m in &group.spec.claims {
+        let asking = request_rollback(&cluster.client, m.namespace(), &m.operation, &who, flags);
+        match asking.await {
+            Ok(_) => asked += 1,
+            Err(DriverError::Refused(why)) => say!("{}: {why}", m.source),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if asked == 0 {
+        return Err(CliError::Usage(format!(
+            "operation {}: none of its claims can be rolled back",
+            group.metadata.name
+        )));
+    }
+    say!(
+        "rolling operation {} back: {asked} of {} claims",
+        group.metadata.name,
+        group.spec.claims.len()
+    );
+    match resume(cluster, group, force, start_timeout, output).await? {
+        exit::ROLLED_BACK => Ok(exit::OK),
+        code => Ok(code),
+    }
+}
+
+/// `commit` of a set: once every claim awaits it, each claim's old volume
+/// is deleted.
+pub async fn commit(
+    cluster: &Cluster,
+    group: MigrationGroup,
+    output: Output,
+) -> Result<i32, CliError> {
+    let op = group.metadata.name.clone();
+    let view = group_view(&cluster.client, group).await?;
+    let step = |vm: &VolumeMigration| vm.status.cutover.as_ref().map(|c| c.step);
+    let waiting: Vec<&VolumeMigration> = view.members.iter().flatten().collect();
+    if let Some(vm) = waiting
+        .iter()
+        .find(|vm| !matches!(step(vm), Some(Step::AwaitingCommit | Step::Committed)))
+    {
+        return Err(CliError::Usage(format!(
+            "operation {op}: claim {} is at {}; only a set whose every claim awaits commit can be committed",
+            vm.spec.source,
+            step(vm).map_or("a copy", Step::as_str)
+        )));
+    }
+    for vm in waiting
+        .into_iter()
+        .filter(|vm| step(vm) == Some(Step::AwaitingCommit))
+    {
+        super::cutover::commit_one(cluster, vm.clone()).await?;
+    }
+    let view = group_view(&cluster.client, view.group).await?;
+    say!("operation {op}: committed; every old volume is deleted");
+    print_set(&view, output)?;
+    Ok(exit::OK)
 }
 
 /// `abort` of a set: the head says Aborted (nothing new starts), then

@@ -24,6 +24,9 @@ pub struct ManyPlan {
     pub operation: String,
     pub selection: Selection,
     pub claims: Vec<ClaimPlanned>,
+    /// With `--cutover`: the owners stopped once for the whole set, in
+    /// words (`StatefulSet db (3 -> 0 -> 3)`).
+    pub stops: Vec<String>,
 }
 
 impl ManyPlan {
@@ -35,6 +38,7 @@ impl ManyPlan {
             operation: operation.to_string(),
             selection,
             claims,
+            stops: Vec::new(),
         }
     }
 
@@ -76,6 +80,16 @@ impl ManyPlan {
                 Ok(p) => claim_line(c, p),
                 Err(refusal) => format!("  {}  REFUSED: {refusal}\n", c.source),
             };
+        }
+        let cutover = self.accepted().any(|(_, p)| p.spec.cutover.is_some());
+        if cutover {
+            out += "  cutover  every claim pre-copied while the app runs; then one stop of ";
+            out += &match self.stops.is_empty() {
+                true => "nothing (no pod mounts these claims)".to_string(),
+                false => self.stops.join(", "),
+            };
+            out += "; final syncs side by side; every claim swapped before the app starts again; \
+                     a claim whose final sync fails rolls the whole set back\n";
         }
         out
     }

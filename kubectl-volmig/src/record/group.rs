@@ -134,8 +134,8 @@ pub struct GroupView {
 
 impl GroupView {
     /// The set's phase from its claims': Running while one runs or
-    /// waits, Aborted if one was, Failed if one failed, Succeeded when
-    /// all have. The head's own phase wins once it says Aborted.
+    /// waits, Aborted if one was, RolledBack when all were, Failed if one
+    /// failed, Succeeded when all have. The head's own phase wins once it says Aborted.
     pub fn phase(&self) -> Phase {
         let head = self.group.status.phase;
         if head == Phase::Aborted || head == Phase::Pending {
@@ -151,6 +151,8 @@ impl GroupView {
         }
         if phases.contains(&Phase::Aborted) {
             Phase::Aborted
+        } else if phases.iter().all(|p| *p == Phase::RolledBack) {
+            Phase::RolledBack
         } else if phases.iter().any(|p| *p != Phase::Succeeded) {
             Phase::Failed
         } else {

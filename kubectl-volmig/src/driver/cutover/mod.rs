@@ -45,6 +45,7 @@ use kube::Client;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
+use super::group::gate::{Gate, Pos, Verdict};
 use super::lease::LeaseHolder;
 use super::run::API_OUTAGE;
 use super::{Driver, DriverError, DriverOptions, Outcome, Update};
@@ -100,6 +101,8 @@ pub struct Cutover {
     pub(super) record: VolumeMigration,
     pub(super) holds_lease: bool,
     pub(super) heartbeat_at: Instant,
+    /// The set's barriers, when this claim's cutover is one of a set's.
+    pub(super) gate: Option<Gate>,
 }
 
 impl Cutover {
@@ -120,7 +123,14 @@ impl Cutover {
             record,
             holds_lease: false,
             heartbeat_at: Instant::now(),
+            gate: None,
         }
+    }
+
+    /// This claim's cutover as one of a set's, held at the set's barriers.
+    pub fn in_set(mut self, gate: Gate) -> Cutover {
+        self.gate = Some(gate);
+        self
     }
 
     /// Runs until the cutover waits for `commit`, is committed, rolled
@@ -309,6 +319,20 @@ impl Cutover {
             Outcome::PassEnded { record, .. } => (**record).clone(),
         };
         Ok(outcome)
+    }
+
+    /// In a set, waits at the set's barrier `pos` (keeping the heartbeat):
+    /// what the set says to do. Alone, goes on at once.
+    pub(super) async fn barrier(&mut self, pos: Pos) -> Result<Verdict, DriverError> {
+        let Some(gate) = self.gate.clone() else {
+            return Ok(Verdict::Go);
+        };
+        loop {
+            tokio::select! {
+                verdict = gate.wait_at(pos) => return Ok(verdict),
+                () = tokio::time::sleep(HEARTBEAT_EVERY) => self.keep_alive().await?,
+            }
+        }
     }
 
     /// Waits until `done` says so, keeping the heartbeat; `Err` from

@@ -40,6 +40,13 @@ impl Cutover {
                 "--update-owner: no StatefulSet that was stopped made claim {ns}/{claim} from its volumeClaimTemplates"
             )));
         };
+        // In a set, the StatefulSet is made again once, by its
+        // lowest-keyed claim, after every claim is swapped.
+        if let Some(gate) = &self.gate {
+            if !gate.leads(|c| owner::template_of(c, sts).is_some()) {
+                return Ok(());
+            }
+        }
         let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
         let to_class = volumes
             .get(new_volume)

@@ -12,6 +12,7 @@ use kube::api::{Api, DeleteParams};
 
 use super::machine;
 use super::{crash_point, Cutover, Flow};
+use crate::driver::group::gate::Pos;
 use crate::driver::{gather, objects, DriverError, Outcome};
 use crate::events::Severity;
 use crate::names;
@@ -29,6 +30,9 @@ impl Cutover {
             reason: "rolling back".into(),
             ..Rollback::default()
         });
+        if let Some(gate) = &self.gate {
+            gate.roll_back_all(&rollback.reason);
+        }
         // A pass it interrupted leaves no pod behind.
         let op = self.plan.operation.clone();
         let namespaces = [
@@ -85,7 +89,11 @@ impl Cutover {
             )
             .await?;
         }
+        // In a set: every claim on its old volume before a StatefulSet is
+        // made again, and that done before the app starts.
+        self.barrier(Pos::RolledBack).await?;
         self.update_owner(false).await?;
+        self.barrier(Pos::OwnerRestored).await?;
         if c.quiesced_at.is_some() {
             self.scale_back().await?;
         }

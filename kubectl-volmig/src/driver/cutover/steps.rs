@@ -9,6 +9,7 @@ use super::machine;
 use super::rebind;
 use super::workload;
 use super::{crash_point, Cutover, Flow, READY_LIMIT};
+use crate::driver::group::gate::{Pos, Verdict};
 use crate::driver::{objects, DriverError, Outcome};
 use crate::events::Severity;
 use crate::plan::quiesce;
@@ -28,6 +29,9 @@ impl Cutover {
             return Ok(Flow::Next);
         }
         if !in_flight && machine::precopy_done(&c.rounds, &spec) {
+            if let Some(flow) = self.at_barrier(Pos::Ready, Step::PreCopy).await? {
+                return Ok(flow);
+            }
             let last = c.rounds.last().map_or(0.0, |r| r.seconds);
             let msg = format!(
                 "pre-copy done after {} round(s); the last took {last:.1}s (--max-downtime {}s): stopping the app",
@@ -74,6 +78,40 @@ impl Cutover {
                 self.fail_untouched("CutoverFailed", &msg).await
             }
             other => self.interrupted(other),
+        }
+    }
+
+    /// In a set, waits at `pos` until every claim is there; `Some` when
+    /// another claim's failure means this one fails too (nothing touched
+    /// yet) or rolls back from `from`.
+    pub(super) async fn at_barrier(
+        &mut self,
+        pos: Pos,
+        from: Step,
+    ) -> Result<Option<Flow>, DriverError> {
+        match self.barrier(pos).await? {
+            Verdict::Go => Ok(None),
+            Verdict::Fail(why) => {
+                let msg = format!("another claim of the set failed, so this one stops: {why}");
+                self.fail_untouched("CutoverFailed", &msg).await.map(Some)
+            }
+            Verdict::RollBack(why) => {
+                let reason = format!("the set rolls back: {why}");
+                self.post(Severity::Warning, "CutoverRollingBack", &reason)
+                    .await;
+                let now = Timestamp::now();
+                self.advance(Step::RollingBack, |c| {
+                    c.pass = None;
+                    c.rollback.get_or_insert_with(|| Rollback {
+                        from,
+                        reason: reason.clone(),
+                        started: Some(now),
+                        ..Rollback::default()
+                    });
+                })
+                .await?;
+                Ok(Some(Flow::Next))
+            }
         }
     }
 
@@ -139,6 +177,9 @@ impl Cutover {
     /// Ends the operation Failed before the app was touched: nothing to
     /// undo, and `resume` tries again from the step it stopped at.
     async fn fail_untouched(&mut self, reason: &str, msg: &str) -> Result<Flow, DriverError> {
+        if let Some(gate) = &self.gate {
+            gate.fail_all(msg);
+        }
         self.write(|vm| {
             vm.status.phase = Phase::Failed;
             vm.status.message = Some(msg.to_string());
@@ -197,6 +238,9 @@ impl Cutover {
         let plan = machine::pass_plan(&self.plan, PassKind::FinalSync);
         match self.run_pass(PassKind::FinalSync, plan).await? {
             Outcome::PassEnded { failure: None, .. } => {
+                if let Some(flow) = self.at_barrier(Pos::Synced, Step::FinalSync).await? {
+                    return Ok(flow);
+                }
                 let first = self.cutover().pass.map_or(1, |p| p.first_attempt);
                 let round = machine::round_of(0, first, &self.record.status.attempts, None);
                 let facts = self.swap_facts().await?;
@@ -213,7 +257,10 @@ impl Cutover {
             Outcome::PassEnded {
                 failure: Some(why), ..
             } => {
-                let reason = format!("the final sync failed: {why}");
+                let reason = format!("the final sync of {} failed: {why}", self.claim());
+                if let Some(gate) = &self.gate {
+                    gate.roll_back_all(&reason);
+                }
                 self.post(Severity::Warning, "CutoverRollingBack", &reason)
                     .await;
                 let now = Timestamp::now();
@@ -302,8 +349,14 @@ impl Cutover {
         let remove = [claim.temporary_claim.clone()];
         self.rebind(&claim.original, &spec, &new_volume, &remove, &keep)
             .await?;
+        if let Some(flow) = self.at_barrier(Pos::Swapped, Step::Swap).await? {
+            return Ok(flow);
+        }
         self.record_owner(&new_volume).await?;
         self.update_owner(true).await?;
+        if let Some(flow) = self.at_barrier(Pos::OwnerSet, Step::Swap).await? {
+            return Ok(flow);
+        }
         let msg = format!(
             "swapped: claim {} is bound to volume {new_volume} (was {})",
             self.claim(),

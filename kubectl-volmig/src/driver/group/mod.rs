@@ -11,6 +11,7 @@
 //! - [`admit`]: which queued claims start now (pure).
 
 pub mod admit;
+pub mod gate;
 mod load;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -23,11 +24,12 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::run::API_OUTAGE;
-use super::{release_lease, Driver, DriverError, DriverOptions, Outcome, Update};
+use super::{release_lease, Cutover, Driver, DriverError, DriverOptions, Outcome, Update};
 use crate::record::group::{GroupView, Member, MigrationGroup};
 use crate::record::store::{group_view, GroupStore, RecordStore, StoreError};
 use crate::record::{Driver as Lease, Phase, VolumeMigration};
 use admit::{Admission, Candidate, Limits};
+use gate::{Gate, Pos};
 
 /// How often the set's heartbeat is written and the nodes' load looked at.
 const TICK: Duration = Duration::from_secs(5);
@@ -197,12 +199,42 @@ impl GroupDriver {
             claims: self.group.spec.parallelism.claims,
             per_node: self.group.spec.parallelism.per_node,
         };
+        // A cutover moves the set together: every claim runs at once,
+        // held at the set's barriers.
+        let mut gates: BTreeMap<u32, Gate> = BTreeMap::new();
+        if plans.values().any(|(p, _)| p.spec.cutover.is_some()) {
+            let claims = self.group.spec.claims.iter().zip(&view.members);
+            let claims = claims
+                .map(|(m, vm)| {
+                    let pos = match vm {
+                        Some(vm) if queue.contains(&m.key) => {
+                            let c = vm.status.cutover.clone().unwrap_or_default();
+                            Pos::of_step(c.step, c.rollback.is_some())
+                        }
+                        _ => Pos::Done,
+                    };
+                    (m.key, m.source.name.clone(), pos)
+                })
+                .collect();
+            gates = Gate::set(claims)
+                .into_iter()
+                .map(|g| (g.key(), g))
+                .collect();
+        }
         let mut running: JoinSet<Joined> = JoinSet::new();
         let mut active: BTreeSet<u32> = BTreeSet::new();
         let mut stopping: Option<DriverError> = None;
         let mut aborted = false;
         let mut next_tick = Instant::now();
         loop {
+            if !gates.is_empty() {
+                for key in std::mem::take(&mut queue) {
+                    if let Some((plan, vm)) = plans.get(&key).cloned() {
+                        active.insert(key);
+                        self.start_claim(&mut running, key, plan, vm, gates.get(&key).cloned());
+                    }
+                }
+            }
             if stopping.is_none() && !aborted && !queue.is_empty() {
                 let now_running: Vec<(&Member, &crate::plan::Plan)> = self
                     .group
@@ -224,7 +256,7 @@ impl GroupDriver {
                     };
                     let plan = load::avoiding(plan, &avoid, &load.hostnames);
                     active.insert(key);
-                    self.start_claim(&mut running, key, plan, vm);
+                    self.start_claim(&mut running, key, plan, vm, None);
                 }
             }
             if running.is_empty() && (queue.is_empty() || stopping.is_some() || aborted) {
@@ -237,6 +269,8 @@ impl GroupDriver {
                     }
                     match joined {
                         Ok((key, Ok(outcome))) => self.claim_ended(key, outcome),
+                        // abort reached the claim first: it has ended.
+                        Ok((_, Err(DriverError::Aborted))) => {}
                         Ok((key, Err(e))) => {
                             tracing::warn!("claim {key}: {e}");
                             stopping.get_or_insert(e);
@@ -254,7 +288,12 @@ impl GroupDriver {
                         Ok(()) => {}
                         // abort marks every claim too: their drivers stop
                         // by themselves; nothing new starts.
-                        Err(DriverError::Aborted) => aborted = true,
+                        Err(DriverError::Aborted) => {
+                            aborted = true;
+                            if let Some(gate) = gates.values().next() {
+                                gate.fail_all("the set was aborted");
+                            }
+                        }
                         Err(e @ DriverError::TakenOver(_)) => {
                             running.abort_all();
                             return Err(e);
@@ -281,12 +320,15 @@ impl GroupDriver {
         Ok(State::Finish { phase, message })
     }
 
+    /// Starts claim `key`'s driver: its attempts, or (with a `gate`) its
+    /// cutover held at the set's barriers.
     fn start_claim(
         &mut self,
         running: &mut JoinSet<Joined>,
         key: u32,
         plan: crate::plan::Plan,
         vm: VolumeMigration,
+        gate: Option<Gate>,
     ) {
         let claim = plan.spec.source.name.clone();
         let _ = self.updates.send(GroupUpdate::Started {
@@ -306,8 +348,18 @@ impl GroupDriver {
                     let _ = out.send(GroupUpdate::Claim { key, claim, update });
                 }
             };
-            let (result, ()) =
-                tokio::join!(Driver::new(client, plan, vm, options, tx).run(), forward);
+            let run = async {
+                match gate {
+                    Some(gate) => {
+                        let cutover = Cutover::new(client, plan, vm, options, tx);
+                        let result = cutover.in_set(gate.clone()).run().await;
+                        gate.done();
+                        result
+                    }
+                    None => Driver::new(client, plan, vm, options, tx).run().await,
+                }
+            };
+            let (result, ()) = tokio::join!(run, forward);
             (key, result)
         });
     }

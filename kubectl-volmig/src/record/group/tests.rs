@@ -95,7 +95,9 @@ fn the_sets_phase_follows_its_claims() {
             .collect(),
     };
     use Phase::*;
-    let cases: [(Phase, &[Option<Phase>], Phase); 7] = [
+    let cases: [(Phase, &[Option<Phase>], Phase); 9] = [
+        (Running, &[Some(RolledBack), Some(RolledBack)], RolledBack),
+        (Running, &[Some(RolledBack), Some(Succeeded)], Failed),
         (Pending, &[Some(Pending)], Pending),
         (Running, &[Some(Succeeded), Some(Running)], Running),
         (Running, &[Some(Succeeded), Some(Succeeded)], Succeeded),

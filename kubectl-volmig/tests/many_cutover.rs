@@ -1,0 +1,246 @@
+//! A StatefulSet's replicas cut over together: one stop of the app for
+//! the whole set, every replica's sequence gapless, the claim template
+//! made again once with the new class (a scale-up gets it), and the whole
+//! set rolled back as one.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+
+use common::app::{assert_gapless, await_sequence_past, sequence, SEQUENCE_SCRIPT};
+use common::{env, object, volume_dir, wait_until};
+use volmig::record::cutover::Step;
+use volmig::record::store::RecordStore;
+
+const REPLICAS: usize = 3;
+
+/// StatefulSet `db` of three replicas, each writing the sequence on its
+/// claim `data-db-N` (class `standard`); each claim's directory.
+async fn replicated_app(client: &Client, ns: &str) -> Vec<std::path::PathBuf> {
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let set: StatefulSet = object(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {
+            "replicas": REPLICAS, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"terminationGracePeriodSeconds": 10, "containers": [{
+                    "name": "db", "image": "busybox", "command": ["sh", "-c", SEQUENCE_SCRIPT],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]},
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            }],
+        },
+    }));
+    sts.create(&PostParams::default(), &set)
+        .await
+        .expect("statefulset");
+    running_replicas(client, ns, REPLICAS).await;
+    let mut dirs = Vec::new();
+    for i in 0..REPLICAS {
+        let dir = volume_dir(client, ns, &format!("data-db-{i}")).await;
+        await_sequence_past(&dir, 20).await;
+        dirs.push(dir);
+    }
+    dirs
+}
+
+async fn running_replicas(client: &Client, ns: &str, n: usize) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_until(&format!("{n} replicas of db Running"), || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=db"))
+            .await
+            .ok()?;
+        let running = list
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == n).then_some(())
+    })
+    .await;
+}
+
+/// The class of claim `name`'s volume.
+async fn class_of(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let volume = claims.get(name).await.ok()?.spec?.volume_name?;
+    let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client.clone());
+    volumes.get(&volume).await.ok()?.spec?.storage_class_name
+}
+
+/// The class `db`'s claim template names.
+async fn template_class(client: &Client, ns: &str) -> Option<String> {
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .get("db")
+        .await
+        .expect("db");
+    let template = sts.spec?.volume_claim_templates?.into_iter().next()?;
+    template.spec?.storage_class_name
+}
+
+/// Watches the app while the set moves: how many times it went down, and
+/// any look that found a pod of it running while a claim was in its
+/// final sync or swap (read before and after looking at the pods).
+fn watch_app(
+    client: Client,
+    ns: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(usize, Vec<String>)> {
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let store = RecordStore::new(client.clone(), &ns);
+        let moving = || async {
+            let records = store.list().await.unwrap_or_default();
+            records
+                .iter()
+                .filter_map(|r| r.status.cutover.as_ref())
+                .any(|c| matches!(c.step, Step::FinalSync | Step::Swap))
+        };
+        let (mut downs, mut wrong, mut was_up) = (0, Vec::new(), true);
+        while !stop.load(Ordering::Relaxed) {
+            let before = moving().await;
+            let running: Vec<String> = pods
+                .list(&ListParams::default().labels("app=db"))
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.metadata.name)
+                .collect();
+            let after = moving().await;
+            if before && after && !running.is_empty() {
+                wrong.push(format!("{running:?} ran during a final sync or swap"));
+            }
+            let up = !running.is_empty();
+            if was_up && !up {
+                downs += 1;
+            }
+            was_up = up;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (downs, wrong)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_statefulsets_replicas_cut_over_together_and_roll_back_together() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let old_dirs = replicated_app(&client, &ns).await;
+    let class_before = template_class(&client, &ns).await;
+
+    let args = [
+        "migrate",
+        "--workload",
+        "statefulset/db",
+        "--to-storage-class",
+        "local",
+        "--cutover",
+        "--update-owner",
+    ];
+    let plan = common::volmig(&env, &[&args[..], &["--dry-run"]].concat()).await;
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    assert!(
+        plan.stdout
+            .contains("one stop of StatefulSet db (3 -> 0 -> 3)"),
+        "{}",
+        plan.stdout
+    );
+    for i in 0..REPLICAS {
+        assert!(
+            plan.stdout.contains(&format!("default/data-db-{i}  ")),
+            "{}",
+            plan.stdout
+        );
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch_app(client.clone(), ns.clone(), stop.clone());
+    let run = common::volmig(&env, &[&args[..], &["-o", "json"]].concat()).await;
+    stop.store(true, Ordering::Relaxed);
+    let (downs, wrong) = watcher.await.expect("watcher");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let set: Value = serde_json::from_str(&run.stdout).expect("JSON");
+    assert_eq!(set["status"]["phase"], "Succeeded", "{set:#}");
+    assert!(wrong.is_empty(), "{wrong:?}");
+    assert_eq!(downs, 1, "the app went down {downs} times");
+    for i in 0..REPLICAS {
+        let claim = format!("data-db-{i}");
+        assert_eq!(
+            class_of(&client, &ns, &claim).await.as_deref(),
+            Some("local"),
+            "{claim}"
+        );
+    }
+    assert_eq!(template_class(&client, &ns).await.as_deref(), Some("local"));
+    running_replicas(&client, &ns, REPLICAS).await;
+    let mut on_new = Vec::new();
+    for (i, old) in old_dirs.iter().enumerate() {
+        let before = sequence(old);
+        let new_dir = volume_dir(&client, &ns, &format!("data-db-{i}")).await;
+        let after = await_sequence_past(&new_dir, before.len() + 10).await;
+        assert_gapless(&after, &format!("replica {i} on its new volume"));
+        assert_eq!(&after[..before.len()], &before[..], "replica {i}");
+        on_new.push(new_dir);
+    }
+    // A new replica gets the template's new class.
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    sts.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": REPLICAS + 1}})),
+    )
+    .await
+    .expect("scale up");
+    running_replicas(&client, &ns, REPLICAS + 1).await;
+    let fourth = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+        .get("data-db-3")
+        .await
+        .expect("the new replica's claim");
+    let class = fourth.spec.and_then(|s| s.storage_class_name);
+    assert_eq!(class.as_deref(), Some("local"));
+    sts.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": REPLICAS}})),
+    )
+    .await
+    .expect("scale down");
+    running_replicas(&client, &ns, REPLICAS).await;
+
+    // The whole set goes back, with what the app wrote since.
+    let op = set["metadata"]["name"].as_str().expect("name");
+    let back = common::volmig(&env, &["rollback", op, "-o", "json"]).await;
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    let rolled: Value = serde_json::from_str(&back.stdout).expect("JSON");
+    assert_eq!(rolled["status"]["phase"], "RolledBack", "{rolled:#}");
+    assert_eq!(template_class(&client, &ns).await, class_before);
+    running_replicas(&client, &ns, REPLICAS).await;
+    for (i, old) in old_dirs.iter().enumerate() {
+        let claim = format!("data-db-{i}");
+        assert_eq!(
+            class_of(&client, &ns, &claim).await.as_deref(),
+            Some("standard")
+        );
+        let written = sequence(&on_new[i]);
+        let after = await_sequence_past(old, written.len() + 5).await;
+        assert_gapless(&after, &format!("replica {i} back on its old volume"));
+        assert_eq!(&after[..written.len()], &written[..], "replica {i}");
+    }
+}
