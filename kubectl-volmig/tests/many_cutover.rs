@@ -244,3 +244,69 @@ async fn a_statefulsets_replicas_cut_over_together_and_roll_back_together() {
         assert_eq!(&after[..written.len()], &written[..], "replica {i}");
     }
 }
+
+/// A claim whose final sync fails takes the whole set back by itself: the
+/// others had verified and waited, nobody left an old volume, and the app
+/// runs on the old volumes with every write kept (exit 5).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_final_sync_rolls_the_whole_set_back_by_itself() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let old_dirs = replicated_app(&client, &ns).await;
+    // Enough data on replica 2 that its final sync (verified) is still
+    // running when its sender is killed.
+    common::seed(&old_dirs[2].join("bulk"), 64, 1024 * 1024);
+    let child = common::spawn_volmig(
+        &env,
+        &[
+            "migrate",
+            "--workload",
+            "statefulset/db",
+            "--to-storage-class",
+            "local",
+            "--cutover",
+            "--precopy-rounds",
+            "1",
+            "--backoff-limit",
+            "0",
+        ],
+    );
+    let store = RecordStore::new(client.clone(), &ns);
+    let killed = wait_until("replica 2's final sync to start", || async {
+        let records = store.list().await.ok()?;
+        let vm = records
+            .into_iter()
+            .find(|r| r.spec.source.name == "data-db-2")?;
+        let pass = vm.status.cutover?.pass?;
+        if pass.kind != volmig::record::cutover::PassKind::FinalSync {
+            return None;
+        }
+        let sender = volmig::names::pod_name(
+            &vm.metadata.name,
+            volmig::names::Component::Sender,
+            pass.first_attempt,
+        );
+        common::kill_pod_process(&sender).then_some(sender)
+    })
+    .await;
+    let run = common::finish(child).await;
+    assert_eq!(
+        run.code, 5,
+        "killed {killed}; {}\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(run.stdout.contains("3 RolledBack"), "{}", run.stdout);
+    running_replicas(&client, &ns, REPLICAS).await;
+    for (i, old) in old_dirs.iter().enumerate() {
+        let claim = format!("data-db-{i}");
+        assert_eq!(
+            volume_dir(&client, &ns, &claim).await,
+            *old,
+            "{claim} is on its old volume"
+        );
+        let before = sequence(old);
+        let after = await_sequence_past(old, before.len() + 5).await;
+        assert_gapless(&after, &format!("replica {i} after the rollback"));
+    }
+}

@@ -49,6 +49,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     let operation = names::generate_group_id(&stem(&selection, &cluster.namespace));
     let mut claims = Vec::new();
     let mut stops: Vec<ScaleTarget> = Vec::new();
+    let mut stopped = std::collections::BTreeMap::new();
     for (key, c) in (0u32..).zip(chosen) {
         let spec = spec_of(&args, &c.claim, None);
         let member = names::member_operation(&operation, key);
@@ -61,6 +62,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
                     Ok(p) if spec.cutover.is_some() => {
                         match cutover_check(cluster, &spec, &inputs).await? {
                             Ok(q) => {
+                                stopped.insert(key, q.targets.clone());
                                 stops.extend(q.targets);
                                 Ok(p)
                             }
@@ -79,6 +81,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         });
     }
     let mut many = ManyPlan::new(&operation, selection, claims);
+    many.refuse_partial_statefulsets(&seen, &stopped);
     stops.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
     stops.dedup_by(|a, b| a.kind == b.kind && a.name == b.name);
     many.stops = stops

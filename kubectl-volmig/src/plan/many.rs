@@ -2,7 +2,10 @@
 //! [`super::plan`](super::plan()) (so every refusal of one claim applies),
 //! then the set checked as a whole. Pure.
 
-use super::select::Selection;
+use std::collections::BTreeMap;
+
+use super::quiesce::{ScalableKind, ScaleTarget};
+use super::select::{replica_claims, Found, Selection};
 use super::{ClaimAction, Plan, Refusal};
 use crate::spec::ClaimRef;
 
@@ -51,6 +54,53 @@ impl ManyPlan {
 
     pub fn refused(&self) -> usize {
         self.claims.iter().filter(|c| c.outcome.is_err()).count()
+    }
+
+    /// Under `--cutover`, refuses each claim whose StatefulSet would stop
+    /// (`stopped`: each claim's stopped owners) while claims of its running
+    /// replicas stay out of the set: stopping a StatefulSet stops them all.
+    pub fn refuse_partial_statefulsets(
+        &mut self,
+        found: &[Found],
+        stopped: &BTreeMap<u32, Vec<ScaleTarget>>,
+    ) {
+        let selected: Vec<ClaimRef> = self.accepted().map(|(c, _)| c.source.clone()).collect();
+        for c in &mut self.claims {
+            if c.outcome.is_err() {
+                continue;
+            }
+            let ns = &c.source.namespace;
+            let targets = stopped.get(&c.key).map(Vec::as_slice).unwrap_or_default();
+            let sets = targets
+                .iter()
+                .filter(|t| t.kind == ScalableKind::StatefulSet);
+            for t in sets {
+                let Some(f) = found.iter().find(|f| &f.namespace == ns) else {
+                    continue;
+                };
+                let sts = f.workloads.stateful_sets.iter();
+                let Some(sts) = sts
+                    .into_iter()
+                    .find(|s| s.metadata.name.as_deref() == Some(&t.name))
+                else {
+                    continue;
+                };
+                let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let missing: Vec<String> = replica_claims(sts, &f.claims)
+                    .into_iter()
+                    .filter(|claim| ordinal(claim).is_some_and(|o| o < i64::from(replicas)))
+                    .filter(|claim| !selected.contains(&ClaimRef::new(ns, claim)))
+                    .collect();
+                if !missing.is_empty() {
+                    c.outcome = Err(Refusal::PartialStatefulSet {
+                        namespace: ns.clone(),
+                        sts: t.name.clone(),
+                        missing,
+                    });
+                    break;
+                }
+            }
+        }
     }
 
     /// Whether the set may go ahead: every claim planned, or with
@@ -116,6 +166,11 @@ fn claim_line(c: &ClaimPlanned, p: &Plan) -> String {
         node(&p.placement.receiver.node),
         c.why
     )
+}
+
+/// A replica claim's ordinal: what follows its last `-`.
+fn ordinal(claim: &str) -> Option<i64> {
+    claim.rsplit_once('-')?.1.parse().ok()
 }
 
 /// Every claim after the first whose destination another accepted claim

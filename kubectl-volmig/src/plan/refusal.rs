@@ -377,6 +377,20 @@ pub enum Refusal {
     #[error("{0}")]
     DestinationBusy(String),
 
+    /// Under `--cutover`, a claim whose StatefulSet would stop, with
+    /// replica claims of that StatefulSet left out of the set.
+    #[error(
+        "statefulset {sts:?} in namespace {namespace:?} stops all its replicas for the cutover, \
+         but its claims {} are not in this operation: add them, or take the whole set with \
+         --workload statefulset/{sts}",
+        list(.missing, 8)
+    )]
+    PartialStatefulSet {
+        namespace: String,
+        sts: String,
+        missing: Vec<String>,
+    },
+
     /// `--skip-refused` left nothing to move.
     #[error("none of the {total} claims selected can be moved (see above)")]
     NothingToMove { total: usize },

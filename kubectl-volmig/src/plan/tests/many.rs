@@ -98,3 +98,74 @@ fn two_claims_onto_one_destination_refuse_all_but_the_first() {
         other => panic!("expected DuplicateDestination, got {other:?}"),
     }
 }
+
+/// `prod` of `many.yaml` as `select` reads it: StatefulSet `db` of three
+/// replicas and its claims `data-db-0..3`.
+fn prod() -> Vec<crate::plan::select::Found> {
+    let cluster = Cluster::default().with(include_str!("../../../tests/fixtures/plan/many.yaml"));
+    let here = |ns: Option<&str>| ns == Some("prod");
+    vec![crate::plan::select::Found {
+        namespace: "prod".into(),
+        claims: (cluster.claims.iter())
+            .filter(|c| here(c.metadata.namespace.as_deref()))
+            .cloned()
+            .collect(),
+        volumes: Vec::new(),
+        workloads: crate::plan::quiesce::Workloads {
+            stateful_sets: (cluster.stateful_sets.iter())
+                .filter(|s| here(s.metadata.namespace.as_deref()))
+                .cloned()
+                .collect(),
+            ..Default::default()
+        },
+    }]
+}
+
+#[test]
+fn a_cutover_of_some_replicas_of_a_statefulset_is_refused_naming_the_others() {
+    use crate::plan::quiesce::{ScalableKind, ScaleTarget};
+    let cluster = Cluster::base();
+    let base = planned(&cluster, &["data"]).remove(0);
+    let claim = |key: u32, name: &str| ClaimPlanned {
+        key,
+        source: ClaimRef::new("prod", name),
+        why: "named".into(),
+        outcome: base.outcome.clone().map(|mut p| {
+            p.destination.name = format!("{name}-migrated");
+            p
+        }),
+    };
+    let stopped = |keys: &[u32]| {
+        keys.iter()
+            .map(|k| {
+                let target = ScaleTarget {
+                    kind: ScalableKind::StatefulSet,
+                    name: "db".into(),
+                    replicas: 3,
+                    pods: vec![format!("db-{k}")],
+                    autoscaler: None,
+                };
+                (*k, vec![target])
+            })
+            .collect()
+    };
+    let mut some = ManyPlan::new(
+        "set",
+        selection(&["data-db-0"]),
+        vec![claim(0, "data-db-0")],
+    );
+    some.refuse_partial_statefulsets(&prod(), &stopped(&[0]));
+    match &some.claims[0].outcome {
+        Err(r @ Refusal::PartialStatefulSet { missing, .. }) => {
+            // data-db-3 has no replica (ordinal 3 >= replicas 3): not needed.
+            assert_eq!(missing, &["data-db-1", "data-db-2"]);
+            assert_says(&r.to_string(), &["--workload statefulset/db"]);
+        }
+        other => panic!("expected PartialStatefulSet, got {other:?}"),
+    }
+    let names = ["data-db-0", "data-db-1", "data-db-2"];
+    let all: Vec<ClaimPlanned> = (0u32..).zip(names).map(|(k, n)| claim(k, n)).collect();
+    let mut whole = ManyPlan::new("set", selection(&names), all);
+    whole.refuse_partial_statefulsets(&prod(), &stopped(&[0, 1, 2]));
+    assert_eq!(whole.refused(), 0);
+}
