@@ -87,20 +87,56 @@ async fn a_storage_class_across_namespaces_moves_two_claims_at_a_time() {
         seed(&dir, 6, MIB / 2);
         sources.push((ns, name, dir));
     }
+    let select = ["migrate", "--from-storage-class", "standard", "-A"];
+    // The plan first: every claim with its consumers and destination, or
+    // why it is refused; nothing is created.
+    let dry = [&select[..], &["--dry-run", "-o", "json"]].concat();
+    let plan = common::volmig(&env, &dry).await;
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    let plan: Value = serde_json::from_str(&plan.stdout).expect("JSON");
+    assert_eq!(plan["kind"], "VolumeMigrationPlan");
+    let planned = plan["claims"].as_array().expect("claims");
+    let listed: Vec<String> = planned
+        .iter()
+        .map(|c| {
+            format!(
+                "{}/{}",
+                c["source"]["namespace"].as_str().unwrap_or(""),
+                c["source"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(listed, ["default/a", "default/b", "team-b/c", "team-b/d"]);
+    assert_eq!(planned[2]["destination"]["name"], "c-migrated");
+    assert_eq!(planned[2]["source"]["storageClass"], "standard");
+    let refused = common::volmig(&env, &[&dry[..], &["--to-node", "nowhere"]].concat()).await;
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    let refused: Value = serde_json::from_str(&refused.stdout).expect("JSON");
+    for c in refused["claims"].as_array().expect("claims") {
+        let why = c["refused"].as_str().expect("each claim refused");
+        assert!(why.contains("nowhere"), "{why}");
+    }
+    for ns in ["default", "team-b"] {
+        assert!(
+            common::records(&client, ns).await.is_empty(),
+            "a dry run made a record in {ns}"
+        );
+    }
+
     let run = common::volmig(
         &env,
         &[
-            "migrate",
-            "--from-storage-class",
-            "standard",
-            "-A",
-            "--parallel",
-            "2",
-            "--mover-image",
-            MOVER_IMAGE,
-            "-o",
-            "json",
-        ],
+            &select[..],
+            &[
+                "--parallel",
+                "2",
+                "--mover-image",
+                MOVER_IMAGE,
+                "-o",
+                "json",
+            ],
+        ]
+        .concat(),
     )
     .await;
     assert_eq!(run.code, 0, "{}", run.stderr);

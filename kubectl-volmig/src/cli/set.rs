@@ -48,7 +48,8 @@ pub(super) fn yaml_text(v: &Value) -> Result<String, CliError> {
 }
 
 /// `migrate ... --dry-run` of a set: the plan, and the head and claims'
-/// records it would create (each claim's pods as its own dry run shows).
+/// records it would create (each claim's pods as its own dry run shows);
+/// with `-o json|yaml`, one `VolumeMigrationPlan` whose `objects` list them.
 pub fn print_dry_run_set(
     many: &ManyPlan,
     group: &MigrationGroup,
@@ -77,12 +78,15 @@ pub fn print_dry_run_set(
     }
     let list = json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}});
     let p = group.spec.parallelism;
+    let namespace = &group.metadata.namespace;
     match output {
         Output::Json => {
-            super::out(&json_text(&list)?);
+            let plan = many.to_object(namespace, p.claims, p.per_node, list);
+            super::out(&json_text(&plan)?);
         }
         Output::Yaml => {
-            super::out(&yaml_text(&list)?);
+            let plan = many.to_object(namespace, p.claims, p.per_node, list);
+            super::out(&yaml_text(&plan)?);
         }
         Output::Table => {
             super::out(&many.text(p.claims, p.per_node));

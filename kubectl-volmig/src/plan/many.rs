@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use serde_json::{json, Value};
+
 use super::quiesce::{ScalableKind, ScaleTarget};
 use super::select::{replica_claims, Found, Selection};
 use super::{ClaimAction, Plan, Refusal};
@@ -115,6 +117,58 @@ impl ManyPlan {
         }
     }
 
+    /// The plan as an object for `--dry-run -o json|yaml` (output only,
+    /// not a resource): every claim with its source, consumers, destination
+    /// and placement, or why it is refused; the owners a cutover stops;
+    /// `objects`, what would be created.
+    pub fn to_object(
+        &self,
+        namespace: &str,
+        parallel: u32,
+        per_node: u32,
+        objects: Value,
+    ) -> Value {
+        let claims: Vec<Value> = self
+            .claims
+            .iter()
+            .map(|c| match &c.outcome {
+                Ok(p) => json!({
+                    "key": c.key,
+                    "operation": p.operation,
+                    "why": c.why,
+                    "source": {
+                        "namespace": c.source.namespace, "name": c.source.name,
+                        "volume": p.source.volume, "storageClass": p.source.storage_class,
+                        "capacity": p.source.capacity, "usedBy": p.source.used_by,
+                    },
+                    "destination": p.destination,
+                    "placement": {
+                        "sender": placement_text(&p.placement.sender),
+                        "receiver": placement_text(&p.placement.receiver),
+                    },
+                }),
+                Err(refusal) => json!({
+                    "key": c.key,
+                    "why": c.why,
+                    "source": {"namespace": c.source.namespace, "name": c.source.name},
+                    "refused": refusal.to_string(),
+                }),
+            })
+            .collect();
+        json!({
+            "apiVersion": "volmig.io/v1alpha2",
+            "kind": "VolumeMigrationPlan",
+            "metadata": {"name": self.operation, "namespace": namespace},
+            "spec": {
+                "selection": self.selection,
+                "parallelism": {"claims": parallel, "perNode": per_node},
+            },
+            "claims": claims,
+            "stops": self.stops,
+            "objects": objects,
+        })
+    }
+
     /// The plan in words: a line per claim, as printed before anything is
     /// created.
     pub fn text(&self, parallel: u32, per_node: u32) -> String {
@@ -150,8 +204,12 @@ fn claim_line(c: &ClaimPlanned, p: &Plan) -> String {
     let s = &p.source;
     let d = &p.destination;
     let node = |n: &Option<String>| n.clone().unwrap_or_else(|| "any node".to_string());
+    let used = match s.used_by.as_slice() {
+        [] => "mounted by no pod".to_string(),
+        pods => format!("used by {}", pods.join(", ")),
+    };
     format!(
-        "  {}  {} {} -> {}/{} ({}, {}); sender {}, receiver {}; {}\n",
+        "  {}  {} {} -> {}/{} ({}, {}); sender {}, receiver {}; {used}; {}\n",
         c.source,
         s.capacity,
         s.storage_class.as_deref().unwrap_or("no class"),
@@ -166,6 +224,11 @@ fn claim_line(c: &ClaimPlanned, p: &Plan) -> String {
         node(&p.placement.receiver.node),
         c.why
     )
+}
+
+/// `node-1: why`, or `any node: why`.
+fn placement_text(p: &super::NodePlacement) -> String {
+    format!("{}: {}", p.node.as_deref().unwrap_or("any node"), p.reason)
 }
 
 /// A replica claim's ordinal: what follows its last `-`.
