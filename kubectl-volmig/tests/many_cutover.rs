@@ -310,3 +310,60 @@ async fn a_failed_final_sync_rolls_the_whole_set_back_by_itself() {
         assert_gapless(&after, &format!("replica {i} after the rollback"));
     }
 }
+
+/// The client dies as the first claim enters its swap (the others waiting
+/// at the barrier): `resume` of the set finishes every claim, and the app,
+/// down meanwhile, comes back on the new volumes with every write kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_set_killed_at_the_swap_is_finished_by_resume() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let old_dirs = replicated_app(&client, &ns).await;
+    let crash = [(volmig::driver::cutover::CRASH_AT, "step:Swap")];
+    let args = [
+        "migrate",
+        "--workload",
+        "statefulset/db",
+        "--to-storage-class",
+        "local",
+        "--cutover",
+    ];
+    let run = common::volmig_with(&env, &crash, &args).await;
+    assert_ne!(
+        run.code, 0,
+        "the crash point was not reached: {}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("crash point step:Swap"),
+        "{}",
+        run.stderr
+    );
+    let set = common::wait_until("the set's record", || async {
+        let heads = volmig::record::store::GroupStore::new(client.clone(), &ns)
+            .list()
+            .await
+            .ok()?;
+        heads.into_iter().next()
+    })
+    .await;
+    let resumed = common::volmig(&env, &["resume", &set.metadata.name, "-o", "json"]).await;
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    let view: Value = serde_json::from_str(&resumed.stdout).expect("JSON");
+    assert_eq!(view["status"]["phase"], "Succeeded", "{view:#}");
+    running_replicas(&client, &ns, REPLICAS).await;
+    for (i, old) in old_dirs.iter().enumerate() {
+        let claim = format!("data-db-{i}");
+        assert_eq!(
+            class_of(&client, &ns, &claim).await.as_deref(),
+            Some("local"),
+            "{claim}"
+        );
+        let before = sequence(old);
+        let new_dir = volume_dir(&client, &ns, &claim).await;
+        let after = await_sequence_past(&new_dir, before.len() + 5).await;
+        assert_gapless(&after, &format!("replica {i} after resume"));
+        assert_eq!(&after[..before.len()], &before[..], "replica {i}");
+    }
+}
