@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use common::app::{
     assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, cutover, policy,
-    replicas, running_app, sequence, user_claim, volume, watch_app_down, SEQUENCE_SCRIPT,
+    replicas, running_app, sequence, user_claim, volume, watch_app_down,
 };
 use common::{env, object, records, volmig, volume_dir, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -343,28 +343,7 @@ async fn consumers_scaling_cannot_stop_are_refused_before_anything_changes() {
 /// A StatefulSet `db` of one replica writing the sequence on its claim
 /// `data-db-0` (class `standard`); that claim's directory.
 async fn stateful_app(client: &Client, ns: &str) -> std::path::PathBuf {
-    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-    let set: StatefulSet = object(json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
-        "spec": {
-            "replicas": 1, "serviceName": "db",
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {"terminationGracePeriodSeconds": 10, "containers": [{
-                    "name": "db", "image": "busybox", "command": ["sh", "-c", SEQUENCE_SCRIPT],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]},
-            },
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-            }],
-        },
-    }));
-    sts.create(&PostParams::default(), &set)
-        .await
-        .expect("statefulset");
-    await_running(client, ns, "db").await;
+    common::app::sequence_stateful_set(client, ns, 1).await;
     let old_dir = volume_dir(client, ns, "data-db-0").await;
     await_sequence_past(&old_dir, 20).await;
     old_dir

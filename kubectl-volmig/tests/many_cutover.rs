@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
 
-use common::app::{assert_gapless, await_sequence_past, sequence, SEQUENCE_SCRIPT};
-use common::{env, object, volume_dir, wait_until};
+use common::app::{
+    assert_gapless, await_replicas, await_sequence_past, sequence, sequence_stateful_set,
+};
+use common::{env, volume_dir, wait_until};
 use volmig::record::cutover::Step;
 use volmig::record::store::RecordStore;
 
@@ -25,28 +27,7 @@ const REPLICAS: usize = 3;
 /// StatefulSet `db` of three replicas, each writing the sequence on its
 /// claim `data-db-N` (class `standard`); each claim's directory.
 async fn replicated_app(client: &Client, ns: &str) -> Vec<std::path::PathBuf> {
-    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-    let set: StatefulSet = object(json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
-        "spec": {
-            "replicas": REPLICAS, "serviceName": "db",
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {"terminationGracePeriodSeconds": 10, "containers": [{
-                    "name": "db", "image": "busybox", "command": ["sh", "-c", SEQUENCE_SCRIPT],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]},
-            },
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-            }],
-        },
-    }));
-    sts.create(&PostParams::default(), &set)
-        .await
-        .expect("statefulset");
-    running_replicas(client, ns, REPLICAS).await;
+    sequence_stateful_set(client, ns, REPLICAS).await;
     let mut dirs = Vec::new();
     for i in 0..REPLICAS {
         let dir = volume_dir(client, ns, &format!("data-db-{i}")).await;
@@ -57,21 +38,7 @@ async fn replicated_app(client: &Client, ns: &str) -> Vec<std::path::PathBuf> {
 }
 
 async fn running_replicas(client: &Client, ns: &str, n: usize) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    wait_until(&format!("{n} replicas of db Running"), || async {
-        let list = pods
-            .list(&ListParams::default().labels("app=db"))
-            .await
-            .ok()?;
-        let running = list
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        (running == n).then_some(())
-    })
-    .await;
+    await_replicas(client, ns, "db", n).await;
 }
 
 /// The class of claim `name`'s volume.

@@ -361,6 +361,18 @@ pub async fn drive_rollback(
     }
 }
 
+/// `cleanup` of an operation that someone drives is refused, unless
+/// `force`d.
+pub(super) fn refuse_driven(op: &str, holder: Option<&str>, force: bool) -> Result<(), CliError> {
+    match (holder, force) {
+        (Some(holder), false) => Err(CliError::Usage(format!(
+            "operation {op} is being driven by {holder}; abort it first (kubectl volmig abort {op}), \
+             or pass --force"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliError> {
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let op = &args.operation;
@@ -369,13 +381,7 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
     }
     let vm = store.get(op).await?;
     let live = incluster::live_holder(&cluster.client, &vm, "").await;
-    if let (Some(d), false) = (live, args.force) {
-        return Err(CliError::Usage(format!(
-            "operation {op} is being driven by {}; abort it first (kubectl volmig abort {op}), \
-             or pass --force",
-            d.holder
-        )));
-    }
+    refuse_driven(op, live.map(|d| d.holder).as_deref(), args.force)?;
     // Between the first stop and the end, the record is the way back.
     let step = vm.status.cutover.as_ref().map(|c| c.step);
     if step.is_some_and(|s| !matches!(s, Step::PreCopy | Step::Committed | Step::RolledBack)) {

@@ -285,13 +285,24 @@ pub async fn cleanup(
         .driver
         .as_ref()
         .filter(|d| d.is_alive(Timestamp::now()));
-    if let (Some(d), false) = (live, force) {
+    super::control::refuse_driven(&op, live.map(|d| d.holder.as_str()), force)?;
+    // Between the first stop and the end of a cutover, each claim's record
+    // is the way back to its old volume.
+    let view = group_view(&cluster.client, group).await?;
+    let midway = view.members.iter().flatten().find_map(|vm| {
+        let step = vm.status.cutover.as_ref()?.step;
+        let ended = matches!(step, Step::PreCopy | Step::Committed | Step::RolledBack);
+        (!ended).then_some((vm.spec.source.clone(), step))
+    });
+    if let Some((claim, step)) = midway {
         return Err(CliError::Usage(format!(
-            "operation {op} is being driven by {}; abort it first (kubectl volmig abort {op}), \
-             or pass --force",
-            d.holder
+            "operation {op} is a cutover with claim {claim} at {}: its record is the only way \
+             back to the old volume; end it first (kubectl volmig resume {op}, or kubectl volmig \
+             rollback {op})",
+            step.as_str()
         )));
     }
+    let group = view.group;
     let mut pods = 0;
     for m in &group.spec.claims {
         let namespaces = [m.namespace(), m.source.namespace.as_str()];

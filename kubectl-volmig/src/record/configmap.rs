@@ -125,11 +125,7 @@ pub fn new_record(plan: &Plan) -> VolumeMigration {
 /// so that replacing it fails when someone else wrote in between.
 pub fn to_config_map(vm: &VolumeMigration) -> Result<ConfigMap, RecordError> {
     let op = &vm.metadata.name;
-    let encode = |source| RecordError::Encode {
-        op: op.clone(),
-        source,
-    };
-    let spec = serde_json::to_string_pretty(&vm.spec).map_err(encode)?;
+    let spec = encode(op, &vm.spec)?;
     let status = encode_status(op, &vm.status, MAX_DATA_BYTES.saturating_sub(spec.len()))?;
     let mut labels = names::labels(op, Component::Record);
     labels.insert(
@@ -141,27 +137,58 @@ pub fn to_config_map(vm: &VolumeMigration) -> Result<ConfigMap, RecordError> {
         labels.insert(names::GROUP_NAMESPACE_KEY.to_string(), g.namespace.clone());
         labels.insert(names::CLAIM_KEY.to_string(), g.key.to_string());
     }
-    Ok(ConfigMap {
+    Ok(stored(&vm.metadata, labels, FORMAT, spec, status))
+}
+
+/// `value` as pretty JSON.
+pub(super) fn encode<T: serde::Serialize>(op: &str, value: &T) -> Result<String, RecordError> {
+    serde_json::to_string_pretty(value).map_err(|source| RecordError::Encode {
+        op: op.to_string(),
+        source,
+    })
+}
+
+/// The ConfigMap of a record with `metadata` and `labels`, in `format`.
+pub(super) fn stored(
+    metadata: &super::Metadata,
+    labels: BTreeMap<String, String>,
+    format: &str,
+    spec: String,
+    status: String,
+) -> ConfigMap {
+    ConfigMap {
         metadata: ObjectMeta {
-            name: Some(names::record_name(op)),
-            namespace: Some(vm.metadata.namespace.clone()),
+            name: Some(names::record_name(&metadata.name)),
+            namespace: Some(metadata.namespace.clone()),
             labels: Some(labels),
-            resource_version: vm.metadata.resource_version.clone(),
-            creation_timestamp: vm.metadata.creation_timestamp.map(Time),
+            resource_version: metadata.resource_version.clone(),
+            creation_timestamp: metadata.creation_timestamp.map(Time),
             ..ObjectMeta::default()
         },
         data: Some(BTreeMap::from([
-            (FORMAT_KEY.to_string(), FORMAT.to_string()),
+            (FORMAT_KEY.to_string(), format.to_string()),
             (SPEC_KEY.to_string(), spec),
             (STATUS_KEY.to_string(), status),
         ])),
         ..ConfigMap::default()
-    })
+    }
 }
 
-/// The record a ConfigMap stores. Fields of the status this version does
-/// not know are ignored, so newer writers do not lock older readers out.
-pub fn from_config_map(cm: &ConfigMap) -> Result<VolumeMigration, RecordError> {
+/// What a record's ConfigMap holds, checked: its labels say `component`,
+/// its format is `format`.
+pub(super) struct Parts<'a> {
+    pub labels: Option<&'a BTreeMap<String, String>>,
+    pub spec: &'a str,
+    pub status: &'a str,
+    pub metadata: super::Metadata,
+}
+
+/// The parts of `cm`, a record of `component` in `format`.
+pub(super) fn parts<'a>(
+    cm: &'a ConfigMap,
+    component: Component,
+    format: &str,
+) -> Result<Parts<'a>, RecordError> {
     let name = cm.metadata.name.clone().unwrap_or_default();
     let namespace = cm.metadata.namespace.clone().unwrap_or_default();
     let not_a_record = |why: String| RecordError::NotARecord {
@@ -172,11 +199,14 @@ pub fn from_config_map(cm: &ConfigMap) -> Result<VolumeMigration, RecordError> {
     let labels = cm.metadata.labels.as_ref();
     let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
     if label(names::MANAGED_BY_KEY) != Some(names::MANAGED_BY)
-        || label(names::COMPONENT_KEY) != Some(Component::Record.as_str())
+        || label(names::COMPONENT_KEY) != Some(component.as_str())
     {
         return Err(not_a_record(format!(
-            "it lacks the labels {}",
-            names::record_selector()
+            "it lacks the labels {}={},{}={}",
+            names::MANAGED_BY_KEY,
+            names::MANAGED_BY,
+            names::COMPONENT_KEY,
+            component.as_str()
         )));
     }
     let op = label(names::OPERATION_KEY)
@@ -186,27 +216,47 @@ pub fn from_config_map(cm: &ConfigMap) -> Result<VolumeMigration, RecordError> {
         data.and_then(|d| d.get(key))
             .ok_or_else(|| not_a_record(format!("it has no {key:?} key")))
     };
-    let format = key(FORMAT_KEY)?;
-    if format.trim() != FORMAT {
+    let found = key(FORMAT_KEY)?;
+    if found.trim() != format {
         return Err(RecordError::UnknownFormat {
             namespace: namespace.clone(),
             name: name.clone(),
-            found: format.clone(),
+            found: found.clone(),
         });
     }
-    let decode = |key: &'static str| {
-        let namespace = namespace.clone();
-        let name = name.clone();
-        move |source| RecordError::Decode {
+    Ok(Parts {
+        labels,
+        spec: key(SPEC_KEY)?,
+        status: key(STATUS_KEY)?,
+        metadata: super::Metadata {
+            name: op.to_string(),
             namespace,
-            name,
-            key,
-            source,
-        }
-    };
-    let spec: MigrationSpec = serde_json::from_str(key(SPEC_KEY)?).map_err(decode(SPEC_KEY))?;
-    let status: MigrationStatus =
-        serde_json::from_str(key(STATUS_KEY)?).map_err(decode(STATUS_KEY))?;
+            creation_timestamp: cm.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            resource_version: cm.metadata.resource_version.clone(),
+            group: None,
+        },
+    })
+}
+
+/// `text`, the `key` of ConfigMap `metadata`, decoded.
+pub(super) fn decode<T: serde::de::DeserializeOwned>(
+    metadata: &super::Metadata,
+    key: &'static str,
+    text: &str,
+) -> Result<T, RecordError> {
+    serde_json::from_str(text).map_err(|source| RecordError::Decode {
+        namespace: metadata.namespace.clone(),
+        name: names::record_name(&metadata.name),
+        key,
+        source,
+    })
+}
+
+/// The record a ConfigMap stores. Fields of the status this version does
+/// not know are ignored, so newer writers do not lock older readers out.
+pub fn from_config_map(cm: &ConfigMap) -> Result<VolumeMigration, RecordError> {
+    let parts = parts(cm, Component::Record, FORMAT)?;
+    let label = |key: &str| parts.labels.and_then(|l| l.get(key)).map(String::as_str);
     let group = match (
         label(names::GROUP_KEY),
         label(names::GROUP_NAMESPACE_KEY),
@@ -219,15 +269,14 @@ pub fn from_config_map(cm: &ConfigMap) -> Result<VolumeMigration, RecordError> {
         }),
         _ => None,
     };
+    let spec: MigrationSpec = decode(&parts.metadata, SPEC_KEY, parts.spec)?;
+    let status: MigrationStatus = decode(&parts.metadata, STATUS_KEY, parts.status)?;
     Ok(VolumeMigration {
         api_version: API_VERSION.to_string(),
         kind: KIND.to_string(),
         metadata: super::Metadata {
-            name: op.to_string(),
-            namespace,
-            creation_timestamp: cm.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            resource_version: cm.metadata.resource_version.clone(),
             group,
+            ..parts.metadata
         },
         spec,
         status,

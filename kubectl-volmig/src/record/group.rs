@@ -18,10 +18,11 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 
-use super::configmap::{RecordError, FORMAT_KEY, SPEC_KEY, STATUS_KEY};
+use super::configmap::{
+    decode, encode, parts, stored, RecordError, MAX_DATA_BYTES, SPEC_KEY, STATUS_KEY,
+};
 use super::{Driver, Metadata, Phase, VolumeMigration};
 use crate::names::{self, Component};
 use crate::plan::select::Selection;
@@ -227,14 +228,10 @@ impl MigrationGroup {
 /// The ConfigMap that stores a head.
 pub fn to_config_map(g: &MigrationGroup) -> Result<ConfigMap, RecordError> {
     let op = &g.metadata.name;
-    let encode = |source| RecordError::Encode {
-        op: op.clone(),
-        source,
-    };
-    let spec = serde_json::to_string_pretty(&g.spec).map_err(encode)?;
-    let status = serde_json::to_string_pretty(&g.status).map_err(encode)?;
+    let spec = encode(op, &g.spec)?;
+    let status = encode(op, &g.status)?;
     let size = spec.len() + status.len();
-    if size > super::configmap::MAX_DATA_BYTES {
+    if size > MAX_DATA_BYTES {
         return Err(RecordError::TooLarge {
             op: op.clone(),
             size,
@@ -249,74 +246,16 @@ pub fn to_config_map(g: &MigrationGroup) -> Result<ConfigMap, RecordError> {
         names::CLAIMS_KEY.to_string(),
         g.spec.claims.len().to_string(),
     );
-    Ok(ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(names::record_name(op)),
-            namespace: Some(g.metadata.namespace.clone()),
-            labels: Some(labels),
-            resource_version: g.metadata.resource_version.clone(),
-            creation_timestamp: g.metadata.creation_timestamp.map(Time),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([
-            (FORMAT_KEY.to_string(), FORMAT.to_string()),
-            (SPEC_KEY.to_string(), spec),
-            (STATUS_KEY.to_string(), status),
-        ])),
-        ..ConfigMap::default()
-    })
+    Ok(stored(&g.metadata, labels, FORMAT, spec, status))
 }
 
 /// The head a ConfigMap stores.
 pub fn from_config_map(cm: &ConfigMap) -> Result<MigrationGroup, RecordError> {
-    let name = cm.metadata.name.clone().unwrap_or_default();
-    let namespace = cm.metadata.namespace.clone().unwrap_or_default();
-    let not_a_record = |why: String| RecordError::NotARecord {
-        namespace: namespace.clone(),
-        name: name.clone(),
-        why,
-    };
-    let labels = cm.metadata.labels.as_ref();
-    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
-    if label(names::COMPONENT_KEY) != Some(Component::Operation.as_str()) {
-        return Err(not_a_record("it is not the head of a set of claims".into()));
-    }
-    let op = label(names::OPERATION_KEY)
-        .ok_or_else(|| not_a_record(format!("it has no {} label", names::OPERATION_KEY)))?;
-    let data = cm.data.as_ref();
-    let key = |key: &'static str| {
-        data.and_then(|d| d.get(key))
-            .ok_or_else(|| not_a_record(format!("it has no {key:?} key")))
-    };
-    let format = key(FORMAT_KEY)?;
-    if format.trim() != FORMAT {
-        return Err(RecordError::UnknownFormat {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            found: format.clone(),
-        });
-    }
-    let decode = |key: &'static str| {
-        let (namespace, name) = (namespace.clone(), name.clone());
-        move |source| RecordError::Decode {
-            namespace,
-            name,
-            key,
-            source,
-        }
-    };
-    let spec: GroupSpec = serde_json::from_str(key(SPEC_KEY)?).map_err(decode(SPEC_KEY))?;
-    let status: GroupStatus = serde_json::from_str(key(STATUS_KEY)?).map_err(decode(STATUS_KEY))?;
+    let parts = parts(cm, Component::Operation, FORMAT)?;
     Ok(MigrationGroup {
-        metadata: Metadata {
-            name: op.to_string(),
-            namespace,
-            creation_timestamp: cm.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            resource_version: cm.metadata.resource_version.clone(),
-            group: None,
-        },
-        spec,
-        status,
+        spec: decode(&parts.metadata, SPEC_KEY, parts.spec)?,
+        status: decode(&parts.metadata, STATUS_KEY, parts.status)?,
+        metadata: parts.metadata,
     })
 }
 

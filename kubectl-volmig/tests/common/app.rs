@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
@@ -48,6 +48,53 @@ pub async fn sequence_app(client: &Client, ns: &str, name: &str, claim: &str) {
         .await
         .expect("deployment");
     await_running(client, ns, name).await;
+}
+
+/// Creates StatefulSet `db` of `replicas`, each replica writing the
+/// sequence on its claim `data-db-N` (from template `data`, no class: the
+/// default), and waits until they all run.
+pub async fn sequence_stateful_set(client: &Client, ns: &str, replicas: usize) {
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let set: StatefulSet = object(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {
+            "replicas": replicas, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"terminationGracePeriodSeconds": 10, "containers": [{
+                    "name": "db", "image": "busybox", "command": ["sh", "-c", SEQUENCE_SCRIPT],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]},
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            }],
+        },
+    }));
+    sts.create(&PostParams::default(), &set)
+        .await
+        .expect("statefulset");
+    await_replicas(client, ns, "db", replicas).await;
+}
+
+/// Waits until exactly `n` pods of app `name` run (none being deleted).
+pub async fn await_replicas(client: &Client, ns: &str, name: &str, n: usize) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_until(&format!("{n} pods of {name} Running"), || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("app={name}")))
+            .await
+            .ok()?;
+        let running = list
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == n).then_some(())
+    })
+    .await;
 }
 
 /// Waits until a pod of app `name` runs.

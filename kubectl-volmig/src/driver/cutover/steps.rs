@@ -97,22 +97,28 @@ impl Cutover {
             }
             Verdict::RollBack(why) => {
                 let reason = format!("the set rolls back: {why}");
-                self.post(Severity::Warning, "CutoverRollingBack", &reason)
-                    .await;
-                let now = Timestamp::now();
-                self.advance(Step::RollingBack, |c| {
-                    c.pass = None;
-                    c.rollback.get_or_insert_with(|| Rollback {
-                        from,
-                        reason: reason.clone(),
-                        started: Some(now),
-                        ..Rollback::default()
-                    });
-                })
-                .await?;
+                self.start_rollback(from, &reason).await?;
                 Ok(Some(Flow::Next))
             }
         }
+    }
+
+    /// Starts a rollback from `from` by itself, for `reason` (unless one
+    /// was asked for already: that one stands).
+    async fn start_rollback(&mut self, from: Step, reason: &str) -> Result<(), DriverError> {
+        self.post(Severity::Warning, "CutoverRollingBack", reason)
+            .await;
+        let now = Timestamp::now();
+        self.advance(Step::RollingBack, |c| {
+            c.pass = None;
+            c.rollback.get_or_insert_with(|| Rollback {
+                from,
+                reason: reason.to_string(),
+                started: Some(now),
+                ..Rollback::default()
+            });
+        })
+        .await
     }
 
     /// A pass stopped by `abort` (the operation stops) or by a rollback
@@ -261,19 +267,7 @@ impl Cutover {
                 if let Some(gate) = &self.gate {
                     gate.roll_back_all(&reason);
                 }
-                self.post(Severity::Warning, "CutoverRollingBack", &reason)
-                    .await;
-                let now = Timestamp::now();
-                self.advance(Step::RollingBack, |c| {
-                    c.pass = None;
-                    c.rollback.get_or_insert_with(|| Rollback {
-                        from: Step::FinalSync,
-                        reason: reason.clone(),
-                        started: Some(now),
-                        ..Rollback::default()
-                    });
-                })
-                .await?;
+                self.start_rollback(Step::FinalSync, &reason).await?;
                 Ok(Flow::Next)
             }
             other => self.interrupted(other),
