@@ -242,10 +242,7 @@ pub(super) async fn restart_record(
             Ok(())
         })
         .await
-        .map_err(|e| match e {
-            StoreError::Changed(m) => CliError::Usage(m),
-            e => e.into(),
-        })?;
+        .map_err(super::declined_as_usage)?;
     Ok(vm)
 }
 

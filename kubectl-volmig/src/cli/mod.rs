@@ -245,6 +245,16 @@ pub fn plan_of(vm: &VolumeMigration) -> Option<Plan> {
     vm.plan()
 }
 
+/// A change the record declined (it is not in the state the command
+/// needs) is the user's to look at, as a usage error; other store errors
+/// stay what they are.
+pub(crate) fn declined_as_usage(e: StoreError) -> CliError {
+    match e {
+        StoreError::Changed(m) => CliError::Usage(m),
+        e => e.into(),
+    }
+}
+
 /// The exit code for an operation's phase.
 pub fn exit_for(vm: &VolumeMigration) -> i32 {
     exit_for_phase(vm.status.phase)

@@ -252,10 +252,7 @@ pub async fn abort(
             Ok(())
         })
         .await
-        .map_err(|e| match e {
-            StoreError::Changed(m) => CliError::Usage(m),
-            e => e.into(),
-        })?;
+        .map_err(super::declined_as_usage)?;
     for m in &group.spec.claims {
         match crate::driver::abort::abort(&cluster.client, m.namespace(), &m.operation, &who).await
         {

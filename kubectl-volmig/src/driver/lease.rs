@@ -8,7 +8,8 @@ use super::run::Driver;
 use super::DriverError;
 use crate::events::Severity;
 use crate::record::cutover::PassKind;
-use crate::record::store::{RecordStore, StoreError};
+use crate::record::group::MigrationGroup;
+use crate::record::store::{Store, StoreError, Stored};
 use crate::record::{Driver as Lease, Phase, VolumeMigration};
 
 impl Driver {
@@ -98,9 +99,47 @@ impl Driver {
     }
 }
 
+/// What a lease is held on: a claim's record, or a set's head.
+pub trait Leased: Stored {
+    fn phase(&self) -> Phase;
+    fn lease(&self) -> Option<&Lease>;
+    fn lease_mut(&mut self) -> &mut Option<Lease>;
+    /// Whether a cutover rollback has been asked for.
+    fn rolling_back(&self) -> bool {
+        false
+    }
+}
+
+impl Leased for VolumeMigration {
+    fn phase(&self) -> Phase {
+        self.status.phase
+    }
+    fn lease(&self) -> Option<&Lease> {
+        self.status.driver.as_ref()
+    }
+    fn lease_mut(&mut self) -> &mut Option<Lease> {
+        &mut self.status.driver
+    }
+    fn rolling_back(&self) -> bool {
+        VolumeMigration::rolling_back(self)
+    }
+}
+
+impl Leased for MigrationGroup {
+    fn phase(&self) -> Phase {
+        self.status.phase
+    }
+    fn lease(&self) -> Option<&Lease> {
+        self.status.driver.as_ref()
+    }
+    fn lease_mut(&mut self) -> &mut Option<Lease> {
+        &mut self.status.driver
+    }
+}
+
 /// A driver's hold on an operation: every write carries its heartbeat.
-pub(crate) struct LeaseHolder<'a> {
-    pub store: &'a RecordStore,
+pub(crate) struct LeaseHolder<'a, T> {
+    pub store: &'a Store<T>,
     pub operation: &'a str,
     pub holder: &'a str,
     /// The first write claims the lease (resume has checked that no one
@@ -111,45 +150,41 @@ pub(crate) struct LeaseHolder<'a> {
     pub stop_on_rollback: bool,
 }
 
-impl LeaseHolder<'_> {
+impl<T: Leased> LeaseHolder<'_, T> {
     /// Changes the record (re-read on conflict), with the heartbeat; stops
     /// with [`DriverError::Aborted`] once someone has aborted the
     /// operation, [`DriverError::TakenOver`] once another client drives it.
-    pub async fn write(
-        &self,
-        mut change: impl FnMut(&mut VolumeMigration),
-    ) -> Result<VolumeMigration, DriverError> {
+    pub async fn write(&self, mut change: impl FnMut(&mut T)) -> Result<T, DriverError> {
         let now = Timestamp::now();
         let lease = Lease {
             holder: self.holder.to_string(),
             heartbeat: now,
         };
         let mut taken_by = None;
-        let result =
-            self.store
-                .update(self.operation, |vm| {
-                    if vm.status.phase == Phase::Aborted {
-                        return Err(StoreError::Changed("the operation was aborted".into()));
-                    }
-                    if self.stop_on_rollback && vm.rolling_back() {
-                        return Err(StoreError::Changed("a rollback was asked for".into()));
-                    }
-                    if let Some(other) =
-                        vm.status.driver.as_ref().filter(|d| {
-                            !self.claiming && d.holder != lease.holder && d.is_alive(now)
-                        })
-                    {
-                        taken_by = Some(other.holder.clone());
-                        return Err(StoreError::Changed(format!(
-                            "taken over by {}",
-                            other.holder
-                        )));
-                    }
-                    change(vm);
-                    vm.status.driver = Some(lease.clone());
-                    Ok(())
-                })
-                .await;
+        let result = self
+            .store
+            .update(self.operation, |vm| {
+                if vm.phase() == Phase::Aborted {
+                    return Err(StoreError::Changed("the operation was aborted".into()));
+                }
+                if self.stop_on_rollback && vm.rolling_back() {
+                    return Err(StoreError::Changed("a rollback was asked for".into()));
+                }
+                if let Some(other) = vm
+                    .lease()
+                    .filter(|d| !self.claiming && d.holder != lease.holder && d.is_alive(now))
+                {
+                    taken_by = Some(other.holder.clone());
+                    return Err(StoreError::Changed(format!(
+                        "taken over by {}",
+                        other.holder
+                    )));
+                }
+                change(vm);
+                *vm.lease_mut() = Some(lease.clone());
+                Ok(())
+            })
+            .await;
         match result {
             Ok(vm) => Ok(vm),
             Err(StoreError::Changed(_)) => match taken_by {
@@ -163,20 +198,15 @@ impl LeaseHolder<'_> {
 
 /// Releases `holder`'s lease on `op` (after Ctrl-C), if it still holds it;
 /// the record as written.
-pub async fn release_lease(
-    store: &RecordStore,
+pub async fn release_lease<T: Leased>(
+    store: &Store<T>,
     op: &str,
     holder: &str,
-) -> Result<VolumeMigration, StoreError> {
+) -> Result<T, StoreError> {
     store
         .update(op, |vm| {
-            if vm
-                .status
-                .driver
-                .as_ref()
-                .is_some_and(|d| d.holder == holder)
-            {
-                vm.status.driver = None;
+            if vm.lease().is_some_and(|d| d.holder == holder) {
+                *vm.lease_mut() = None;
             }
             Ok(())
         })

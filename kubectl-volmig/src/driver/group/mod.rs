@@ -23,11 +23,12 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::lease::LeaseHolder;
 use super::run::API_OUTAGE;
 use super::{release_lease, Cutover, Driver, DriverError, DriverOptions, Outcome, Update};
 use crate::record::group::{GroupView, Member, MigrationGroup};
-use crate::record::store::{group_view, GroupStore, RecordStore, StoreError};
-use crate::record::{Driver as Lease, Phase, VolumeMigration};
+use crate::record::store::{group_view, GroupStore, RecordStore};
+use crate::record::{Phase, VolumeMigration};
 use admit::{Admission, Candidate, Limits};
 use gate::{Gate, Pos};
 
@@ -377,66 +378,23 @@ impl GroupDriver {
     /// Changes the head (re-read on conflict), with the heartbeat; stops
     /// with [`DriverError::Aborted`] once the set is aborted,
     /// [`DriverError::TakenOver`] once another client drives it.
-    async fn write(
-        &mut self,
-        mut change: impl FnMut(&mut MigrationGroup),
-    ) -> Result<(), DriverError> {
-        let now = Timestamp::now();
-        let lease = Lease {
-            holder: self.options.holder.clone(),
-            heartbeat: now,
+    async fn write(&mut self, change: impl FnMut(&mut MigrationGroup)) -> Result<(), DriverError> {
+        let lease = LeaseHolder {
+            store: &self.store,
+            operation: &self.group.metadata.name,
+            holder: &self.options.holder,
+            claiming: !self.holds_lease,
+            stop_on_rollback: false,
         };
-        let claiming = !self.holds_lease;
-        let mut taken_by = None;
-        let result = self
-            .store
-            .update(&self.group.metadata.name, |g| {
-                if g.status.phase == Phase::Aborted {
-                    return Err(StoreError::Changed("the operation was aborted".into()));
-                }
-                if let Some(other) = g
-                    .status
-                    .driver
-                    .as_ref()
-                    .filter(|d| !claiming && d.holder != lease.holder && d.is_alive(now))
-                {
-                    taken_by = Some(other.holder.clone());
-                    return Err(StoreError::Changed(format!(
-                        "taken over by {}",
-                        other.holder
-                    )));
-                }
-                change(g);
-                g.status.driver = Some(lease.clone());
-                Ok(())
-            })
-            .await;
-        match result {
-            Ok(g) => {
-                self.group = g;
-                self.holds_lease = true;
-                Ok(())
-            }
-            Err(StoreError::Changed(_)) => match taken_by {
-                Some(holder) => Err(DriverError::TakenOver(holder)),
-                None => Err(DriverError::Aborted),
-            },
-            Err(e) => Err(e.into()),
-        }
+        self.group = lease.write(change).await?;
+        self.holds_lease = true;
+        Ok(())
     }
 
     /// Gives up the head's lease and every claim's this driver ran.
     async fn release(&mut self) -> Result<(), DriverError> {
-        let holder = self.options.holder.clone();
-        self.group = self
-            .store
-            .update(&self.group.metadata.name, |g| {
-                if g.status.driver.as_ref().is_some_and(|d| d.holder == holder) {
-                    g.status.driver = None;
-                }
-                Ok(())
-            })
-            .await?;
+        let op = self.group.metadata.name.clone();
+        self.group = release_lease(&self.store, &op, &self.options.holder).await?;
         self.holds_lease = false;
         self.release_claims().await;
         Ok(())
@@ -463,15 +421,7 @@ pub async fn release_claim(client: &Client, m: &Member, holder: &str) {
 /// Ctrl-C): the head's and its claims'.
 pub async fn release_all(client: &Client, group: &MigrationGroup, holder: &str) {
     let store = GroupStore::new(client.clone(), &group.metadata.namespace);
-    let released = store
-        .update(&group.metadata.name, |g| {
-            if g.status.driver.as_ref().is_some_and(|d| d.holder == holder) {
-                g.status.driver = None;
-            }
-            Ok(())
-        })
-        .await;
-    if let Err(e) = released {
+    if let Err(e) = release_lease(&store, &group.metadata.name, holder).await {
         tracing::debug!("cannot release operation {}: {e}", group.metadata.name);
     }
     for m in &group.spec.claims {
