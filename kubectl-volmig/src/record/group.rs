@@ -124,6 +124,23 @@ pub struct GroupRef {
     pub key: u32,
 }
 
+/// A set's phase from its claims' `phases`: Running while one runs or
+/// waits, Aborted if one was, RolledBack when all were, Failed if one
+/// failed, Succeeded when all have.
+pub fn phase_of(phases: &[Phase]) -> Phase {
+    if phases.iter().any(|p| !p.is_stopped()) {
+        Phase::Running
+    } else if phases.contains(&Phase::Aborted) {
+        Phase::Aborted
+    } else if phases.iter().all(|p| *p == Phase::RolledBack) {
+        Phase::RolledBack
+    } else if phases.iter().any(|p| *p != Phase::Succeeded) {
+        Phase::Failed
+    } else {
+        Phase::Succeeded
+    }
+}
+
 /// A head and its claims' records, as read together.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupView {
@@ -134,9 +151,8 @@ pub struct GroupView {
 }
 
 impl GroupView {
-    /// The set's phase from its claims': Running while one runs or
-    /// waits, Aborted if one was, RolledBack when all were, Failed if one
-    /// failed, Succeeded when all have. The head's own phase wins once it says Aborted.
+    /// The set's phase: [`phase_of`] its claims', a missing claim counted
+    /// Failed; the head's own phase wins while Pending or once Aborted.
     pub fn phase(&self) -> Phase {
         let head = self.group.status.phase;
         if head == Phase::Aborted || head == Phase::Pending {
@@ -147,18 +163,7 @@ impl GroupView {
             .iter()
             .map(|m| m.as_ref().map_or(Phase::Failed, |vm| vm.status.phase))
             .collect();
-        if phases.iter().any(|p| !p.is_stopped()) {
-            return Phase::Running;
-        }
-        if phases.contains(&Phase::Aborted) {
-            Phase::Aborted
-        } else if phases.iter().all(|p| *p == Phase::RolledBack) {
-            Phase::RolledBack
-        } else if phases.iter().any(|p| *p != Phase::Succeeded) {
-            Phase::Failed
-        } else {
-            Phase::Succeeded
-        }
+        phase_of(&phases)
     }
 
     /// Claims by phase, in words: `2 Succeeded, 1 Running`.

@@ -238,3 +238,45 @@ fn the_logs_screen_scrolls_back_to_the_oldest_line() {
     assert!(top.contains("line 1\n") || top.contains("line 1 "), "{top}");
     assert!(!top.contains("line 40"), "{top}");
 }
+
+/// A set's claims stand indented under a row of the set, which sums their
+/// bytes and says how many claims it has; the selection stays on claims.
+#[test]
+fn a_sets_claims_stand_under_the_sets_row() {
+    let in_set = |mut vm: VolumeMigration, key: u32| {
+        vm.metadata.group = Some(crate::record::group::GroupRef {
+            name: "db-x7k2p".into(),
+            namespace: "prod".into(),
+            key,
+        });
+        vm
+    };
+    let (a, b) = (in_set(succeeded(), 0), in_set(running(), 1));
+    let mut model = Model::new(Scope::All, None);
+    model.update(Msg::Tick(now()));
+    model.update(Msg::Records(vec![a, b, failed()]));
+    let screen = render(&model, 120, 10);
+    let lines: Vec<&str> = screen.lines().collect();
+    let row = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no row with {needle}:\n{screen}"))
+    };
+    let set = row(" db-x7k2p ");
+    assert!(lines[set].contains("Running"), "{}", lines[set]);
+    assert!(lines[set].contains("2 claims"), "{}", lines[set]);
+    // Each claim's row, found by its claims, is below it and indented.
+    for (claims, name) in [
+        ("data → data-fast", "  data-x7"),
+        ("db/pg-0 → pg-0", "  pg-0-b4"),
+    ] {
+        let at = row(claims);
+        assert!(at > set && lines[at].contains(name), "{}", lines[at]);
+    }
+    let first = row("data → data-fast");
+    assert!(
+        lines[first].starts_with("> "),
+        "the first claim is selected:\n{screen}"
+    );
+}

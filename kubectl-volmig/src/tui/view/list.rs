@@ -220,18 +220,41 @@ fn table(frame: &mut Frame, area: Rect, model: &Model) {
             .map(|(c, w)| Cell::from(truncate(c.header, *w))),
     )
     .style(Style::new().add_modifier(Modifier::BOLD));
-    let rows = ops.iter().enumerate().map(|(i, vm)| {
-        Row::new(shown.iter().map(|(column, w)| match &column.cells {
-            Some(cells) => {
-                let text = truncate(cells.get(i).map_or("", String::as_str), *w);
-                if column.header == "PHASE" {
-                    Cell::from(Span::styled(text, phase_style(vm.status.phase)))
-                } else {
-                    Cell::from(text)
-                }
+    let lines = lines(ops, &progress);
+    let rows = lines.iter().map(|line| match line {
+        ListRow::Set(set) => Row::new(shown.iter().map(|(column, w)| {
+            let text = truncate(&set.cell(column.header), *w);
+            match column.header {
+                "PHASE" => Cell::from(Span::styled(text, phase_style(set.phase))),
+                "PROGRESS" => Cell::from(
+                    set.progress
+                        .as_ref()
+                        .map_or("-".to_string(), |p| bar(p, *w)),
+                ),
+                _ => Cell::from(text),
             }
-            None => Cell::from(progress[i].map_or("-".to_string(), |p| bar(p, *w))),
         }))
+        .style(Style::new().add_modifier(Modifier::BOLD)),
+        ListRow::Op(i) => {
+            let (i, vm) = (*i, &ops[*i]);
+            Row::new(shown.iter().map(|(column, w)| match &column.cells {
+                Some(cells) => {
+                    let cell = cells.get(i).map_or("", String::as_str);
+                    // A set's claims stand under its row.
+                    let cell = match (column.header, &vm.metadata.group) {
+                        ("NAME", Some(_)) => format!("  {cell}"),
+                        _ => cell.to_string(),
+                    };
+                    let text = truncate(&cell, *w);
+                    if column.header == "PHASE" {
+                        Cell::from(Span::styled(text, phase_style(vm.status.phase)))
+                    } else {
+                        Cell::from(text)
+                    }
+                }
+                None => Cell::from(progress[i].map_or("-".to_string(), |p| bar(p, *w))),
+            }))
+        }
     });
     let constraints = shown
         .iter()
@@ -242,6 +265,85 @@ fn table(frame: &mut Frame, area: Rect, model: &Model) {
         .highlight_symbol(SELECTED)
         .highlight_spacing(HighlightSpacing::Always)
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
-    let mut state = TableState::default().with_selected(model.selected_index());
+    let selected = model.selected_index().and_then(|s| {
+        lines
+            .iter()
+            .position(|l| matches!(l, ListRow::Op(i) if *i == s))
+    });
+    let mut state = TableState::default().with_selected(selected);
     frame.render_stateful_widget(table, area, &mut state);
+}
+
+/// A row of the list: a set of claims (before its first claim), or an
+/// operation (by index).
+enum ListRow {
+    Set(SetRow),
+    Op(usize),
+}
+
+/// A set's row, worked out from its claims' records.
+struct SetRow {
+    namespace: String,
+    name: String,
+    phase: Phase,
+    progress: Option<Progress>,
+    claims: usize,
+}
+
+impl SetRow {
+    fn cell(&self, header: &str) -> String {
+        match header {
+            "NAMESPACE" => self.namespace.clone(),
+            "NAME" => self.name.clone(),
+            "PHASE" => self.phase.as_str().to_string(),
+            "RATE" if self.phase == Phase::Running => self
+                .progress
+                .as_ref()
+                .map_or("-".to_string(), |p| rate_compact(p.rate)),
+            "SOURCE → DESTINATION" => format!("{} claims", self.claims),
+            _ => "-".to_string(),
+        }
+    }
+}
+
+/// The rows: each operation in order, a set's row before its first claim.
+fn lines(ops: &[VolumeMigration], progress: &[Option<&Progress>]) -> Vec<ListRow> {
+    let mut out = Vec::new();
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for (i, vm) in ops.iter().enumerate() {
+        if let Some(g) = &vm.metadata.group {
+            let key = (g.namespace.as_str(), g.name.as_str());
+            if !seen.contains(&key) {
+                seen.push(key);
+                let of_set = |o: &&VolumeMigration| {
+                    o.metadata
+                        .group
+                        .as_ref()
+                        .is_some_and(|h| h.name == g.name && h.namespace == g.namespace)
+                };
+                let members: Vec<usize> = (0..ops.len()).filter(|j| of_set(&&ops[*j])).collect();
+                let phases: Vec<Phase> = members.iter().map(|j| ops[*j].status.phase).collect();
+                let known: Vec<&Progress> = members.iter().filter_map(|j| progress[*j]).collect();
+                let total = (!known.is_empty()).then(|| Progress {
+                    bytes_done: known.iter().map(|p| p.bytes_done).sum(),
+                    bytes_total: known.iter().map(|p| p.bytes_total).sum(),
+                    files_done: known.iter().map(|p| p.files_done).sum(),
+                    files_total: known.iter().map(|p| p.files_total).sum(),
+                    listing_done: known.len() == members.len()
+                        && known.iter().all(|p| p.listing_done),
+                    rate: known.iter().map(|p| p.rate).sum(),
+                    ..Progress::default()
+                });
+                out.push(ListRow::Set(SetRow {
+                    namespace: g.namespace.clone(),
+                    name: g.name.clone(),
+                    phase: crate::record::group::phase_of(&phases),
+                    progress: total,
+                    claims: members.len(),
+                }));
+            }
+        }
+        out.push(ListRow::Op(i));
+    }
+    out
 }
