@@ -128,6 +128,24 @@ pub async fn route_to_attempt(
     Ok(())
 }
 
+/// Deletes `name` (`what` it is, for the error) with `params`: whether it
+/// was there. One already gone is what was wanted, not an error.
+pub async fn delete_if_there<K>(
+    api: &Api<K>,
+    name: &str,
+    params: &DeleteParams,
+    what: &str,
+) -> Result<bool, DriverError>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(DriverError::kube(format!("delete {what} {name}"), e)),
+    }
+}
+
 /// Deletes the pods `names` (if there) and waits up to `wait` for them to
 /// be gone, so the next attempt's receiver is the only writer of the
 /// destination.
@@ -137,11 +155,7 @@ pub async fn delete_pods(
     wait: Duration,
 ) -> Result<(), DriverError> {
     for name in pods {
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(DriverError::kube(format!("delete pod {name}"), e)),
-        }
+        delete_if_there(api, name, &DeleteParams::default(), "pod").await?;
     }
     let deadline = tokio::time::Instant::now() + wait;
     for name in pods {
@@ -224,10 +238,8 @@ where
     let mut n = 0;
     for item in list.items {
         let name = item.meta().name.clone().unwrap_or_default();
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => n += 1,
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(DriverError::kube(format!("delete {kind} {name}"), e)),
+        if delete_if_there(&api, &name, &DeleteParams::default(), &kind).await? {
+            n += 1;
         }
     }
     Ok(n)

@@ -253,11 +253,7 @@ impl Cutover {
         crash_point("rollback:DeleteNew");
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(self.client.clone(), &self.plan.destination.namespace);
-        match claims.delete(&temporary, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(DriverError::kube(format!("delete claim {temporary}"), e)),
-        }
+        objects::delete_if_there(&claims, &temporary, &DeleteParams::default(), "claim").await?;
         if let (Some(v), Some(c)) = (&new_volume, claim) {
             let policy = c.new_policy.as_deref().unwrap_or("Delete");
             self.discard_volume(v, policy).await?;

@@ -6,6 +6,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::Cutover;
+use crate::driver::objects;
 use crate::driver::DriverError;
 use crate::names;
 
@@ -54,11 +55,7 @@ impl Cutover {
             return Ok("its data with it, as its Delete policy says");
         }
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(DriverError::kube(format!("delete volume {name}"), e)),
-        }
+        objects::delete_if_there(&api, name, &DeleteParams::default(), "volume").await?;
         Ok("its data stays on the storage, as its Retain policy says")
     }
 }

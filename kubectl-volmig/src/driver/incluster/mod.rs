@@ -298,16 +298,16 @@ where
 async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), DriverError>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
 {
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
     };
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(DriverError::kube(format!("delete {name}"), e)),
-    }
+    let kind = K::kind(&K::DynamicType::default()).to_string();
+    super::objects::delete_if_there(api, name, &params, &kind)
+        .await
+        .map(|_| ())
 }
 
 async fn wait_gone<K>(api: &Api<K>, name: &str) -> Result<(), DriverError>
