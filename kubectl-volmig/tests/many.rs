@@ -323,3 +323,58 @@ async fn per_node_caps_the_movers_on_a_node() {
     }
     assert!(most_at_once(&claims) <= 2, "{claims:#?}");
 }
+
+/// `abort` of a set stops every claim (the driving client exits 4 and the
+/// set says Aborted), and `resume` of the set finishes them from their
+/// checkpoints.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_aborted_set_stops_whole_and_resumes_whole() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let mut dirs = Vec::new();
+    for name in ["x", "y"] {
+        claim(&client, &ns, name, "ReadWriteOnce", "1Gi").await;
+        let dir = volume_dir(&client, &ns, name).await;
+        seed(&dir, 16, MIB);
+        dirs.push((name, dir));
+    }
+    let child = common::spawn_volmig(
+        &env,
+        &[
+            "migrate",
+            "x",
+            "y",
+            "--bwlimit",
+            "2M",
+            "--mover-image",
+            MOVER_IMAGE,
+        ],
+    );
+    let set = head(&client, &ns).await;
+    let x = set.member("x").expect("claim x").operation.clone();
+    common::await_progress(&client, &ns, &x, 1, 2 * MIB as u64).await;
+    let abort = common::volmig(&env, &["abort", &set.metadata.name]).await;
+    assert_eq!(abort.code, 0, "{}", abort.stderr);
+    let run = common::finish(child).await;
+    assert_eq!(run.code, 4, "{}\n{}", run.stdout, run.stderr);
+    let status = common::volmig(&env, &["status", &set.metadata.name, "-o", "json"]).await;
+    let view: Value = serde_json::from_str(&status.stdout).expect("JSON");
+    assert_eq!(view["status"]["phase"], "Aborted", "{view:#}");
+    assert!(view["status"]["abortedBy"].is_string(), "{view:#}");
+    let resumed = common::volmig(&env, &["resume", &set.metadata.name, "-o", "json"]).await;
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    let view: Value = serde_json::from_str(&resumed.stdout).expect("JSON");
+    assert_eq!(view["status"]["phase"], "Succeeded", "{view:#}");
+    for (name, dir) in &dirs {
+        let dst = volume_dir(&client, &ns, &format!("{name}-migrated")).await;
+        assert_eq!(manifest(&dst), manifest(dir), "{name}");
+    }
+    // A claim of a set is driven with its set, not alone.
+    let alone = common::volmig(&env, &["resume", &x]).await;
+    assert_eq!(
+        alone.code, 0,
+        "a copy's claim may be resumed alone: {}",
+        alone.stderr
+    );
+}

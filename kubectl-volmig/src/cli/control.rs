@@ -127,13 +127,16 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
     let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let op = &args.operation;
-    if let set::Found::Set(group) = set::find(cluster, op).await? {
-        if args.detach {
+    match set::find(cluster, op).await? {
+        set::Found::Set(_) if args.detach => {
             return Err(CliError::Usage(
                 "--detach takes an operation of one claim in this version".into(),
-            ));
+            ))
         }
-        return set::resume(cluster, *group, args.force, start_timeout, output).await;
+        set::Found::Set(group) => {
+            return set::resume(cluster, *group, args.force, start_timeout, output).await
+        }
+        set::Found::One(vm) => set::refuse_member_of_cutover(&vm, "resume")?,
     }
     let me = crate::names::holder();
     loop {
@@ -304,8 +307,9 @@ async fn logged_progress(
 
 pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
     let op = &args.operation;
-    if let set::Found::Set(group) = set::find(cluster, op).await? {
-        return set::abort(cluster, *group, output).await;
+    match set::find(cluster, op).await? {
+        set::Found::Set(group) => return set::abort(cluster, *group, output).await,
+        set::Found::One(vm) => set::refuse_member_of_cutover(&vm, "abort")?,
     }
     let who = crate::names::who(cluster.user.as_deref());
     let vm = crate::driver::abort::abort(&cluster.client, &cluster.namespace, op, &who)
@@ -373,8 +377,9 @@ pub(super) fn refuse_driven(op: &str, holder: Option<&str>, force: bool) -> Resu
 pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliError> {
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
     let op = &args.operation;
-    if let set::Found::Set(group) = set::find(cluster, op).await? {
-        return set::cleanup(cluster, *group, args.force).await;
+    match set::find(cluster, op).await? {
+        set::Found::Set(group) => return set::cleanup(cluster, *group, args.force).await,
+        set::Found::One(vm) => set::refuse_member_of_cutover(&vm, "cleanup")?,
     }
     let vm = store.get(op).await?;
     let live = incluster::live_holder(&cluster.client, &vm, "").await;

@@ -12,7 +12,10 @@ use crate::record::VolumeMigration;
 pub async fn commit(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
     let op = &args.operation;
     let vm = match set::find(cluster, op).await? {
-        set::Found::One(vm) => *vm,
+        set::Found::One(vm) => {
+            set::refuse_member_of_cutover(&vm, "commit")?;
+            *vm
+        }
         set::Found::Set(group) => return set::commit(cluster, *group, output).await,
     };
     let step = vm.status.cutover.as_ref().map(|c| c.step);
@@ -79,9 +82,12 @@ pub async fn rollback(
         discard_new_writes: args.discard_new_writes,
         delete_new: args.delete_new,
     };
-    if let set::Found::Set(group) = set::find(cluster, &args.operation).await? {
-        let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
-        return set::rollback(cluster, *group, flags, args.force, start_timeout, output).await;
+    match set::find(cluster, &args.operation).await? {
+        set::Found::Set(group) => {
+            let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
+            return set::rollback(cluster, *group, flags, args.force, start_timeout, output).await;
+        }
+        set::Found::One(vm) => set::refuse_member_of_cutover(&vm, "rollback")?,
     }
     let vm = request_rollback(
         &cluster.client,

@@ -17,6 +17,7 @@ use crate::plan::quiesce::{Quiesce, ScaleTarget};
 use crate::plan::select::{self, Selection};
 use crate::plan::{self, Refusal};
 use crate::record::configmap;
+use crate::record::cutover::Step;
 use crate::record::group::{GroupRef, Member, MigrationGroup, Parallelism};
 use crate::record::store::{GroupStore, RecordStore};
 use crate::spec::ClaimRef;
@@ -154,16 +155,38 @@ pub async fn drive(
                 group.metadata.name,
                 group.metadata.namespace
             );
+            app_down(cluster, &group).await;
             Ok(exit::INTERRUPTED)
         }
         Some(Err(e)) => {
             release_all(&cluster.client, &group, &holder).await;
+            app_down(cluster, &group).await;
             Err(e.into())
         }
         Some(Ok(view)) => {
             super::set::print_set(&view, output)?;
             Ok(super::exit_for_phase(view.phase()))
         }
+    }
+}
+
+/// Says so when a stopped driver left a set's app down (a cutover between
+/// its stop and its start again).
+async fn app_down(cluster: &Cluster, group: &MigrationGroup) {
+    let Ok(view) = crate::record::store::group_view(&cluster.client, group.clone()).await else {
+        return;
+    };
+    let step = view.members.iter().flatten().find_map(|vm| {
+        let step = vm.status.cutover.as_ref()?.step;
+        let down = matches!(
+            step,
+            Step::Quiesce | Step::FinalSync | Step::Swap | Step::Restore | Step::RollingBack
+        );
+        down.then_some(step)
+    });
+    if let Some(step) = step {
+        let (op, ns) = (&group.metadata.name, &group.metadata.namespace);
+        say!("{}", super::notes::cutover_interrupted(op, ns, step));
     }
 }
 

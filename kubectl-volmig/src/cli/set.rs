@@ -10,10 +10,11 @@ use serde_json::{json, Value};
 use super::args::Output;
 use super::{exit, CliError};
 use crate::cluster::Cluster;
+use crate::driver::cutover::machine;
 use crate::driver::cutover::request::{request_rollback, RollbackFlags};
 use crate::driver::{objects, DriverError, DriverOptions};
 use crate::plan::many::ManyPlan;
-use crate::record::cutover::Step;
+use crate::record::cutover::{Step, COMMIT};
 use crate::record::group::{GroupView, MigrationGroup};
 use crate::record::print::group::{describe_set, set_object};
 use crate::record::store::{get_any, group_view, GroupStore, RecordStore, StoreError};
@@ -24,6 +25,19 @@ pub use crate::record::store::AnyRecord as Found;
 /// Operation `op` in -n's namespace: one claim's record, or a set's head.
 pub async fn find(cluster: &Cluster, op: &str) -> Result<Found, CliError> {
     Ok(get_any(&cluster.client, &cluster.namespace, op).await?)
+}
+
+/// A claim of a set's cutover moves with its set: `command` on it alone is
+/// refused, naming the set.
+pub fn refuse_member_of_cutover(vm: &VolumeMigration, command: &str) -> Result<(), CliError> {
+    match (&vm.metadata.group, &vm.status.cutover) {
+        (Some(g), Some(_)) => Err(CliError::Usage(format!(
+            "operation {} is claim {} of the cutover {}, which moves as one: \
+             kubectl volmig {command} {} -n {}",
+            vm.metadata.name, vm.spec.source, g.name, g.name, g.namespace
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Prints a set as `-o` says (`table`: the detailed view).
@@ -128,6 +142,11 @@ pub async fn resume(
         print_set(&view, output)?;
         return Ok(exit::OK);
     }
+    if view.phase() == Phase::RolledBack {
+        say!("operation {op} was rolled back; the app runs on its old volumes");
+        print_set(&view, output)?;
+        return Ok(exit::OK);
+    }
     for (m, vm) in view.group.spec.claims.iter().zip(&view.members) {
         let Some(vm) = vm else { continue };
         if matches!(vm.status.phase, Phase::Failed | Phase::Aborted) {
@@ -170,6 +189,23 @@ pub async fn rollback(
     output: Output,
 ) -> Result<i32, CliError> {
     let who = crate::names::who(cluster.user.as_deref());
+    let op = group.metadata.name.clone();
+    // All or nothing: a set part of which is committed cannot go back.
+    let view = group_view(&cluster.client, group).await?;
+    let committed = view.members.iter().flatten().find(|vm| {
+        let c = vm.status.cutover.as_ref();
+        c.is_some_and(|c| {
+            c.step == Step::Committed || c.claims.iter().any(|k| k.swap.as_deref() == Some(COMMIT))
+        })
+    });
+    if let Some(vm) = committed {
+        return Err(CliError::Usage(format!(
+            "operation {op}: claim {} is committed (its old volume is gone), so the set cannot \
+             go back; finish with kubectl volmig commit {op}",
+            vm.spec.source
+        )));
+    }
+    let group = view.group;
     let mut asked = 0;
     for m in &group.spec.claims {
         let asking = request_rollback(&cluster.client, m.namespace(), &m.operation, &who, flags);
@@ -186,10 +222,23 @@ pub async fn rollback(
         )));
     }
     say!(
-        "rolling operation {} back: {asked} of {} claims",
-        group.metadata.name,
+        "rolling operation {op} back: {asked} of {} claims",
         group.spec.claims.len()
     );
+    // A client that drives the set takes the rollback up (it restarts the
+    // claims that had ended).
+    let driven = group
+        .status
+        .driver
+        .as_ref()
+        .filter(|d| d.holder != crate::names::holder() && d.is_alive(Timestamp::now()));
+    if let (Some(d), false) = (driven, force) {
+        say!(
+            "operation {op} is driven by {}, which rolls it back; watch it with kubectl volmig status {op}",
+            d.holder
+        );
+        return Ok(exit::OK);
+    }
     match resume(cluster, group, force, start_timeout, output).await? {
         exit::ROLLED_BACK => Ok(exit::OK),
         code => Ok(code),
@@ -230,13 +279,35 @@ pub async fn commit(
 }
 
 /// `abort` of a set: the head says Aborted (nothing new starts), then
-/// every claim that runs is aborted as one claim would be.
+/// every claim that runs is aborted as one claim would be; once a cutover
+/// has stopped the app, the whole set rolls back instead.
 pub async fn abort(
     cluster: &Cluster,
     group: MigrationGroup,
     output: Output,
 ) -> Result<i32, CliError> {
     let op = group.metadata.name.clone();
+    let view = group_view(&cluster.client, group).await?;
+    let touched = view.members.iter().flatten().any(|vm| {
+        let c = vm.status.cutover.as_ref();
+        c.is_some_and(|c| machine::abort_means_rollback(c) && c.step != Step::RolledBack)
+    });
+    if touched {
+        // Once the app has been stopped, half a set is no state to leave
+        // it in: abort means rolling the whole set back.
+        say!("operation {op} has stopped the app: aborting means rolling the set back");
+        let timeout = Duration::from_secs(300);
+        return rollback(
+            cluster,
+            view.group,
+            RollbackFlags::default(),
+            false,
+            timeout,
+            output,
+        )
+        .await;
+    }
+    let group = view.group;
     let who = crate::names::who(cluster.user.as_deref());
     let store = GroupStore::new(cluster.client.clone(), &group.metadata.namespace);
     store

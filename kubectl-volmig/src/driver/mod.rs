@@ -66,6 +66,10 @@ pub enum DriverError {
     /// Another client took the operation over (`resume --force`).
     #[error("{0} has taken this operation over (resume --force); this client stops driving it")]
     TakenOver(String),
+    /// Another claim of the set stopped where it was: this one stops too,
+    /// where it is, and `resume` of the set goes on from the records.
+    #[error("stopped with the set ({0}); kubectl volmig resume of the set goes on from here")]
+    Halted(String),
 }
 
 impl From<StoreError> for DriverError {
@@ -96,7 +100,8 @@ impl DriverError {
             | DriverError::Refused(_)
             | DriverError::Conflict(_)
             | DriverError::Aborted
-            | DriverError::TakenOver(_) => false,
+            | DriverError::TakenOver(_)
+            | DriverError::Halted(_) => false,
         }
     }
 }

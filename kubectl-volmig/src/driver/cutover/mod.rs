@@ -332,7 +332,21 @@ impl Cutover {
                 verdict = gate.wait_at(pos) => return Ok(verdict),
                 () = tokio::time::sleep(HEARTBEAT_EVERY) => self.keep_alive().await?,
             }
+            // A rollback asked for meanwhile (`rollback` of the set) turns
+            // every claim waiting on the way forward back.
+            let asked = self.cutover().rollback.map(|r| r.reason);
+            if let (Some(why), false) = (asked, pos >= Pos::SyncedBack) {
+                gate.roll_back_all(&why);
+                return Ok(Verdict::RollBack(why));
+            }
         }
+    }
+
+    /// The operation a user acts on: the set this claim belongs to, or
+    /// this claim's own.
+    pub(super) fn user_operation(&self) -> String {
+        let group = self.record.metadata.group.as_ref();
+        group.map_or_else(|| self.plan.operation.clone(), |g| g.name.clone())
     }
 
     /// Waits until `done` says so, keeping the heartbeat; `Err` from

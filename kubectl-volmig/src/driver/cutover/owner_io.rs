@@ -34,8 +34,13 @@ impl Cutover {
             .await
             .map_err(|e| DriverError::kube(format!("list StatefulSets in {ns}"), e))?
             .items;
-        let Some((sts, template)) = owner::template_owner(&claim, &self.cutover().quiesce, &sets)
-        else {
+        // In a set, the owners any claim stopped: this claim's own may be
+        // empty when another claim stopped the app first.
+        let stopped = match &self.gate {
+            Some(gate) => gate.stops(),
+            None => self.cutover().quiesce,
+        };
+        let Some((sts, template)) = owner::template_owner(&claim, &stopped, &sets) else {
             return Err(DriverError::Refused(format!(
                 "--update-owner: no StatefulSet that was stopped made claim {ns}/{claim} from its volumeClaimTemplates"
             )));
@@ -43,7 +48,10 @@ impl Cutover {
         // In a set, the StatefulSet is made again once, by its
         // lowest-keyed claim, after every claim is swapped.
         if let Some(gate) = &self.gate {
-            if !gate.leads(|c| owner::template_of(c, sts).is_some()) {
+            let made = |c: &crate::spec::ClaimRef| {
+                c.namespace == ns && owner::template_of(&c.name, sts).is_some()
+            };
+            if !gate.leads(made) {
                 return Ok(());
             }
         }

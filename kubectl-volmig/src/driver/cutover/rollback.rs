@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams};
 
 use super::machine;
 use super::{crash_point, Cutover, Flow};
-use crate::driver::group::gate::Pos;
+use crate::driver::group::gate::{Pos, Verdict};
 use crate::driver::{gather, objects, DriverError, Outcome};
 use crate::events::Severity;
 use crate::names;
@@ -77,6 +77,16 @@ impl Cutover {
                 return Ok(flow);
             }
         }
+        // In a set: every claim's writes copied back before any claim goes
+        // back; one copy back that failed keeps the whole set on the new.
+        match self.barrier(Pos::SyncedBack).await? {
+            Verdict::StayNew(why) => {
+                let why = format!("another claim's copy back failed ({why})");
+                return self.stay_on_new(&why).await;
+            }
+            Verdict::Halt(why) => return Err(DriverError::Halted(why)),
+            _ => {}
+        }
         if let (true, Some(claim)) = (swapped, &claim) {
             let new_volume = claim.new_volume.clone().unwrap_or_default();
             let keep = [claim.source_volume.clone(), new_volume];
@@ -91,9 +101,13 @@ impl Cutover {
         }
         // In a set: every claim on its old volume before a StatefulSet is
         // made again, and that done before the app starts.
-        self.barrier(Pos::RolledBack).await?;
+        if let Verdict::Halt(why) = self.barrier(Pos::RolledBack).await? {
+            return Err(DriverError::Halted(why));
+        }
         self.update_owner(false).await?;
-        self.barrier(Pos::OwnerRestored).await?;
+        if let Verdict::Halt(why) = self.barrier(Pos::OwnerRestored).await? {
+            return Err(DriverError::Halted(why));
+        }
         if c.quiesced_at.is_some() {
             self.scale_back().await?;
         }
@@ -172,31 +186,39 @@ impl Cutover {
                 failure: Some(why), ..
             } => {
                 // The old volume may hold half of the copy now: the app
-                // goes back to the new one, and the rollback can be asked
-                // for again.
-                self.scale_back().await?;
-                let msg = format!(
-                    "the rollback stopped: copying back failed ({why}); the app runs on the new volume again. Run kubectl volmig rollback {} again, or with --discard-new-writes",
-                    self.plan.operation
-                );
-                self.write(|vm| {
-                    vm.status.phase = Phase::Succeeded;
-                    vm.status.message = Some(msg.clone());
-                    let c = vm.status.cutover.get_or_insert_with(Default::default);
-                    c.pass = None;
-                    c.rollback = None;
-                    c.step = Step::AwaitingCommit;
-                })
-                .await?;
-                self.post(Severity::Warning, "CutoverRollbackFailed", &msg)
-                    .await;
-                self.release().await?;
-                Ok(Some(Flow::Stop(Outcome::Finished(Box::new(
-                    self.record.clone(),
-                )))))
+                // goes back to the new one (the whole set's, in a set),
+                // and the rollback can be asked for again.
+                let why = format!("copying back failed ({why})");
+                if let Some(gate) = &self.gate {
+                    gate.stay_all(&format!("{}: {why}", self.claim()));
+                }
+                self.stay_on_new(&why).await.map(Some)
             }
             other => self.interrupted(other).map(Some),
         }
+    }
+
+    /// The rollback stops before any claim went back: the app runs on the
+    /// new volume again, as after the cutover, for `why`.
+    async fn stay_on_new(&mut self, why: &str) -> Result<Flow, DriverError> {
+        self.scale_back().await?;
+        let msg = format!(
+            "the rollback stopped: {why}; the app runs on the new volume again. Run kubectl volmig rollback {} again, or with --discard-new-writes",
+            self.user_operation()
+        );
+        self.write(|vm| {
+            vm.status.phase = Phase::Succeeded;
+            vm.status.message = Some(msg.clone());
+            let c = vm.status.cutover.get_or_insert_with(Default::default);
+            c.pass = None;
+            c.rollback = None;
+            c.step = Step::AwaitingCommit;
+        })
+        .await?;
+        self.post(Severity::Warning, "CutoverRollbackFailed", &msg)
+            .await;
+        self.release().await?;
+        Ok(Flow::Stop(Outcome::Finished(Box::new(self.record.clone()))))
     }
 
     /// The copy from the claim (now on the new volume) into `back`.

@@ -91,15 +91,18 @@ impl Cutover {
     ) -> Result<Option<Flow>, DriverError> {
         match self.barrier(pos).await? {
             Verdict::Go => Ok(None),
-            Verdict::Fail(why) => {
+            // Nothing of the app was touched by this claim's run, unless a
+            // run before it stopped the app: then the set goes back.
+            Verdict::Fail(why) if self.cutover().quiesced_at.is_none() => {
                 let msg = format!("another claim of the set failed, so this one stops: {why}");
                 self.fail_untouched("CutoverFailed", &msg).await.map(Some)
             }
-            Verdict::RollBack(why) => {
+            Verdict::Fail(why) | Verdict::RollBack(why) => {
                 let reason = format!("the set rolls back: {why}");
                 self.start_rollback(from, &reason).await?;
                 Ok(Some(Flow::Next))
             }
+            Verdict::Halt(why) | Verdict::StayNew(why) => Err(DriverError::Halted(why)),
         }
     }
 
@@ -138,10 +141,21 @@ impl Cutover {
         let name = self.claim().name.clone();
         if self.cutover().quiesced_at.is_none() {
             let workloads = workload::gather(&self.client, &ns).await?;
-            let plan = match quiesce::plan(&name, &workloads) {
+            let mut plan = match quiesce::plan(&name, &workloads) {
                 Ok(plan) => plan,
                 Err(unstoppable) => return self.unstoppable(&unstoppable).await,
             };
+            // In a set, an owner another claim has stopped already reads 0
+            // replicas: it goes back to what that claim recorded.
+            if let Some(gate) = &self.gate {
+                let stops = gate.stops();
+                for t in &mut plan.targets {
+                    let known = stops.iter().find(|s| s.kind == t.kind && s.name == t.name);
+                    if let Some(known) = known.filter(|_| t.replicas == 0) {
+                        t.replicas = known.replicas;
+                    }
+                }
+            }
             let now = Timestamp::now();
             self.write(|vm| {
                 let c = vm.status.cutover.get_or_insert_with(Default::default);
@@ -151,6 +165,13 @@ impl Cutover {
             .await?;
         }
         let targets = self.cutover().quiesce;
+        // In a set: every claim's stops recorded before any owner stops.
+        if let Some(gate) = &self.gate {
+            gate.note_stops(&targets);
+        }
+        if let Some(flow) = self.at_barrier(Pos::Planned, Step::Quiesce).await? {
+            return Ok(flow);
+        }
         let names: Vec<String> = targets
             .iter()
             .map(|t| format!("{:?} {}", t.kind, t.name))
@@ -422,7 +443,7 @@ impl Cutover {
                 self.claim(),
                 claim.new_volume.unwrap_or_default(),
                 claim.source_volume,
-                op = self.plan.operation
+                op = self.user_operation()
             );
             self.post(Severity::Normal, "CutoverSucceeded", &msg).await;
         }

@@ -15,10 +15,12 @@ use crate::plan::Plan;
 use crate::record::group::Member;
 
 /// The load, and each node's `kubernetes.io/hostname` label (what a
-/// placement's affinity names).
+/// placement's affinity names); `known` is false when it could not be read.
+#[derive(Default)]
 pub struct NodeLoad {
     pub load: Load,
     pub hostnames: BTreeMap<String, String>,
+    pub known: bool,
 }
 
 /// The load of the claims that run now, from their pods in the cluster.
@@ -76,6 +78,7 @@ pub async fn now(client: &Client, running: &[(&Member, &Plan)]) -> Result<NodeLo
     Ok(NodeLoad {
         load: count(&pods, running),
         hostnames,
+        known: true,
     })
 }
 

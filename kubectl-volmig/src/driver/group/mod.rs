@@ -23,14 +23,20 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::cutover::request::{request_rollback, RollbackFlags};
 use super::lease::LeaseHolder;
 use super::run::API_OUTAGE;
 use super::{release_lease, Cutover, Driver, DriverError, DriverOptions, Outcome, Update};
+use crate::record::cutover::Step;
 use crate::record::group::{GroupView, Member, MigrationGroup};
 use crate::record::store::{group_view, GroupStore, RecordStore};
 use crate::record::{Phase, VolumeMigration};
 use admit::{Admission, Candidate, Limits};
-use gate::{Gate, Pos};
+use gate::{Gate, Pos, RunGuard};
+use load::NodeLoad;
+
+/// The most copy passes in one run (see [`GroupDriver::passes`]).
+const MAX_PASSES: u32 = 5;
 
 /// How often the set's heartbeat is written and the nodes' load looked at.
 const TICK: Duration = Duration::from_secs(5);
@@ -81,6 +87,9 @@ pub struct GroupDriver {
     /// Claims that ran here: their leases go when this driver stops.
     ran: Vec<u32>,
     outcome: Option<GroupView>,
+    /// Copy passes made in this run: a claim restarted meanwhile (a
+    /// rollback asked for after it ended) takes another, a few at most.
+    passes: u32,
 }
 
 type Joined = (u32, Result<Outcome, DriverError>);
@@ -101,6 +110,7 @@ impl GroupDriver {
             holds_lease: false,
             ran: Vec::new(),
             outcome: None,
+            passes: 0,
         }
     }
 
@@ -150,12 +160,25 @@ impl GroupDriver {
             }
             State::Copy => self.copy().await,
             State::Finish { phase, message } => {
-                self.write(|g| {
+                let ended = |g: &mut MigrationGroup| {
                     g.status.phase = phase;
                     g.status.message = message.clone();
                     g.status.completion_time = Some(Timestamp::now());
-                })
-                .await?;
+                };
+                if phase == Phase::Aborted {
+                    // The lease refuses to write an aborted head: the end
+                    // is written as is (the lease goes with `release`).
+                    let op = self.group.metadata.name.clone();
+                    self.group = self
+                        .store
+                        .update(&op, |g| {
+                            ended(g);
+                            Ok(())
+                        })
+                        .await?;
+                } else {
+                    self.write(ended).await?;
+                }
                 let view = group_view(&self.client, self.group.clone()).await?;
                 self.release().await?;
                 self.outcome = Some(view);
@@ -168,7 +191,10 @@ impl GroupDriver {
     /// The scheduler: claims start as the limits allow, each one's end is
     /// noted; the head's heartbeat every tick.
     async fn copy(&mut self) -> Result<State, DriverError> {
-        let view = group_view(&self.client, self.group.clone()).await?;
+        let mut view = group_view(&self.client, self.group.clone()).await?;
+        if self.align_rollbacks(&view).await? {
+            view = group_view(&self.client, self.group.clone()).await?;
+        }
         let mut queue: VecDeque<u32> = VecDeque::new();
         for (m, vm) in self.group.spec.claims.iter().zip(&view.members) {
             match vm {
@@ -204,20 +230,23 @@ impl GroupDriver {
         // held at the set's barriers.
         let mut gates: BTreeMap<u32, Gate> = BTreeMap::new();
         if plans.values().any(|(p, _)| p.spec.cutover.is_some()) {
+            let mut stops = Vec::new();
             let claims = self.group.spec.claims.iter().zip(&view.members);
             let claims = claims
                 .map(|(m, vm)| {
-                    let pos = match vm {
-                        Some(vm) if queue.contains(&m.key) => {
-                            let c = vm.status.cutover.clone().unwrap_or_default();
+                    let c = vm.as_ref().and_then(|vm| vm.status.cutover.clone());
+                    stops.extend(c.iter().flat_map(|c| c.quiesce.clone()));
+                    let pos = match c {
+                        Some(c) if queue.contains(&m.key) => {
                             Pos::of_step(c.step, c.rollback.is_some())
                         }
+                        None if queue.contains(&m.key) => Pos::Start,
                         _ => Pos::Done,
                     };
-                    (m.key, m.source.name.clone(), pos)
+                    (m.key, m.source.clone(), pos)
                 })
                 .collect();
-            gates = Gate::set(claims)
+            gates = Gate::set(claims, stops)
                 .into_iter()
                 .map(|g| (g.key(), g))
                 .collect();
@@ -245,12 +274,24 @@ impl GroupDriver {
                     .filter(|m| active.contains(&m.key))
                     .filter_map(|m| plans.get(&m.key).map(|(p, _)| (m, p)))
                     .collect();
-                let load = load::now(&self.client, &now_running).await?;
+                // A moment of API trouble must not drop the copies that
+                // run: admission waits for the next tick.
+                let load = match load::now(&self.client, &now_running).await {
+                    Ok(load) => load,
+                    Err(e) => {
+                        tracing::warn!("cannot read the nodes' load: {e}; admitting later");
+                        NodeLoad::default()
+                    }
+                };
                 let candidates: Vec<Candidate> = queue
                     .iter()
                     .filter_map(|k| plans.get(k).map(|(p, _)| load::candidate(*k, p)))
                     .collect();
-                for Admission { key, avoid } in admit::admit(&candidates, &load.load, limits) {
+                let admitted = match load.known {
+                    true => admit::admit(&candidates, &load.load, limits),
+                    false => Vec::new(),
+                };
+                for Admission { key, avoid } in admitted {
                     queue.retain(|k| *k != key);
                     let Some((plan, vm)) = plans.get(&key).cloned() else {
                         continue;
@@ -309,6 +350,15 @@ impl GroupDriver {
             return Err(e);
         }
         let view = group_view(&self.client, self.group.clone()).await?;
+        let restarted = view
+            .members
+            .iter()
+            .flatten()
+            .any(|vm| !vm.status.phase.is_stopped());
+        self.passes += 1;
+        if restarted && !aborted && self.passes < MAX_PASSES {
+            return Ok(State::Copy);
+        }
         let phase = if aborted {
             Phase::Aborted
         } else {
@@ -319,6 +369,44 @@ impl GroupDriver {
             _ => Some(format!("claims: {}", view.phases_text())),
         };
         Ok(State::Finish { phase, message })
+    }
+
+    /// A cutover set moves all or nothing: once one claim is rolling back
+    /// or rolled back, every claim not on its way back is asked to go
+    /// back too (a set left so by a crash, or a claim's own rollback).
+    /// Whether anything was asked.
+    async fn align_rollbacks(&self, view: &GroupView) -> Result<bool, DriverError> {
+        let cutovers: Vec<(&Member, &VolumeMigration)> = self
+            .group
+            .spec
+            .claims
+            .iter()
+            .zip(&view.members)
+            .filter_map(|(m, vm)| vm.as_ref().map(|vm| (m, vm)))
+            .filter(|(_, vm)| vm.status.cutover.is_some())
+            .collect();
+        let back = |vm: &VolumeMigration| {
+            let c = vm.status.cutover.as_ref();
+            c.is_some_and(|c| c.rollback.is_some() || c.step == Step::RolledBack)
+        };
+        let Some((_, first)) = cutovers.iter().find(|(_, vm)| back(vm)) else {
+            return Ok(false);
+        };
+        let why = format!("the set (claim {} went back)", first.spec.source);
+        let mut asked = false;
+        for (m, vm) in cutovers.iter().filter(|(_, vm)| !back(vm)) {
+            let step = vm.status.cutover.as_ref().map(|c| c.step);
+            if step == Some(Step::Committed) {
+                continue;
+            }
+            let flags = RollbackFlags::default();
+            match request_rollback(&self.client, m.namespace(), &m.operation, &why, flags).await {
+                Ok(_) => asked = true,
+                Err(DriverError::Refused(r)) => tracing::warn!("{}: {r}", m.source),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(asked)
     }
 
     /// Starts claim `key`'s driver: its attempts, or (with a `gate`) its
@@ -352,9 +440,14 @@ impl GroupDriver {
             let run = async {
                 match gate {
                     Some(gate) => {
+                        // Unless this claim's cutover ends cleanly, the
+                        // set stops where it stands (also on a panic).
+                        let guard = RunGuard::new(gate.clone());
                         let cutover = Cutover::new(client, plan, vm, options, tx);
-                        let result = cutover.in_set(gate.clone()).run().await;
-                        gate.done();
+                        let result = cutover.in_set(gate).run().await;
+                        if ended_cleanly(&result) {
+                            guard.clean();
+                        }
                         result
                     }
                     None => Driver::new(client, plan, vm, options, tx).run().await,
@@ -406,6 +499,23 @@ impl GroupDriver {
                 release_claim(&self.client, m, &self.options.holder).await;
             }
         }
+    }
+}
+
+/// Whether a claim's cutover run ended where the set may go on without
+/// it: moved, rolled back, or failed or aborted before the app stopped.
+fn ended_cleanly(result: &Result<Outcome, DriverError>) -> bool {
+    match result {
+        Ok(Outcome::Finished(vm)) => {
+            let step = vm.status.cutover.as_ref().map(|c| c.step);
+            let untouched = matches!(step, None | Some(Step::PreCopy | Step::Quiesce));
+            matches!(
+                step,
+                Some(Step::AwaitingCommit | Step::Committed | Step::RolledBack)
+            ) || (untouched && matches!(vm.status.phase, Phase::Failed | Phase::Aborted))
+        }
+        Err(DriverError::Aborted) => true,
+        _ => false,
     }
 }
 
