@@ -197,7 +197,11 @@ async fn a_statefulsets_replicas_cut_over_together_and_roll_back_together() {
     let one = format!("{op}-0");
     let alone = common::volmig(&env, &["rollback", &one]).await;
     assert_ne!(alone.code, 0, "{}", alone.stdout);
-    assert!(alone.stderr.contains("which moves as one"), "{}", alone.stderr);
+    assert!(
+        alone.stderr.contains("which moves as one"),
+        "{}",
+        alone.stderr
+    );
     let back = common::volmig(&env, &["rollback", op, "-o", "json"]).await;
     assert_eq!(back.code, 0, "{}", back.stderr);
     let rolled: Value = serde_json::from_str(&back.stdout).expect("JSON");

@@ -85,7 +85,8 @@ pub async fn now(client: &Client, running: &[(&Member, &Plan)]) -> Result<NodeLo
 /// Movers per node: a pod counts on its node once scheduled, on its
 /// pinned node before; a mover not created yet (or between attempts)
 /// counts on its pinned node.
-/// A scheduler-placed mover without a node makes the set `placing`.
+/// A scheduler-placed mover without a node (or not created yet) is
+/// `unplaced`.
 pub fn count(pods: &[Pod], running: &[(&Member, &Plan)]) -> Load {
     let mut load = Load {
         running: running.len() as u32,
@@ -93,7 +94,7 @@ pub fn count(pods: &[Pod], running: &[(&Member, &Plan)]) -> Load {
     };
     let add = |node: &Option<String>, load: &mut Load| match node {
         Some(node) => *load.per_node.entry(node.clone()).or_default() += 1,
-        None => load.placing = true,
+        None => load.unplaced += 1,
     };
     for (m, plan) in running {
         let roles = [
@@ -129,7 +130,7 @@ pub fn candidate(key: u32, plan: &Plan) -> Candidate {
     Candidate {
         key,
         pinned: nodes.iter().filter_map(|n| (*n).clone()).collect(),
-        unpinned: nodes.iter().any(|n| n.is_none()),
+        unpinned: nodes.iter().filter(|n| n.is_none()).count() as u32,
     }
 }
 
