@@ -19,7 +19,7 @@ use common::app::{
     assert_gapless, await_replicas, await_sequence_past, sequence, sequence_stateful_set,
 };
 use common::{env, volume_dir, wait_until};
-use volmig::record::cutover::Step;
+use volmig::record::cutover::{PassKind, Step};
 use volmig::record::store::RecordStore;
 
 const REPLICAS: usize = 3;
@@ -230,9 +230,6 @@ async fn a_failed_final_sync_rolls_the_whole_set_back_by_itself() {
     let client = env.client().await;
     let ns = env.namespace.clone();
     let old_dirs = replicated_app(&client, &ns).await;
-    // Enough data on replica 2 that its final sync (verified) is still
-    // running when its sender is killed.
-    common::seed(&old_dirs[2].join("bulk"), 64, 1024 * 1024);
     let child = common::spawn_volmig(
         &env,
         &[
@@ -246,24 +243,34 @@ async fn a_failed_final_sync_rolls_the_whole_set_back_by_itself() {
             "1",
             "--backoff-limit",
             "0",
+            "--bwlimit",
+            "4M",
         ],
     );
+    // Once replica 2's pre-copy is done (its claim at Quiesce, the app
+    // being stopped), 24 MiB more on its old volume: its final sync, at
+    // 4 MiB/s, is sure to run for seconds when its sender is killed.
     let store = RecordStore::new(client.clone(), &ns);
-    let killed = wait_until("replica 2's final sync to start", || async {
-        let records = store.list().await.ok()?;
-        let vm = records
-            .into_iter()
-            .find(|r| r.spec.source.name == "data-db-2")?;
-        let pass = vm.status.cutover?.pass?;
-        if pass.kind != volmig::record::cutover::PassKind::FinalSync {
-            return None;
+    let grown = Arc::new(AtomicBool::new(false));
+    let killed = wait_until("replica 2's final sync to start", || {
+        let (store, dir, grown) = (store.clone(), old_dirs[2].clone(), grown.clone());
+        async move {
+            let records = store.list().await.ok()?;
+            let vm = records
+                .into_iter()
+                .find(|r| r.spec.source.name == "data-db-2")?;
+            let c = vm.status.cutover?;
+            if c.step != Step::PreCopy && !grown.swap(true, Ordering::Relaxed) {
+                common::seed(&dir.join("late"), 6, 4 * 1024 * 1024);
+            }
+            let pass = c.pass.filter(|p| p.kind == PassKind::FinalSync)?;
+            let sender = volmig::names::pod_name(
+                &vm.metadata.name,
+                volmig::names::Component::Sender,
+                pass.first_attempt,
+            );
+            common::kill_pod_process(&sender).then_some(sender)
         }
-        let sender = volmig::names::pod_name(
-            &vm.metadata.name,
-            volmig::names::Component::Sender,
-            pass.first_attempt,
-        );
-        common::kill_pod_process(&sender).then_some(sender)
     })
     .await;
     let run = common::finish(child).await;

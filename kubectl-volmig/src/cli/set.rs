@@ -137,6 +137,18 @@ pub async fn resume(
         )));
     }
     let view = group_view(&cluster.client, group).await?;
+    // A claim someone drives alone (resume of that claim) is theirs too.
+    let now = Timestamp::now();
+    let alone = view.members.iter().flatten().find_map(|vm| {
+        let d = vm.status.driver.as_ref()?;
+        (d.holder != me && d.is_alive(now)).then(|| (vm.metadata.name.clone(), d.holder.clone()))
+    });
+    if let (Some((claim, holder)), false) = (alone, force) {
+        return Err(CliError::Usage(format!(
+            "claim {claim} of operation {op} is driven by {holder}; let it finish, or take the \
+             set over with --force"
+        )));
+    }
     if view.phase() == Phase::Succeeded {
         say!("operation {op}: every claim has succeeded already");
         print_set(&view, output)?;

@@ -41,6 +41,9 @@ pub enum Pos {
     Swapped,
     /// Its StatefulSet, if it updates one, re-created.
     OwnerSet,
+    /// The app runs again on the new volumes: the old ones may go
+    /// (`--commit`).
+    Restored,
     /// Rolling back: the app's writes copied back (or none to copy).
     SyncedBack,
     /// Rolling back: bound to the old volume again.
