@@ -2,10 +2,12 @@
 //! `--all`, `--from-storage-class`): select, plan each claim, check the
 //! set, create the head and every claim's record, drive the set.
 
+use std::collections::BTreeMap;
+
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::args::{MigrateArgs, Output};
-use super::migrate::{check_cutover_flags, quiesce_plan, refuse_busy_destination, spec_of};
+use super::migrate::{busy_destination, check_cutover_flags, quiesce_check, spec_of};
 use super::{exit, report, CliError};
 use crate::cluster::Cluster;
 use crate::driver::gather::{self, select::found};
@@ -14,12 +16,12 @@ use crate::driver::DriverOptions;
 use crate::names;
 use crate::plan::many::{ClaimPlanned, ManyPlan};
 use crate::plan::quiesce::{Quiesce, ScaleTarget};
-use crate::plan::select::{self, Selection};
+use crate::plan::select::{self, Found, Selection};
 use crate::plan::{self, Refusal};
-use crate::record::configmap;
 use crate::record::cutover::Step;
 use crate::record::group::{GroupRef, Member, MigrationGroup, Parallelism};
 use crate::record::store::{GroupStore, RecordStore};
+use crate::record::{configmap, VolumeMigration};
 use crate::spec::ClaimRef;
 
 pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result<i32, CliError> {
@@ -50,28 +52,35 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     let operation = names::generate_group_id(&stem(&selection, &cluster.namespace));
     let mut claims = Vec::new();
     let mut stops: Vec<ScaleTarget> = Vec::new();
-    let mut stopped = std::collections::BTreeMap::new();
+    let mut stopped = BTreeMap::new();
+    // Each destination namespace's records, read once for every claim.
+    let mut records: BTreeMap<String, Vec<VolumeMigration>> = BTreeMap::new();
     for (key, c) in (0u32..).zip(chosen) {
         let spec = spec_of(&args, &c.claim, None);
         let member = names::member_operation(&operation, key);
-        let outcome = match refuse_busy_destination(cluster, &spec).await {
-            Err(CliError::Usage(busy)) => Err(Refusal::DestinationBusy(busy)),
-            Err(e) => return Err(e),
-            Ok(()) => {
+        let dest_ns = &spec.destination.namespace;
+        if !records.contains_key(dest_ns) {
+            let listed = RecordStore::new(cluster.client.clone(), dest_ns)
+                .list()
+                .await?;
+            records.insert(dest_ns.clone(), listed);
+        }
+        let busy = records
+            .get(dest_ns)
+            .and_then(|r| busy_destination(&spec, r));
+        let outcome = match busy {
+            Some(busy) => Err(Refusal::DestinationBusy(busy)),
+            None => {
                 let inputs = gather::inputs(&cluster.client, &spec).await?;
-                match plan::plan(&spec, &member, &inputs) {
-                    Ok(p) if spec.cutover.is_some() => {
-                        match cutover_check(cluster, &spec, &inputs).await? {
-                            Ok(q) => {
-                                stopped.insert(key, q.targets.clone());
-                                stops.extend(q.targets);
-                                Ok(p)
-                            }
-                            Err(refusal) => Err(refusal),
-                        }
+                plan::plan(&spec, &member, &inputs).and_then(|p| {
+                    if spec.cutover.is_none() {
+                        return Ok(p);
                     }
-                    other => other,
-                }
+                    let q = cutover_check(&spec, &seen)?;
+                    stopped.insert(key, q.targets.clone());
+                    stops.extend(q.targets);
+                    Ok(p)
+                })
             }
         };
         claims.push(ClaimPlanned {
@@ -244,21 +253,15 @@ fn refuse_single_claim_flags(args: &MigrateArgs) -> Result<(), CliError> {
 
 /// A claim's cutover checks, as for one claim: in its own namespace, its
 /// consumers stoppable, its StatefulSet's template there for
-/// `--update-owner`. `Ok(Err(_))`: this claim is refused.
-async fn cutover_check(
-    cluster: &Cluster,
-    spec: &crate::spec::MigrationSpec,
-    inputs: &plan::Inputs,
-) -> Result<Result<Quiesce, Refusal>, CliError> {
-    let checked = match check_cutover_flags(spec) {
-        Ok(()) => quiesce_plan(cluster, spec, inputs).await,
-        Err(e) => Err(e),
-    };
-    match checked {
-        Ok(q) => Ok(Ok(q)),
-        Err(CliError::Refused(r)) => Ok(Err(r)),
-        Err(e) => Err(e),
-    }
+/// `--update-owner`; on the workloads the selection read already.
+fn cutover_check(spec: &crate::spec::MigrationSpec, seen: &[Found]) -> Result<Quiesce, Refusal> {
+    check_cutover_flags(spec)?;
+    let ns = &spec.source.namespace;
+    let workloads = seen
+        .iter()
+        .find(|f| &f.namespace == ns)
+        .map(|f| &f.workloads);
+    quiesce_check(spec, workloads.unwrap_or(&Default::default()))
 }
 
 /// What the set's operation id is named after.

@@ -9,10 +9,10 @@ use crate::driver::cutover::{owner, workload};
 use crate::driver::gather;
 use crate::driver::DriverOptions;
 use crate::names;
-use crate::plan::quiesce::{self, Quiesce, ScalableKind};
+use crate::plan::quiesce::{self, Quiesce, ScalableKind, Workloads};
 use crate::plan::Refusal;
 use crate::plan::{self, ClaimAction, Inputs, MoverSecurity, NodePlacement, Plan};
-use crate::record::{configmap, store::RecordStore};
+use crate::record::{configmap, store::RecordStore, VolumeMigration};
 use crate::resources;
 use crate::spec::{
     ClaimRef, CutoverSpec, DestinationSpec, MigrationSpec, MoverOptions, RetryPolicy,
@@ -77,7 +77,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
 }
 
 /// A cutover stays in the claim's namespace.
-pub(super) fn check_cutover_flags(spec: &MigrationSpec) -> Result<(), CliError> {
+pub(super) fn check_cutover_flags(spec: &MigrationSpec) -> Result<(), Refusal> {
     if spec.cutover.is_none() {
         return Ok(());
     }
@@ -85,30 +85,36 @@ pub(super) fn check_cutover_flags(spec: &MigrationSpec) -> Result<(), CliError> 
         return Err(Refusal::CutoverAcrossNamespaces {
             namespace: spec.source.namespace.clone(),
             to: spec.destination.namespace.clone(),
-        }
-        .into());
+        });
     }
     Ok(())
 }
 
 /// Who must stop for the cutover and how, or every consumer that scaling
 /// cannot stop (refused before anything is created).
-pub(super) async fn quiesce_plan(
+async fn quiesce_plan(
     cluster: &Cluster,
     spec: &MigrationSpec,
     inputs: &Inputs,
 ) -> Result<Quiesce, CliError> {
-    let claim = &spec.source;
     // The source namespace's pods are read already, for the plan.
-    let workloads =
-        workload::gather_with(&cluster.client, &claim.namespace, inputs.pods.clone()).await?;
-    let plan = quiesce::plan(&claim.name, &workloads).map_err(|unstoppable| {
-        CliError::from(Refusal::Unquiescable {
+    let ns = &spec.source.namespace;
+    let workloads = workload::gather_with(&cluster.client, ns, inputs.pods.clone()).await?;
+    Ok(quiesce_check(spec, &workloads)?)
+}
+
+/// [`quiesce_plan`] on the source namespace's `workloads` as read.
+pub(super) fn quiesce_check(
+    spec: &MigrationSpec,
+    workloads: &Workloads,
+) -> Result<Quiesce, Refusal> {
+    let claim = &spec.source;
+    let plan =
+        quiesce::plan(&claim.name, workloads).map_err(|unstoppable| Refusal::Unquiescable {
             namespace: claim.namespace.clone(),
             claim: claim.name.clone(),
             consumers: unstoppable.iter().map(|u| u.to_string()).collect(),
-        })
-    })?;
+        })?;
     let update_owner = spec.cutover.as_ref().is_some_and(|c| c.update_owner);
     let made_by_template =
         owner::template_owner(&claim.name, &plan.targets, &workloads.stateful_sets).is_some();
@@ -116,39 +122,44 @@ pub(super) async fn quiesce_plan(
         return Err(Refusal::NoOwnerTemplate {
             namespace: claim.namespace.clone(),
             claim: claim.name.clone(),
-        }
-        .into());
+        });
     }
     Ok(plan)
 }
 
 /// Refuses a destination another operation has not finished with: two
 /// receivers would write one tree, each discarding the other's checkpoint.
-pub(super) async fn refuse_busy_destination(
-    cluster: &Cluster,
-    spec: &MigrationSpec,
-) -> Result<(), CliError> {
-    let dest = &spec.destination;
-    let records = RecordStore::new(cluster.client.clone(), &dest.namespace)
+async fn refuse_busy_destination(cluster: &Cluster, spec: &MigrationSpec) -> Result<(), CliError> {
+    let records = RecordStore::new(cluster.client.clone(), &spec.destination.namespace)
         .list()
         .await?;
+    match busy_destination(spec, &records) {
+        Some(busy) => Err(CliError::Usage(busy)),
+        None => Ok(()),
+    }
+}
+
+/// Why `spec`'s destination is busy, if one of `records` (its namespace's)
+/// has not finished copying into it.
+pub(super) fn busy_destination(
+    spec: &MigrationSpec,
+    records: &[VolumeMigration],
+) -> Option<String> {
+    let dest = &spec.destination;
     let busy = records.iter().find(|r| {
         r.spec.destination.namespace == dest.namespace
             && r.spec.destination.name == dest.name
             && !r.status.phase.is_final()
-    });
-    match busy {
-        None => Ok(()),
-        Some(r) => Err(CliError::Usage(format!(
-            "operation {op} ({phase}) copies into {ns}/{name} already: resume it \
-             (kubectl volmig resume {op} -n {ns}), or remove it first \
-             (kubectl volmig abort {op} -n {ns}; kubectl volmig cleanup {op} -n {ns})",
-            op = r.metadata.name,
-            phase = r.status.phase.as_str(),
-            ns = dest.namespace,
-            name = dest.name
-        ))),
-    }
+    })?;
+    Some(format!(
+        "operation {op} ({phase}) copies into {ns}/{name} already: resume it \
+         (kubectl volmig resume {op} -n {ns}), or remove it first \
+         (kubectl volmig abort {op} -n {ns}; kubectl volmig cleanup {op} -n {ns})",
+        op = busy.metadata.name,
+        phase = busy.status.phase.as_str(),
+        ns = dest.namespace,
+        name = dest.name
+    ))
 }
 
 /// The spec of copying `source` as the flags say, into `to` (default:
