@@ -15,34 +15,39 @@ use crate::record::{Progress, VolumeMigration, KIND};
 /// The set's progress: bytes and files summed over its claims, the rate
 /// of those copying; the totals are final when every claim's are.
 pub fn total_progress(view: &GroupView) -> Option<Progress> {
-    let claims: Vec<&VolumeMigration> = view.members.iter().flatten().collect();
-    let known: Vec<&Progress> = claims
-        .iter()
-        .filter_map(|vm| vm.status.progress.as_ref())
-        .collect();
-    if known.is_empty() {
-        return None;
-    }
-    let rate = claims
-        .iter()
-        .filter(|vm| vm.running_attempt().is_some())
-        .filter_map(|vm| vm.status.progress.as_ref())
-        .map(|p| p.rate)
-        .sum();
+    let claims = view.members.iter().flatten();
+    sum_progress(claims.map(|vm| (vm.status.progress.as_ref(), vm.running_attempt().is_some())))
+}
+
+/// Claims' progress summed: each claim's (`None` before any) and whether
+/// it copies now (only those count for the rate). `None` when no claim
+/// has any; the totals are final when every claim's are.
+pub fn sum_progress<'a>(
+    claims: impl IntoIterator<Item = (Option<&'a Progress>, bool)>,
+) -> Option<Progress> {
     let mut total = Progress {
-        listing_done: known.len() == claims.len() && known.iter().all(|p| p.listing_done),
-        rate,
+        listing_done: true,
         ..Progress::default()
     };
-    for p in known {
+    let mut known = false;
+    for (p, copying) in claims {
+        let Some(p) = p else {
+            total.listing_done = false;
+            continue;
+        };
+        known = true;
         total.bytes_done += p.bytes_done;
         total.bytes_total += p.bytes_total;
         total.files_done += p.files_done;
         total.files_total += p.files_total;
+        total.listing_done &= p.listing_done;
+        if copying {
+            total.rate += p.rate;
+        }
     }
     let left = total.bytes_total.saturating_sub(total.bytes_done);
-    total.eta_seconds = (total.listing_done && rate > 0).then(|| left.div_ceil(rate));
-    Some(total)
+    total.eta_seconds = (total.listing_done && total.rate > 0).then(|| left.div_ceil(total.rate));
+    known.then_some(total)
 }
 
 /// The set's row in `status`: SOURCE is the selection and how many

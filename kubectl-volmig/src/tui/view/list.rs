@@ -9,6 +9,7 @@ use ratatui::Frame;
 use super::cells::{attempts, bar, claim, elapsed, eta, phase_style, rate_compact};
 use super::columns::{fit, widest, Need};
 use super::text::{truncate, wrap};
+use crate::record::print::group::sum_progress;
 use crate::record::{Phase, Progress, VolumeMigration};
 use crate::tui::model::{Model, Scope};
 
@@ -323,17 +324,11 @@ fn lines(ops: &[VolumeMigration], progress: &[Option<&Progress>]) -> Vec<ListRow
                 };
                 let members: Vec<usize> = (0..ops.len()).filter(|j| of_set(&&ops[*j])).collect();
                 let phases: Vec<Phase> = members.iter().map(|j| ops[*j].status.phase).collect();
-                let known: Vec<&Progress> = members.iter().filter_map(|j| progress[*j]).collect();
-                let total = (!known.is_empty()).then(|| Progress {
-                    bytes_done: known.iter().map(|p| p.bytes_done).sum(),
-                    bytes_total: known.iter().map(|p| p.bytes_total).sum(),
-                    files_done: known.iter().map(|p| p.files_done).sum(),
-                    files_total: known.iter().map(|p| p.files_total).sum(),
-                    listing_done: known.len() == members.len()
-                        && known.iter().all(|p| p.listing_done),
-                    rate: known.iter().map(|p| p.rate).sum(),
-                    ..Progress::default()
-                });
+                let total = sum_progress(
+                    members
+                        .iter()
+                        .map(|j| (progress[*j], ops[*j].status.phase == Phase::Running)),
+                );
                 out.push(ListRow::Set(SetRow {
                     namespace: g.namespace.clone(),
                     name: g.name.clone(),
