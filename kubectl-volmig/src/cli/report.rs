@@ -57,20 +57,9 @@ pub async fn show(mode: Mode, budget: Budget, mut updates: UnboundedReceiver<Upd
                     None => format!("placed by the scheduler ({})", sender.reason),
                 }
             )),
-            Update::AttemptEnded(a) => Some(format!(
-                "attempt {} {}{}",
-                a.number,
-                a.phase.as_str().to_lowercase(),
-                a.reason
-                    .as_ref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            )),
+            Update::AttemptEnded(a) => Some(ended(a)),
             Update::Cutover(text) => Some(text.clone()),
-            Update::Backoff { next, delay } => Some(format!(
-                "attempt {next} starts in {}s (the checkpoint keeps what was copied)",
-                delay.as_secs()
-            )),
+            Update::Backoff { next, delay } => Some(backoff(*next, *delay)),
             Update::Progress { attempt, progress } => {
                 match &bar {
                     Some(bar) => {
@@ -157,16 +146,10 @@ pub async fn show_set(mode: Mode, mut updates: UnboundedReceiver<GroupUpdate>) {
                     }
                     None => {}
                 },
-                Update::AttemptEnded(a) => print(format!(
-                    "{claim}: attempt {} {}{}",
-                    a.number,
-                    a.phase.as_str().to_lowercase(),
-                    a.reason.map(|r| format!(": {r}")).unwrap_or_default()
-                )),
-                Update::Backoff { next, delay } => print(format!(
-                    "{claim}: attempt {next} starts in {}s (the checkpoint keeps what was copied)",
-                    delay.as_secs()
-                )),
+                Update::AttemptEnded(a) => print(format!("{claim}: {}", ended(&a))),
+                Update::Backoff { next, delay } => {
+                    print(format!("{claim}: {}", backoff(next, delay)))
+                }
                 Update::AttemptStarted { .. } | Update::Cutover(_) => {}
             },
         }
@@ -174,6 +157,28 @@ pub async fn show_set(mode: Mode, mut updates: UnboundedReceiver<GroupUpdate>) {
     for bar in shown.values() {
         bar.finish_and_clear();
     }
+}
+
+/// `attempt 2 failed: sender exited 137 ...`
+fn ended(a: &crate::record::Attempt) -> String {
+    let why = a
+        .reason
+        .as_ref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    format!(
+        "attempt {} {}{why}",
+        a.number,
+        a.phase.as_str().to_lowercase()
+    )
+}
+
+/// `attempt 3 starts in 20s (...)`
+fn backoff(next: u32, delay: Duration) -> String {
+    format!(
+        "attempt {next} starts in {}s (the checkpoint keeps what was copied)",
+        delay.as_secs()
+    )
 }
 
 fn bar_style() -> ProgressStyle {
