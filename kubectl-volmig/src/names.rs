@@ -82,17 +82,25 @@ pub fn disposable_selector(op: &str) -> String {
 
 /// Selects every record.
 pub fn record_selector() -> String {
-    format!("{MANAGED_BY_KEY}={MANAGED_BY},{COMPONENT_KEY}=record")
+    component_selector(Component::Record)
+}
+
+/// Selects everything volmig made that is a `component`.
+pub fn component_selector(component: Component) -> String {
+    format!(
+        "{MANAGED_BY_KEY}={MANAGED_BY},{COMPONENT_KEY}={}",
+        component.as_str()
+    )
 }
 
 /// Selects every head of a set of claims.
 pub fn group_selector() -> String {
-    format!("{MANAGED_BY_KEY}={MANAGED_BY},{COMPONENT_KEY}=operation")
+    component_selector(Component::Operation)
 }
 
 /// Selects the records of set `op`'s claims.
 pub fn members_selector(op: &str) -> String {
-    format!("{MANAGED_BY_KEY}={MANAGED_BY},{COMPONENT_KEY}=record,{GROUP_KEY}={op}")
+    format!("{},{GROUP_KEY}={op}", record_selector())
 }
 
 /// The operation id of claim `key` of set `op`: its record, pods, Service

@@ -12,7 +12,7 @@ use tokio::sync::mpsc::unbounded_channel;
 use super::args::{CleanupArgs, OpArgs, Output, ResumeArgs};
 use super::notes::{self, LeftBehind};
 use super::report::{self, Mode};
-use super::{exit, exit_for, plan_of, set, show, CliError};
+use super::{exit, exit_for, set, show, CliError};
 use crate::cluster::Cluster;
 use crate::driver::follow::attempt_logs;
 use crate::driver::judge::PodView;
@@ -212,7 +212,7 @@ pub async fn take_up(
     options: DriverOptions,
     output: Output,
 ) -> Result<i32, CliError> {
-    let plan = plan_of(&vm).ok_or_else(|| {
+    let plan = vm.plan().ok_or_else(|| {
         CliError::Usage(format!(
             "operation {} has no plan in its record: it never started; migrate again",
             vm.metadata.name

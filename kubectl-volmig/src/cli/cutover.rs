@@ -1,7 +1,7 @@
 //! `commit` and `rollback`: the two ways a cutover ends.
 
 use super::args::{OpArgs, Output, RollbackArgs};
-use super::{control, exit, plan_of, set, show, CliError};
+use super::{control, exit, set, show, CliError};
 use crate::cluster::Cluster;
 use crate::driver::cutover::request::{request_rollback, RollbackFlags};
 use crate::driver::{Cutover, DriverError, DriverOptions};
@@ -55,7 +55,8 @@ pub(super) async fn commit_one(
     vm: VolumeMigration,
 ) -> Result<VolumeMigration, CliError> {
     let op = vm.metadata.name.clone();
-    let plan = plan_of(&vm)
+    let plan = vm
+        .plan()
         .ok_or_else(|| CliError::Usage(format!("operation {op} has no plan in its record")))?;
     let options = DriverOptions {
         start_timeout: std::time::Duration::from_secs(300),

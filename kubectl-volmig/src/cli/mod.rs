@@ -32,7 +32,7 @@ pub use args::{Cli, Command, Output};
 
 use crate::cluster::{self, Cluster, ClusterError};
 use crate::driver::DriverError;
-use crate::plan::{self, Plan};
+use crate::plan;
 use crate::record::store::StoreError;
 use crate::record::VolumeMigration;
 
@@ -238,11 +238,6 @@ async fn monitor(
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(exit::OK)
-}
-
-/// The plan a record was made from.
-pub fn plan_of(vm: &VolumeMigration) -> Option<Plan> {
-    vm.plan()
 }
 
 /// A change the record declined (it is not in the state the command

@@ -202,11 +202,8 @@ pub(super) fn parts<'a>(
         || label(names::COMPONENT_KEY) != Some(component.as_str())
     {
         return Err(not_a_record(format!(
-            "it lacks the labels {}={},{}={}",
-            names::MANAGED_BY_KEY,
-            names::MANAGED_BY,
-            names::COMPONENT_KEY,
-            component.as_str()
+            "it lacks the labels {}",
+            names::component_selector(component)
         )));
     }
     let op = label(names::OPERATION_KEY)
