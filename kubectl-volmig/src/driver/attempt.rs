@@ -242,11 +242,7 @@ impl Driver {
                 }),
                 retryable: None,
             }),
-            Verdict::Failed { reason, retryable } => Some(AttemptEnd {
-                phase: AttemptPhase::Failed,
-                reason: Some(reason),
-                retryable: Some(retryable),
-            }),
+            failed @ Verdict::Failed { .. } => failed.failure(),
         }
     }
 

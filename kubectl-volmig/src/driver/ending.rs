@@ -201,14 +201,14 @@ impl Driver {
     /// the receiver only counted them failed).
     fn judged_again(&self, end: AttemptEnd, last: &FinalView) -> AttemptEnd {
         let (receiver, sender, rlog, slog) = last;
+        if end.phase != AttemptPhase::Failed {
+            return end;
+        }
         let ended = |p: &PodView| p.exit_code.is_some();
         let both_ended = ended(receiver) && sender.as_ref().is_some_and(ended);
         let Some(live) = self.live.as_ref().filter(|_| both_ended) else {
             return end;
         };
-        if end.phase != AttemptPhase::Failed {
-            return end;
-        }
         let view = live.attempt_view(
             receiver.clone(),
             sender.clone(),
@@ -217,11 +217,7 @@ impl Driver {
             self.options.start_timeout,
         );
         match judge(&view) {
-            Verdict::Failed { reason, retryable } => AttemptEnd {
-                phase: AttemptPhase::Failed,
-                reason: Some(reason),
-                retryable: Some(retryable),
-            },
+            failed @ Verdict::Failed { .. } => failed.failure().unwrap_or(end),
             _ => end,
         }
     }

@@ -159,6 +159,21 @@ pub enum Verdict {
     },
 }
 
+impl Verdict {
+    /// A failure as the attempt's end: phase Failed, why, and whether
+    /// another attempt may mend it. `None` for any other verdict.
+    pub(super) fn failure(self) -> Option<super::run::AttemptEnd> {
+        match self {
+            Verdict::Failed { reason, retryable } => Some(super::run::AttemptEnd {
+                phase: crate::record::AttemptPhase::Failed,
+                reason: Some(reason),
+                retryable: Some(retryable),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// An attempt's pods, their mover results, and how long things have taken.
 #[derive(Debug, Clone, Default)]
 pub struct AttemptView<'a> {
