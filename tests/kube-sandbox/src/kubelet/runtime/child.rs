@@ -365,7 +365,13 @@ fn step_error(step: usize, error: io::Error) -> io::Error {
 
 /// The capabilities this kernel has (`/proc/sys/kernel/cap_last_cap`), as
 /// runc leaves out those it does not; all it could name when unreadable.
+/// Read once: the kernel's set does not change while the sandbox runs.
 fn kernel_capabilities() -> CapabilitySet {
+    static KERNEL: std::sync::OnceLock<CapabilitySet> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(read_kernel_capabilities)
+}
+
+fn read_kernel_capabilities() -> CapabilitySet {
     let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|text| text.trim().parse::<u32>().ok())

@@ -45,88 +45,37 @@ impl Identity {
     }
 }
 
-/// Capability names as Kubernetes spells them (without `CAP_`), by bit.
-const NAMES: [&str; 41] = [
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "DAC_READ_SEARCH",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "SETGID",
-    "SETUID",
-    "SETPCAP",
-    "LINUX_IMMUTABLE",
-    "NET_BIND_SERVICE",
-    "NET_BROADCAST",
-    "NET_ADMIN",
-    "NET_RAW",
-    "IPC_LOCK",
-    "IPC_OWNER",
-    "SYS_MODULE",
-    "SYS_RAWIO",
-    "SYS_CHROOT",
-    "SYS_PTRACE",
-    "SYS_PACCT",
-    "SYS_ADMIN",
-    "SYS_BOOT",
-    "SYS_NICE",
-    "SYS_RESOURCE",
-    "SYS_TIME",
-    "SYS_TTY_CONFIG",
-    "MKNOD",
-    "LEASE",
-    "AUDIT_WRITE",
-    "AUDIT_CONTROL",
-    "SETFCAP",
-    "MAC_OVERRIDE",
-    "MAC_ADMIN",
-    "SYSLOG",
-    "WAKE_ALARM",
-    "BLOCK_SUSPEND",
-    "AUDIT_READ",
-    "PERFMON",
-    "BPF",
-    "CHECKPOINT_RESTORE",
-];
-
 /// The capability a name (any case, without `CAP_`) stands for; None for
-/// a name the runtime does not know (runc ignores those).
+/// a name the runtime does not know (runc ignores those). rustix's flags
+/// are named as Kubernetes spells capabilities.
 pub fn capability(name: &str) -> Option<CapabilitySet> {
-    let upper = name.to_ascii_uppercase();
-    NAMES
-        .iter()
-        .position(|n| *n == upper)
-        .map(|bit| CapabilitySet::from_bits_retain(1 << bit))
+    CapabilitySet::from_name(&name.to_ascii_uppercase())
 }
 
-/// Every capability the runtime knows: what `privileged` and `add: [ALL]`
-/// give.
+/// Every capability the runtime knows, `CHOWN` (bit 0) to
+/// `CHECKPOINT_RESTORE` (bit 40): what `privileged` and `add: [ALL]` give.
+/// (rustix's `all()` also holds the bits it does not name.)
 pub fn all_capabilities() -> CapabilitySet {
-    CapabilitySet::from_bits_retain((1 << NAMES.len()) - 1)
+    CapabilitySet::from_bits_retain((CapabilitySet::CHECKPOINT_RESTORE.bits() << 1) - 1)
 }
 
 /// containerd's default set (`defaultUnixCaps`).
 pub fn default_capabilities() -> CapabilitySet {
-    [
-        "CHOWN",
-        "DAC_OVERRIDE",
-        "FSETID",
-        "FOWNER",
-        "MKNOD",
-        "NET_RAW",
-        "SETGID",
-        "SETUID",
-        "SETFCAP",
-        "SETPCAP",
-        "NET_BIND_SERVICE",
-        "SYS_CHROOT",
-        "KILL",
-        "AUDIT_WRITE",
-    ]
-    .into_iter()
-    .filter_map(capability)
-    .fold(CapabilitySet::empty(), |set, cap| set | cap)
+    use CapabilitySet as C;
+    C::CHOWN
+        | C::DAC_OVERRIDE
+        | C::FSETID
+        | C::FOWNER
+        | C::MKNOD
+        | C::NET_RAW
+        | C::SETGID
+        | C::SETUID
+        | C::SETFCAP
+        | C::SETPCAP
+        | C::NET_BIND_SERVICE
+        | C::SYS_CHROOT
+        | C::KILL
+        | C::AUDIT_WRITE
 }
 
 #[cfg(test)]
