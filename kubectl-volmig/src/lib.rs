@@ -3,7 +3,7 @@
 //! The library behind the `kubectl-volmig` binary, in layers:
 //!
 //! - [`spec`], [`names`]: what was asked for; how volmig's objects are
-//!   named and labelled;
+//!   named and labelled; [`snapshots`]: the VolumeSnapshot kinds;
 //! - [`plan`]: cluster objects in, a plan or a refusal out (pure);
 //! - [`resources`]: the objects a plan needs, built (pure);
 //! - [`record`]: the operation record, a ConfigMap any client can read;
@@ -29,5 +29,6 @@ pub mod plan;
 pub mod record;
 pub mod resources;
 pub mod signals;
+pub mod snapshots;
 pub mod spec;
 pub mod tui;

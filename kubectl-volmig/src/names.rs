@@ -40,6 +40,9 @@ pub enum Component {
     Driver,
     /// The head record of a set of claims.
     Operation,
+    /// A snapshot of the source, or a claim restored or cloned from it,
+    /// that an attempt's sender reads (issue 24).
+    SourceCopy,
 }
 
 impl Component {
@@ -53,6 +56,7 @@ impl Component {
             Component::Destination => "destination",
             Component::Driver => "driver",
             Component::Operation => "operation",
+            Component::SourceCopy => "source-copy",
         }
     }
 }
@@ -123,6 +127,26 @@ pub fn keys_name(op: &str) -> String {
 /// app's writes on the new volume back into it.
 pub fn sync_back_claim(op: &str) -> String {
     format!("volmig-{op}-back")
+}
+
+/// The VolumeSnapshot of the source that attempt `attempt` reads.
+pub fn snapshot_name(op: &str, attempt: u32) -> String {
+    format!("volmig-{op}-snap-{attempt}")
+}
+
+/// The claim attempt `attempt`'s sender mounts when it reads a snapshot
+/// or a clone of the source.
+pub fn read_claim_name(op: &str, attempt: u32) -> String {
+    format!("volmig-{op}-read-{attempt}")
+}
+
+/// Selects the snapshots and temporary claims of operation `op`.
+pub fn source_copy_selector(op: &str) -> String {
+    format!(
+        "{},{COMPONENT_KEY}={}",
+        operation_selector(op),
+        Component::SourceCopy.as_str()
+    )
 }
 
 /// The receiver's ClusterIP Service.
@@ -277,6 +301,8 @@ mod tests {
             "{member}"
         );
         assert!(keys_name(&member).len() <= 63);
+        assert!(read_claim_name(&member, 9999).len() <= 63);
+        assert!(snapshot_name(&member, 9999).len() <= 63);
     }
 
     #[test]

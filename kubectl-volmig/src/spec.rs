@@ -156,6 +156,45 @@ pub struct TransferOptions {
     /// The mover's `--bwlimit` (`20M`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bwlimit: Option<String>,
+    /// Where the sender reads (`--copy-method`); the plan records what
+    /// `auto` resolved to.
+    #[serde(default, skip_serializing_if = "CopyMethod::is_auto")]
+    pub copy_method: CopyMethod,
+    /// The VolumeSnapshotClass of `--copy-method snapshot`; none: the
+    /// default class of the source volume's CSI driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_class: Option<String>,
+}
+
+/// What `--copy-method` asks for: what the sender mounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+pub enum CopyMethod {
+    /// `direct`, unless the source cannot be mounted beside its app (a
+    /// ReadWriteOncePod claim in use): then `snapshot`, else `clone`.
+    #[default]
+    Auto,
+    /// The source claim itself.
+    Direct,
+    /// A claim restored from a VolumeSnapshot of the source, taken for
+    /// each attempt (each pre-copy round of a cutover).
+    Snapshot,
+    /// A CSI clone of the source (`dataSource: PersistentVolumeClaim`).
+    Clone,
+}
+
+impl CopyMethod {
+    pub fn is_auto(&self) -> bool {
+        *self == CopyMethod::Auto
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CopyMethod::Auto => "auto",
+            CopyMethod::Direct => "direct",
+            CopyMethod::Snapshot => "snapshot",
+            CopyMethod::Clone => "clone",
+        }
+    }
 }
 
 impl Default for TransferOptions {
@@ -166,6 +205,8 @@ impl Default for TransferOptions {
             compress: false,
             verify: true,
             bwlimit: None,
+            copy_method: CopyMethod::Auto,
+            snapshot_class: None,
         }
     }
 }

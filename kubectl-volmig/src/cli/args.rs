@@ -231,6 +231,17 @@ pub struct MigrateArgs {
     /// Cap the transfer rate (rsync's units: 500 = KiB/s, 20M, 1.5G).
     #[arg(long, value_name = "RATE")]
     pub bwlimit: Option<String>,
+    /// What the sender reads: the source itself (direct), a claim restored
+    /// from a VolumeSnapshot of it taken for each attempt (snapshot), or a
+    /// CSI clone of it (clone). auto: direct, unless the source is a
+    /// ReadWriteOncePod claim in use; then snapshot, else clone. With
+    /// --cutover, the final sync reads the source itself.
+    #[arg(long, value_enum, default_value_t = spec::CopyMethod::Auto, value_name = "METHOD")]
+    pub copy_method: spec::CopyMethod,
+    /// The VolumeSnapshotClass for --copy-method snapshot (default: the one
+    /// default class of the source volume's CSI driver).
+    #[arg(long, value_name = "CLASS")]
+    pub snapshot_class: Option<String>,
     /// Print the plan and the objects it would create; create nothing.
     #[arg(long)]
     pub dry_run: bool,

@@ -193,6 +193,8 @@ pub fn spec_of(args: &MigrateArgs, source: &ClaimRef, to: Option<&str>) -> Migra
             compress: args.compress,
             verify: !args.no_verify,
             bwlimit: args.bwlimit.clone(),
+            copy_method: args.copy_method,
+            snapshot_class: args.snapshot_class.clone(),
         },
         retry: RetryPolicy {
             backoff_limit: args.backoff_limit,
@@ -239,6 +241,7 @@ pub fn plan_text(plan: &Plan, quiesce: Option<&Quiesce>) -> String {
             ClaimAction::Reuse => ", existing claim: only differences are sent",
         }
     );
+    out += &reads_line(plan);
     out += &placement_line("sender", &plan.placement.sender);
     out += &placement_line("receiver", &plan.placement.receiver);
     out += &security_line(&plan.security);
@@ -303,6 +306,24 @@ fn cutover_text(plan: &Plan, c: &CutoverSpec, q: &Quiesce) -> String {
         }
     );
     out
+}
+
+/// `  reads    snapshot: ...`, when the sender does not read the source
+/// itself (nothing for a direct copy, as before issue 24).
+fn reads_line(plan: &Plan) -> String {
+    let m = &plan.source_method;
+    if !m.method.reads_copy() {
+        return String::new();
+    }
+    let final_sync = match plan.spec.cutover {
+        Some(_) => "; the final sync, with the app stopped, reads the source itself",
+        None => "",
+    };
+    format!(
+        "  reads    {}: {}; the copy is deleted after each attempt{final_sync}\n",
+        m.method.as_str(),
+        m.reason
+    )
 }
 
 /// `  security restricted: namespace prod enforces it (...); as uid 1000, ...`

@@ -7,13 +7,15 @@ pub mod select;
 use k8s_openapi::api::authorization::v1::ResourceAttributes;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList;
 use kube::api::{Api, ListParams};
 use kube::Client;
 
 use super::objects::is_ours;
 use super::DriverError;
 use crate::plan::security::OpenShift;
-use crate::plan::{Inputs, Plan};
+use crate::plan::{Inputs, Plan, SnapshotSupport};
+use crate::snapshots::{self, VolumeSnapshotClass};
 use crate::spec::{MigrationSpec, SecurityMode};
 
 pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, DriverError> {
@@ -36,6 +38,10 @@ pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, Dri
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let all = ListParams::default();
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(|e| DriverError::kube("list the API groups", e))?;
     Ok(Inputs {
         source_claim,
         source_volume,
@@ -68,8 +74,39 @@ pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, Dri
             .get_opt(src_ns)
             .await
             .map_err(|e| DriverError::kube("get namespace", e))?,
-        openshift: openshift(client, spec.mover.security == SecurityMode::Baseline).await?,
+        openshift: openshift(
+            client,
+            &groups,
+            spec.mover.security == SecurityMode::Baseline,
+        )
+        .await?,
+        snapshots: snapshot_support(client, &groups).await,
     })
+}
+
+/// The VolumeSnapshot API, if served, and its classes. Classes that cannot
+/// be listed (a user without cluster-wide reads) are told in the plan's
+/// refusal, if one needs them, instead of failing a copy that does not.
+async fn snapshot_support(client: &Client, groups: &APIGroupList) -> SnapshotSupport {
+    let served = groups.groups.iter().any(|g| {
+        g.name == snapshots::GROUP && g.versions.iter().any(|v| v.version == snapshots::VERSION)
+    });
+    if !served {
+        return SnapshotSupport::default();
+    }
+    let classes: Api<VolumeSnapshotClass> = Api::all(client.clone());
+    match classes.list(&ListParams::default()).await {
+        Ok(list) => SnapshotSupport {
+            api: true,
+            classes: list.items,
+            classes_error: None,
+        },
+        Err(e) => SnapshotSupport {
+            api: true,
+            classes: Vec::new(),
+            classes_error: Some(DriverError::kube("list volumesnapshotclasses", e).to_string()),
+        },
+    }
 }
 
 /// OpenShift's SCC API group, through which it is told apart.
@@ -77,11 +114,11 @@ const OPENSHIFT_SECURITY: &str = "security.openshift.io";
 
 /// Whether the cluster is OpenShift, and (when `baseline` movers are
 /// asked for) whether the user may use the SCC that admits them.
-async fn openshift(client: &Client, baseline: bool) -> Result<Option<OpenShift>, DriverError> {
-    let groups = client
-        .list_api_groups()
-        .await
-        .map_err(|e| DriverError::kube("list the API groups", e))?;
+async fn openshift(
+    client: &Client,
+    groups: &APIGroupList,
+    baseline: bool,
+) -> Result<Option<OpenShift>, DriverError> {
     if !groups.groups.iter().any(|g| g.name == OPENSHIFT_SECURITY) {
         return Ok(None);
     }

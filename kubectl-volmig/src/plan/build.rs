@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 
 use super::values::{check_values, requested_size};
 use super::{
-    placement, quantity, security, Inputs, MoverSecurity, Placement, Plan, Refusal, SourceVolume,
+    placement, quantity, security, source, Inputs, MoverSecurity, Placement, Plan, Refusal,
+    SourceVolume,
 };
 use crate::spec::MigrationSpec;
 
@@ -40,7 +41,14 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
     let claim = bound_source(spec, inputs)?;
     let volume = source_volume(spec, claim, inputs)?;
     let source = describe_source(spec, claim, volume, inputs)?;
-    check_read_write_once_pod(spec, claim, volume, inputs)?;
+    let reading = source::Source {
+        claim,
+        volume,
+        storage_class: source.storage_class.as_deref(),
+        pods: &inputs.pods,
+    };
+    let source_method =
+        source::source_method(spec, &reading, &inputs.snapshots, &inputs.storage_classes)?;
 
     if inputs.destination_namespace.is_none() {
         return Err(Refusal::DestinationNamespaceNotFound {
@@ -89,7 +97,10 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
         operation: operation.to_string(),
         spec: spec.clone(),
         placement: Placement {
-            sender: placement::sender(claim, Some(volume), &inputs.pods, &inputs.nodes),
+            sender: match source_method.method.reads_copy() {
+                true => placement::copy_reader(),
+                false => placement::sender(claim, Some(volume), &inputs.pods, &inputs.nodes),
+            },
             receiver: placement::receiver(
                 dst,
                 destination_claim,
@@ -100,6 +111,7 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
         source,
         destination,
         security,
+        source_method,
     })
 }
 
@@ -209,29 +221,6 @@ fn describe_source(
         access_modes,
         used_by,
     })
-}
-
-/// A ReadWriteOncePod source mounted by a pod cannot be read by another.
-fn check_read_write_once_pod(
-    spec: &MigrationSpec,
-    claim: &PersistentVolumeClaim,
-    volume: &PersistentVolume,
-    inputs: &Inputs,
-) -> Result<(), Refusal> {
-    let modes = placement::access_modes(claim, Some(volume));
-    if !modes.iter().any(|m| m == "ReadWriteOncePod") {
-        return Ok(());
-    }
-    let users = placement::mounting_pods(&spec.source.namespace, &spec.source.name, &inputs.pods);
-    let holder = placement::preferred(&users).or_else(|| users.first().copied());
-    match holder {
-        Some(pod) => Err(Refusal::SourceInUseReadWriteOncePod {
-            namespace: spec.source.namespace.clone(),
-            name: spec.source.name.clone(),
-            pod: pod.metadata.name.clone().unwrap_or_default(),
-        }),
-        None => Ok(()),
-    }
 }
 
 /// The `storage` entry of a capacity or request map, as `(quantity, bytes)`,

@@ -8,6 +8,8 @@
 //!   used by a command);
 //! - [`refusal`]: why a migration cannot work, with what to do about it;
 //! - [`select`]: which claims an operation of several migrates (issue 18);
+//! - [`source`]: where the sender reads: the source itself, a snapshot or
+//!   a clone of it (issue 24);
 //! - [`values`]: the command's own values, refused before anything is read
 //!   or created when the API server or the mover would reject them.
 
@@ -19,6 +21,7 @@ pub mod quiesce;
 mod refusal;
 pub mod security;
 pub mod select;
+pub mod source;
 #[cfg(test)]
 mod tests;
 mod values;
@@ -26,6 +29,7 @@ mod values;
 pub use build::plan;
 pub use refusal::Refusal;
 pub use security::MoverSecurity;
+pub use source::{Method, SnapshotSupport, SourceMethod};
 pub use values::{check_values, mover_resources, start_timeout, MoverResources};
 
 use k8s_openapi::api::core::v1::{
@@ -59,6 +63,8 @@ pub struct Inputs {
     pub source_namespace: Option<Namespace>,
     /// Set when the cluster is OpenShift.
     pub openshift: Option<security::OpenShift>,
+    /// The VolumeSnapshot API and its classes, as served.
+    pub snapshots: SnapshotSupport,
 }
 
 /// A migration that can run: the spec with every choice made.
@@ -75,6 +81,20 @@ pub struct Plan {
     /// The movers' Pod Security profile and identity.
     #[serde(default)]
     pub security: MoverSecurity,
+    /// Where the sender reads, and why (records before issue 24: direct).
+    #[serde(default)]
+    pub source_method: SourceMethod,
+}
+
+impl Plan {
+    /// The claim attempt `attempt`'s sender mounts: the source, or the
+    /// snapshot's or clone's claim made for the attempt.
+    pub fn sender_claim(&self, attempt: u32) -> String {
+        match self.source_method.method.reads_copy() {
+            true => crate::names::read_claim_name(&self.operation, attempt),
+            false => self.spec.source.name.clone(),
+        }
+    }
 }
 
 /// The source as found.

@@ -94,6 +94,16 @@ pub fn sender(
     }
 }
 
+/// Where the sender runs when it reads a snapshot or a clone of the
+/// source: a claim of its own, with no app beside it.
+pub fn copy_reader() -> NodePlacement {
+    unpinned(
+        "the sender reads a snapshot or clone of the source, a claim no app uses: \
+         the scheduler places it"
+            .to_string(),
+    )
+}
+
 /// The annotation the scheduler puts on a WaitForFirstConsumer claim: the
 /// node its volume is provisioned for.
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";

@@ -234,17 +234,105 @@ pub enum Refusal {
     )]
     SourceCapacityUnknown { volume: String },
 
-    /// A ReadWriteOncePod source is mounted by a pod: no other pod can.
+    /// A ReadWriteOncePod source is mounted by a pod: no other pod can,
+    /// and (`no_copy`, with `auto`) neither a snapshot nor a clone can be
+    /// read instead.
     #[error(
         "persistentvolumeclaim {name:?} in namespace {namespace:?} is ReadWriteOncePod and used by pod {pod:?}: \
-         ReadWriteOncePod cannot be shared: stop the app (scale its workload to 0) \
-         or migrate from a VolumeSnapshot/clone"
+         no other pod may mount it{}",
+        match .no_copy {
+            None => ": read a snapshot or a clone of it instead (--copy-method snapshot or clone), \
+                     or stop the app (scale its workload to 0)".to_string(),
+            Some(why) => format!(", and it cannot be read through a copy: {why}; stop the app (scale its workload to 0) and migrate again"),
+        }
     )]
     SourceInUseReadWriteOncePod {
         namespace: String,
         name: String,
         pod: String,
+        no_copy: Option<String>,
     },
+
+    /// `--copy-method snapshot` on a cluster without the snapshot CRDs.
+    #[error(
+        "the cluster does not serve the VolumeSnapshot API (snapshot.storage.k8s.io/v1): \
+         install the external-snapshotter's CRDs and snapshot-controller, or use --copy-method clone or direct"
+    )]
+    NoSnapshotApi,
+
+    /// Only CSI volumes are snapshotted or cloned.
+    #[error(
+        "persistentvolume {volume:?} (the source) is a {kind} volume, not a CSI one: \
+         only CSI drivers {method} volumes; use --copy-method direct"
+    )]
+    NotCsi {
+        volume: String,
+        kind: String,
+        /// `snapshot` or `clone`.
+        method: String,
+    },
+
+    /// `--snapshot-class` names a class of another driver.
+    #[error(
+        "volumesnapshotclass {name:?} is for driver {class_driver:?}, but the source volume's driver is {driver:?}: \
+         pass a class of {driver:?} (classes: {})",
+        list(.classes, 8)
+    )]
+    SnapshotClassDriver {
+        name: String,
+        class_driver: String,
+        driver: String,
+        classes: Vec<String>,
+    },
+
+    /// `--snapshot-class` names no class.
+    #[error(
+        "volumesnapshotclass {name:?} not found{}: pass a class of driver {driver:?} (classes: {})",
+        unreadable_note(.unreadable),
+        list(.classes, 8)
+    )]
+    SnapshotClassNotFound {
+        name: String,
+        driver: String,
+        classes: Vec<String>,
+        unreadable: Option<String>,
+    },
+
+    /// No one default class for the source's driver, and none asked for.
+    #[error(
+        "{} for the source volume's driver {driver:?}{} (its classes: {}): \
+         pass --snapshot-class NAME, or make one the default \
+         (kubectl annotate volumesnapshotclass NAME snapshot.storage.kubernetes.io/is-default-class=true)",
+        match .defaults.len() {
+            0 => "no VolumeSnapshotClass is the default".to_string(),
+            n => format!("{n} VolumeSnapshotClasses are the default ({})", .defaults.join(", ")),
+        },
+        unreadable_note(.unreadable),
+        list(.classes, 8)
+    )]
+    NoSnapshotClass {
+        driver: String,
+        classes: Vec<String>,
+        defaults: Vec<String>,
+        unreadable: Option<String>,
+    },
+
+    /// The temporary claim needs a class of the source's driver.
+    #[error(
+        "no storage class provisions with driver {driver:?}{}: the claim restored from a snapshot \
+         or clone needs one; create a StorageClass with provisioner {driver:?}",
+        .source_class.as_ref().map(|c| format!(" (the source's class {c:?} does not)")).unwrap_or_default()
+    )]
+    NoClassForDriver {
+        driver: String,
+        source_class: Option<String>,
+    },
+
+    /// `--snapshot-class` without a snapshot.
+    #[error(
+        "--snapshot-class is for --copy-method snapshot (or auto); {method} reads no snapshot"
+    )]
+    SnapshotClassUnused { method: String },
 
     #[error(
         "namespace {namespace:?} not found: create it (kubectl create namespace {namespace}) \
@@ -402,6 +490,14 @@ impl Refusal {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Refusal::SourceNotBound { phase, .. } if phase == "Pending")
     }
+}
+
+/// `" (the classes could not be listed: ...)"` when they could not.
+fn unreadable_note(error: &Option<String>) -> String {
+    error
+        .as_ref()
+        .map(|e| format!(" (the classes could not be listed: {e})"))
+        .unwrap_or_default()
 }
 
 /// Up to `max` names, comma-separated, with how many more there are.

@@ -7,6 +7,7 @@
 //! - [`choices`]: the destination's defaults, and when a claim is reused;
 //! - [`placing`]: where the sender and the receiver run;
 //! - [`quantities`]: Kubernetes quantities to bytes and back;
+//! - [`sources`]: where the sender reads (`--copy-method`);
 //! - [`values`]: the command's own values the API server or the mover
 //!   would reject.
 //!
@@ -18,6 +19,7 @@ mod placing;
 mod quantities;
 mod refusals;
 mod security;
+mod sources;
 mod values;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
@@ -26,7 +28,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::de::DeserializeOwned;
 
-use super::{plan, Inputs, Plan, Refusal};
+use super::{plan, Inputs, Plan, Refusal, SnapshotSupport};
 use crate::spec::{ClaimRef, MigrationSpec};
 
 const CLUSTER: &str = include_str!("../../tests/fixtures/plan/cluster.yaml");
@@ -44,6 +46,8 @@ pub(super) struct Cluster {
     pub(super) deployments: Vec<Deployment>,
     pub(super) replica_sets: Vec<ReplicaSet>,
     pub(super) stateful_sets: Vec<StatefulSet>,
+    /// The VolumeSnapshot API: served (with these classes) or not.
+    snapshots: SnapshotSupport,
 }
 
 impl Cluster {
@@ -71,6 +75,10 @@ impl Cluster {
                 "Deployment" => self.deployments.push(object(doc)),
                 "ReplicaSet" => self.replica_sets.push(object(doc)),
                 "StatefulSet" => self.stateful_sets.push(object(doc)),
+                "VolumeSnapshotClass" => {
+                    self.snapshots.api = true;
+                    self.snapshots.classes.push(object(doc));
+                }
                 other => panic!("unexpected kind {other} in a fixture"),
             }
         }
@@ -101,6 +109,7 @@ impl Cluster {
                 .find(|n| n.metadata.name.as_deref() == Some(&spec.source.namespace))
                 .cloned(),
             openshift: None,
+            snapshots: self.snapshots.clone(),
         }
     }
 

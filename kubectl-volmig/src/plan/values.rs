@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::quantity::{self, QuantityError};
 use super::refusal::{Refusal, ACCESS_MODES};
-use crate::spec::{MigrationSpec, MoverOptions};
+use crate::spec::{CopyMethod, MigrationSpec, MoverOptions};
 
 /// The API server's rule for a claim's name (`metadata.name`).
 const SUBDOMAIN_RULE: &str = "a claim name must be a lowercase RFC 1123 subdomain: \
@@ -50,6 +50,14 @@ pub fn check_values(spec: &MigrationSpec) -> Result<(), Refusal> {
         });
     }
     mover_resources(&spec.mover)?;
+    let method = spec.transfer.copy_method;
+    if spec.transfer.snapshot_class.is_some()
+        && matches!(method, CopyMethod::Direct | CopyMethod::Clone)
+    {
+        return Err(Refusal::SnapshotClassUnused {
+            method: method.as_str().to_string(),
+        });
+    }
     Ok(())
 }
 

@@ -116,6 +116,11 @@ pub fn new_record(plan: &Plan) -> VolumeMigration {
             destination: Some(plan.destination.clone()),
             placement: Some(plan.placement.clone()),
             security: Some(plan.security.clone()),
+            source_method: plan
+                .source_method
+                .method
+                .reads_copy()
+                .then(|| plan.source_method.clone()),
             ..MigrationStatus::default()
         },
     }

@@ -21,7 +21,7 @@ pub mod store;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{DestinationClaim, MoverSecurity, Placement, SourceVolume};
+use crate::plan::{DestinationClaim, Method, MoverSecurity, Placement, SourceMethod, SourceVolume};
 use crate::spec::MigrationSpec;
 
 pub const API_VERSION: &str = "volmig.io/v1alpha1";
@@ -59,6 +59,8 @@ impl VolumeMigration {
             placement: self.status.placement.clone()?,
             // Records of older versions planned none: baseline movers.
             security: self.status.security.clone().unwrap_or_default(),
+            // ... and read their sources directly.
+            source_method: self.status.source_method.clone().unwrap_or_default(),
         })
     }
 
@@ -148,6 +150,9 @@ pub struct MigrationStatus {
     /// The movers' Pod Security profile, and whom they run as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<MoverSecurity>,
+    /// Where the sender reads (issue 24); none: the source directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_method: Option<SourceMethod>,
     /// Every attempt, oldest first.
     #[serde(default)]
     pub attempts: Vec<Attempt>,
@@ -240,6 +245,34 @@ pub struct Attempt {
     /// The last lines of both pods' logs (kept after the pods are deleted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_tail: Vec<String>,
+    /// The snapshot or clone the sender read, when it read a copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceCopy>,
+}
+
+/// The copy of the source an attempt read: written ahead, before the
+/// snapshot or claim is created, so that a driver that stops finds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceCopy {
+    /// `Snapshot` or `Clone`.
+    pub method: Method,
+    /// The VolumeSnapshot (snapshot only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// The claim the sender mounted.
+    pub claim: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_at: Option<Timestamp>,
+    /// When the snapshot was ready to use, or the clone bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<Timestamp>,
+    /// The snapshot's `restoreSize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_size: Option<String>,
+    /// The last error the snapshot controller or the provisioner reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -5,6 +5,8 @@
 //! - [`keys`]: the Secret with the operation's TLS key material, in each
 //!   namespace a mover pod runs in;
 //! - [`service`]: the receiver's ClusterIP Service;
+//! - [`source_copy`]: the snapshot of the source and the claim restored or
+//!   cloned from it, when the sender reads a copy;
 //! - [`pods`]: the receiver and sender pods of one attempt;
 //! - [`access`]: what the driver asks of the API server, as one list, and
 //!   the in-cluster driver's Role and ClusterRole derived from it;
@@ -19,6 +21,7 @@ pub mod driver;
 mod keys;
 mod pods;
 mod service;
+mod source_copy;
 #[cfg(test)]
 mod tests;
 
@@ -26,6 +29,7 @@ pub use claim::{destination_claim, SOURCE_ANNOTATION};
 pub use keys::{keys_secret, redacted_keys_secret, REDACTED};
 pub use pods::{receiver_pod, sender_pod, CONTAINER, PLACEMENT_REASON_ANNOTATION};
 pub use service::service;
+pub use source_copy::{read_claim, source_snapshot};
 
 use std::collections::BTreeMap;
 
@@ -33,7 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::names;
-use crate::plan::{ClaimAction, Plan};
+use crate::plan::{ClaimAction, Method, Plan};
 
 /// Why an object could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +69,9 @@ impl ResourceError {
 /// 2. the key Secret in the destination namespace, and in the source
 ///    namespace when it differs, with placeholders instead of keys;
 /// 3. the receiver's Service;
-/// 4. the receiver pod, then the sender pod, of attempt 1.
+/// 4. when the sender reads a copy: the source's VolumeSnapshot (snapshot
+///    only), then the claim restored or cloned from it;
+/// 5. the receiver pod, then the sender pod, of attempt 1.
 ///
 /// The sender is given `receiver_address_placeholder` as its `--to`: the
 /// real address is known only once the Service exists.
@@ -84,6 +90,22 @@ pub fn dry_run_objects(
         objects.push(to_value(&redacted_keys_secret(plan, source_ns))?);
     }
     objects.push(to_value(&service(plan))?);
+    match plan.source_method.method {
+        Method::Snapshot => {
+            let snapshot = source_snapshot(plan, 1);
+            let name = snapshot.metadata.name.clone().unwrap_or_default();
+            objects.push(serde_json::to_value(&snapshot).map_err(|source| {
+                ResourceError::Serialize {
+                    kind: "VolumeSnapshot",
+                    name,
+                    source,
+                }
+            })?);
+            objects.push(to_value(&read_claim(plan, 1, None))?);
+        }
+        Method::Clone => objects.push(to_value(&read_claim(plan, 1, None))?),
+        Method::Direct => {}
+    }
     objects.push(to_value(&receiver_pod(plan, 1))?);
     objects.push(to_value(&sender_pod(
         plan,

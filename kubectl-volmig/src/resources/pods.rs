@@ -136,7 +136,7 @@ pub fn sender_pod(
         Role::Sender,
         attempt,
         &plan.spec.source.namespace,
-        &plan.spec.source.name,
+        &plan.sender_claim(attempt),
         placement,
         container,
     )

@@ -80,7 +80,9 @@ fn a_source_of_unknown_size_is_refused() {
 fn a_read_write_once_pod_source_in_use_names_the_pod_and_the_ways_out() {
     let mut cluster = Cluster::base();
     cluster.source().0.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteOncePod".into()]);
-    let refusal = cluster.refuse(&spec("data-fast"));
+    let mut direct = spec("data-fast");
+    direct.transfer.copy_method = crate::spec::CopyMethod::Direct;
+    let refusal = cluster.refuse(&direct);
     // db-0 (Running) holds it, not the Pending backup pod.
     assert!(matches!(&refusal, Refusal::SourceInUseReadWriteOncePod { pod, .. } if pod == "db-0"));
     assert_says(
@@ -88,7 +90,7 @@ fn a_read_write_once_pod_source_in_use_names_the_pod_and_the_ways_out() {
         &[
             r#"pod "db-0""#,
             "scale its workload to 0",
-            "VolumeSnapshot/clone",
+            "--copy-method snapshot or clone",
         ],
     );
 

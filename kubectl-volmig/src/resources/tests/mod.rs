@@ -28,6 +28,7 @@ fn placement(node: Option<&str>, hostname: Option<&str>, reason: &str) -> NodePl
 fn plan() -> Plan {
     Plan {
         security: Default::default(),
+        source_method: Default::default(),
         operation: OP.to_string(),
         spec: {
             let mut spec = MigrationSpec::new(

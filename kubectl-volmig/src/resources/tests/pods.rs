@@ -132,6 +132,7 @@ fn sender_arguments_follow_the_transfer_options() {
         compress: true,
         verify: true,
         bwlimit: Some("20M".to_string()),
+        ..TransferOptions::default()
     };
     let mut all = base.clone();
     all.extend(strings(&["--verify", "--delete", "-z", "--bwlimit", "20M"]));
