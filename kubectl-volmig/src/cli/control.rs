@@ -402,11 +402,15 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
     store.delete(op).await?;
     // The command's result, on stdout like `kubectl delete`'s.
     super::out(&format!(
-        "removed operation {op}: {} pods, {} services, {} secrets and the record; \
+        "removed operation {op}: {} pods, {} services, {} secrets{} and the record; \
          kept the destination claim {}/{}\n",
         removed.pods,
         removed.services,
         removed.secrets,
+        match removed.copies {
+            0 => String::new(),
+            n => format!(", {n} snapshots and claims of the source"),
+        },
         vm.spec.destination.namespace,
         vm.spec.destination.name
     ));

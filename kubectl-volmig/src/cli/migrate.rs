@@ -366,6 +366,7 @@ fn print_dry_run(
             &namespaces,
             image,
             start_timeout.as_secs(),
+            plan.source_method.method.reads_copy(),
         )
         .map_err(|e| CliError::Print(e.to_string()))?;
         items.extend(driver);

@@ -12,6 +12,7 @@ use super::judge::{judge, AttemptView, PodView, Verdict};
 use super::logs::LogDigest;
 use super::objects;
 use super::run::{AttemptEnd, Driver, Live, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
+use super::source_copy;
 use super::DriverError;
 use crate::names::{self, Component};
 use crate::plan::{placement, NodePlacement};
@@ -24,19 +25,23 @@ impl Driver {
         // The receiver goes where the plan said; why is told anew, as the
         // destination is now (an earlier attempt may have bound it to a node).
         self.plan.placement.receiver.reason = self.current_receiver_reason().await?;
-        let live = self.live_attempt(number, sender_placement.clone());
+        let receiver = names::pod_name(&self.plan.operation, Component::Receiver, number);
+        let sender = names::pod_name(&self.plan.operation, Component::Sender, number);
+        let source = source_copy::planned_copy(&self.plan, number);
+        let reads_copy = source.is_some();
         let attempt = Attempt {
             number,
             phase: AttemptPhase::Starting,
             receiver: PodRecord {
-                name: live.receiver.clone(),
+                name: receiver,
                 ..PodRecord::default()
             },
             sender: PodRecord {
-                name: live.sender.clone(),
+                name: sender,
                 ..PodRecord::default()
             },
             start_time: Some(Timestamp::now()),
+            source,
             ..Attempt::default()
         };
         let plan_placement = self.plan.placement.clone();
@@ -48,6 +53,21 @@ impl Driver {
             vm.status.placement = Some(placement);
         })
         .await?;
+        if reads_copy {
+            return Ok(State::PrepareSource { number });
+        }
+        self.launch_receiver(number).await
+    }
+
+    /// Routes the Service to attempt `number` and creates its receiver.
+    pub(super) async fn launch_receiver(&mut self, number: u32) -> Result<State, DriverError> {
+        let sender_placement = self
+            .record
+            .status
+            .placement
+            .as_ref()
+            .map_or_else(|| self.plan.placement.sender.clone(), |p| p.sender.clone());
+        let live = self.live_attempt(number, sender_placement.clone());
         objects::route_to_attempt(&self.client, &self.plan, number).await?;
         let pod = resources::receiver_pod(&self.plan, number);
         objects::create_or_get(&self.receiver_pods, &pod).await?;
@@ -61,6 +81,10 @@ impl Driver {
 
     /// Where the sender goes now: next to the app's pod, if it has one.
     pub(super) async fn current_sender_placement(&self) -> Result<NodePlacement, DriverError> {
+        // A copy of the source has no app to follow.
+        if self.plan.source_method.method.reads_copy() {
+            return Ok(placement::copy_reader());
+        }
         let source = &self.plan.spec.source;
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(self.client.clone(), &source.namespace);
@@ -264,13 +288,15 @@ impl Driver {
             .live
             .as_ref()
             .is_some_and(|l| l.placement_checked.elapsed() >= PLACEMENT_EVERY);
-        // Any node mounts a shared source: there is nothing to follow.
-        let shared = self
-            .plan
-            .source
-            .access_modes
-            .iter()
-            .any(|m| m == "ReadWriteMany" || m == "ReadOnlyMany");
+        // Any node mounts a shared source, and a copy has no app: there is
+        // nothing to follow.
+        let shared = self.plan.source_method.method.reads_copy()
+            || self
+                .plan
+                .source
+                .access_modes
+                .iter()
+                .any(|m| m == "ReadWriteMany" || m == "ReadOnlyMany");
         if !due || shared {
             return Ok(None);
         }

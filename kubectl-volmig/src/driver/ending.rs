@@ -66,6 +66,8 @@ impl Driver {
         );
         sender?;
         receiver?;
+        // The copy it read goes too, once no pod mounts it.
+        self.release_source(number).await?;
         Ok(self.after(number, end).await)
     }
 

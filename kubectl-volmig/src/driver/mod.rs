@@ -13,6 +13,8 @@
 //! - [`follow`], [`logs`]: mover progress and results from pod logs;
 //! - [`judge`]: an attempt's fate from its pods (pure);
 //! - [`objects`]: creating and removing what attempts need;
+//! - `source_copy`: the snapshot or clone an attempt's sender reads, when
+//!   it does not read the source itself (issue 24);
 //! - [`run`]: the states, the loop and set-up; `attempt`, `ending` and
 //!   `lease`: the steps of a running attempt, of its end and the
 //!   operation's, and the record writes with the driver's heartbeat.
@@ -30,6 +32,7 @@ mod lease;
 pub mod logs;
 pub mod objects;
 mod run;
+mod source_copy;
 #[cfg(test)]
 mod tests;
 pub mod watch;

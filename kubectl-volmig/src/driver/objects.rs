@@ -12,6 +12,7 @@ use super::DriverError;
 use crate::names::{self, Component};
 use crate::plan::{ClaimAction, Plan};
 use crate::resources;
+use crate::snapshots::VolumeSnapshot;
 
 /// How long the operation's key material is valid: longer than any
 /// migration, short enough that a leaked Secret soon expires.
@@ -176,6 +177,8 @@ pub struct Removed {
     pub pods: usize,
     pub services: usize,
     pub secrets: usize,
+    /// Snapshots of the source and the claims restored or cloned from it.
+    pub copies: usize,
 }
 
 /// Removes the operation's pods, Service and key Secrets in `namespaces`
@@ -216,9 +219,40 @@ async fn remove(
         if all {
             removed.services += delete_all::<Service>(client, ns, &selector).await?;
             removed.secrets += delete_all::<Secret>(client, ns, &selector).await?;
+            removed.copies += remove_source_copies(client, op, ns, None).await?;
         }
     }
     Ok(removed)
+}
+
+/// Removes operation `op`'s snapshots and temporary claims in `ns`, but
+/// attempt `keep`'s: the claims first (a snapshot being restored from is
+/// protected from deletion), then the snapshots. A cluster without the
+/// snapshot API has none to remove, and neither does a user who may not
+/// list them (they could not have made any).
+pub async fn remove_source_copies(
+    client: &Client,
+    op: &str,
+    ns: &str,
+    keep: Option<u32>,
+) -> Result<usize, DriverError> {
+    let selector = match keep {
+        Some(n) => format!(
+            "{},{}!={n}",
+            names::source_copy_selector(op),
+            names::ATTEMPT_KEY
+        ),
+        None => names::source_copy_selector(op),
+    };
+    let claims = delete_all::<PersistentVolumeClaim>(client, ns, &selector).await?;
+    let snapshots = match delete_all::<VolumeSnapshot>(client, ns, &selector).await {
+        Ok(n) => n,
+        Err(DriverError::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(e) if e.code == 404 || e.code == 403) => {
+            0
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(claims + snapshots)
 }
 
 async fn delete_all<K>(client: &Client, ns: &str, selector: &str) -> Result<usize, DriverError>

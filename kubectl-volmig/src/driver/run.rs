@@ -85,8 +85,14 @@ pub enum State {
     /// Claim, key Secrets and Service in place; record Running; adopt an
     /// attempt a previous driver left running.
     Setup,
-    /// Record the attempt, create its receiver.
+    /// Record the attempt (and, when the sender reads a copy, what copy),
+    /// create its receiver.
     StartAttempt {
+        number: u32,
+    },
+    /// Until the attempt's snapshot is ready and its claim restored, or its
+    /// clone made; then create the receiver.
+    PrepareSource {
         number: u32,
     },
     /// Until the receiver listens; then create the sender.
@@ -260,6 +266,7 @@ impl Driver {
         match state {
             State::Setup => self.setup().await,
             State::StartAttempt { number } => self.start_attempt(number).await,
+            State::PrepareSource { number } => self.prepare_source(number).await,
             State::AwaitListener { number } => self.await_listener(number).await,
             State::Transfer { number } => self.transfer(number).await,
             State::EndAttempt { number, end } => self.end_attempt(number, end).await,
@@ -333,6 +340,10 @@ impl Driver {
                 .collect();
             objects::delete_pods(api, &stale, POD_GONE_WAIT).await?;
         }
+        if self.plan.source_method.method.reads_copy() {
+            let ns = &self.plan.spec.source.namespace;
+            objects::remove_source_copies(&self.client, &self.plan.operation, ns, keep).await?;
+        }
         Ok(())
     }
 
@@ -360,6 +371,13 @@ impl Driver {
         let sender = self
             .watch
             .get(&self.plan.spec.source.namespace, &last.sender.name);
+        // Its copy was being made: the receiver comes after it.
+        let preparing = last.phase == AttemptPhase::Starting && last.source.is_some();
+        if receiver.is_none() && preparing {
+            return Ok(State::PrepareSource {
+                number: last.number,
+            });
+        }
         if receiver.is_none() {
             return Ok(State::EndAttempt {
                 number: last.number,

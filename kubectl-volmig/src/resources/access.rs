@@ -31,6 +31,10 @@ pub struct Access {
     pub scope: Scope,
     /// Only on the driver's own objects (`resourceNames`).
     pub own: bool,
+    /// Only for an operation whose sender reads a snapshot or a clone of
+    /// the source (issue 24): a user without the snapshot API's
+    /// permissions may still detach a direct copy.
+    pub copies: bool,
     /// What needs it.
     pub why: &'static str,
 }
@@ -48,6 +52,7 @@ const fn grant(
         verbs,
         scope,
         own: false,
+        copies: false,
         why,
     }
 }
@@ -102,13 +107,27 @@ pub const DRIVER_ACCESS: &[Access] = &[
         &["get", "list", "update"],
         "the operation record",
     ),
-    namespaced("", "events", &["create"], "Events on the claims"),
+    namespaced(
+        "",
+        "events",
+        &["create", "list"],
+        "Events on the claims; why a snapshot or its claim is not ready",
+    ),
     namespaced(
         "",
         "persistentvolumeclaims",
-        &["get", "create", "delete"],
-        "the destination claim; the cutover's swap",
+        &["get", "list", "create", "delete"],
+        "the destination claim; the cutover's swap; the claims restored from snapshots or cloned",
     ),
+    Access {
+        copies: true,
+        ..namespaced(
+            "snapshot.storage.k8s.io",
+            "volumesnapshots",
+            &["get", "list", "create", "delete"],
+            "--copy-method snapshot: a snapshot of the source per attempt",
+        )
+    },
     namespaced(
         "",
         "replicationcontrollers",
@@ -175,8 +194,8 @@ pub const DRIVER_ACCESS: &[Access] = &[
     cluster(
         "storage.k8s.io",
         "storageclasses",
-        &["list"],
-        "the destination's class",
+        &["get", "list"],
+        "the destination's class; whether a restored claim waits for its pod",
     ),
     // Its last act: its roles go, and with them (owned) the bindings and
     // the ServiceAccount. Nothing else of RBAC, and only these names.
@@ -186,6 +205,7 @@ pub const DRIVER_ACCESS: &[Access] = &[
         verbs: &["delete"],
         scope: Scope::Namespaced,
         own: true,
+        copies: false,
         why: "the driver removes its own Role when the operation ends",
     },
     Access {
@@ -194,17 +214,24 @@ pub const DRIVER_ACCESS: &[Access] = &[
         verbs: &["delete"],
         scope: Scope::Cluster,
         own: true,
+        copies: false,
         why: "the driver removes its own ClusterRole when the operation ends",
     },
 ];
 
+/// The grants an operation's driver needs: those for snapshots and clones
+/// only when its sender reads one (`copies`).
+pub fn needed(copies: bool) -> impl Iterator<Item = &'static Access> {
+    DRIVER_ACCESS.iter().filter(move |a| copies || !a.copies)
+}
+
 /// The policy rules of `scope` for operation `op`, grouped by API group
 /// and verbs as `kubectl create role` would write them; grants on the
 /// driver's own objects name them.
-pub fn rules(op: &str, scope: Scope) -> Vec<PolicyRule> {
+pub fn rules(op: &str, scope: Scope, copies: bool) -> Vec<PolicyRule> {
     let mut by_group: BTreeMap<(&str, Vec<&str>), Vec<&str>> = BTreeMap::new();
     let mut own = Vec::new();
-    for a in DRIVER_ACCESS.iter().filter(|a| a.scope == scope) {
+    for a in needed(copies).filter(|a| a.scope == scope) {
         if a.own {
             own.push(PolicyRule {
                 api_groups: Some(vec![a.group.to_string()]),
@@ -297,7 +324,7 @@ impl std::fmt::Display for Check {
 /// Everything a user needs to start `op`'s in-cluster driver, recorded in
 /// `home` and touching `namespaces` (home among them): creating its
 /// objects, and holding every grant they give.
-pub fn needed_to_detach(op: &str, home: &str, namespaces: &[String]) -> Vec<Check> {
+pub fn needed_to_detach(op: &str, home: &str, namespaces: &[String], copies: bool) -> Vec<Check> {
     let check =
         |group, resource, verb, namespace: Option<&str>, name: Option<String>, need| Check {
             group,
@@ -328,7 +355,7 @@ pub fn needed_to_detach(op: &str, home: &str, namespaces: &[String]) -> Vec<Chec
             out.push(check(group, resource, verb, ns, None, Need::Create));
         }
     }
-    for a in DRIVER_ACCESS {
+    for a in needed(copies) {
         let name = a.own.then(|| driver_rbac_name(op));
         let places: Vec<Option<&str>> = match a.scope {
             Scope::Namespaced => namespaces.iter().map(|n| Some(n.as_str())).collect(),
@@ -358,7 +385,7 @@ pub fn driver_rbac_name(op: &str) -> String {
 }
 
 /// The Role the in-cluster driver of `op` gets in `namespace`.
-pub fn driver_role(op: &str, namespace: &str) -> Role {
+pub fn driver_role(op: &str, namespace: &str, copies: bool) -> Role {
     Role {
         metadata: ObjectMeta {
             name: Some(driver_rbac_name(op)),
@@ -366,19 +393,19 @@ pub fn driver_role(op: &str, namespace: &str) -> Role {
             labels: Some(super::driver::labels(op)),
             ..ObjectMeta::default()
         },
-        rules: Some(rules(op, Scope::Namespaced)),
+        rules: Some(rules(op, Scope::Namespaced, copies)),
     }
 }
 
 /// The ClusterRole for the cluster-scoped objects it reads and changes.
-pub fn driver_cluster_role(op: &str) -> ClusterRole {
+pub fn driver_cluster_role(op: &str, copies: bool) -> ClusterRole {
     ClusterRole {
         metadata: ObjectMeta {
             name: Some(driver_rbac_name(op)),
             labels: Some(super::driver::labels(op)),
             ..ObjectMeta::default()
         },
-        rules: Some(rules(op, Scope::Cluster)),
+        rules: Some(rules(op, Scope::Cluster, copies)),
         aggregation_rule: None,
     }
 }
@@ -390,7 +417,7 @@ mod tests {
     #[test]
     fn every_grant_is_in_exactly_one_rule_of_its_scope() {
         for scope in [Scope::Namespaced, Scope::Cluster] {
-            let rules = rules("op", scope);
+            let rules = rules("op", scope, true);
             for a in DRIVER_ACCESS.iter().filter(|a| a.scope == scope) {
                 let holding: Vec<&PolicyRule> = rules
                     .iter()
@@ -469,7 +496,7 @@ mod tests {
     #[test]
     fn detaching_asks_for_every_grant_in_every_namespace_and_the_objects_it_creates() {
         let namespaces = ["apps".to_string(), "old".to_string()];
-        let checks = needed_to_detach("data-x7k2p", "apps", &namespaces);
+        let checks = needed_to_detach("data-x7k2p", "apps", &namespaces, false);
         let has = |verb: &str, resource: &str, ns: Option<&str>| {
             checks
                 .iter()
@@ -482,7 +509,7 @@ mod tests {
         assert!(
             has("update", "clusterroles", None) && has("patch", "serviceaccounts", Some("apps"))
         );
-        for a in DRIVER_ACCESS {
+        for a in needed(false) {
             for verb in a.verbs {
                 match a.scope {
                     Scope::Namespaced => {
@@ -512,8 +539,26 @@ mod tests {
     }
 
     #[test]
+    fn snapshots_are_granted_only_to_an_operation_that_takes_them() {
+        let snapshots = |rules: Vec<PolicyRule>| {
+            rules
+                .iter()
+                .any(|r| r.resources.iter().flatten().any(|x| x == "volumesnapshots"))
+        };
+        assert!(!snapshots(rules("op", Scope::Namespaced, false)));
+        assert!(snapshots(rules("op", Scope::Namespaced, true)));
+        let namespaces = ["apps".to_string()];
+        let asks = |copies| {
+            needed_to_detach("op", "apps", &namespaces, copies)
+                .iter()
+                .any(|c| c.resource == "volumesnapshots" && c.verb == "create")
+        };
+        assert!(!asks(false) && asks(true));
+    }
+
+    #[test]
     fn the_roles_carry_the_operation_s_labels() {
-        let role = driver_role("data-x7k2p", "apps");
+        let role = driver_role("data-x7k2p", "apps", false);
         assert_eq!(
             role.metadata.name.as_deref(),
             Some("volmig-data-x7k2p-driver")
@@ -525,7 +570,7 @@ mod tests {
                 .map(String::as_str),
             Some("data-x7k2p")
         );
-        let cr = driver_cluster_role("data-x7k2p");
+        let cr = driver_cluster_role("data-x7k2p", false);
         assert!(cr
             .rules
             .expect("rules")

@@ -125,15 +125,16 @@ pub fn dry_run_driver(
     namespaces: &[String],
     image: &str,
     start_timeout: u64,
+    copies: bool,
 ) -> Result<Vec<serde_json::Value>, ResourceError> {
     let owner = |kind| driver::Owner {
         kind,
         name: access::driver_rbac_name(op),
         uid: "<uid>".to_string(),
     };
-    let mut objects = vec![to_value(&access::driver_cluster_role(op))?];
+    let mut objects = vec![to_value(&access::driver_cluster_role(op, copies))?];
     for ns in namespaces {
-        objects.push(to_value(&access::driver_role(op, ns))?);
+        objects.push(to_value(&access::driver_role(op, ns, copies))?);
         objects.push(to_value(&driver::role_binding(
             op,
             ns,

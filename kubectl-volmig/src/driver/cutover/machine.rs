@@ -4,7 +4,7 @@
 
 use jiff::Timestamp;
 
-use crate::plan::Plan;
+use crate::plan::{Plan, SourceMethod};
 use crate::record::cutover::{CutoverStatus, PassKind, Rollback, Round, Step};
 use crate::record::{Attempt, AttemptPhase, Summary};
 use crate::spec::CutoverSpec;
@@ -22,12 +22,19 @@ pub fn precopy_done(rounds: &[Round], spec: &CutoverSpec) -> bool {
 
 /// The plan of a pass: rounds mirror the source (`--delete`) without the
 /// verification a changing source would fail; the final sync mirrors and
-/// verifies, whatever `--no-verify` said.
+/// verifies, whatever `--no-verify` said. Rounds read what the plan says
+/// (a fresh snapshot or clone each, when it says so: each round is then
+/// one point in time, and a ReadWriteOncePod source stays its app's); the
+/// final sync and the sync back read the volumes themselves, no pod
+/// holding them then.
 pub fn pass_plan(base: &Plan, kind: PassKind) -> Plan {
     let mut plan = base.clone();
     let t = &mut plan.spec.transfer;
     t.delete = true;
     t.verify = kind != PassKind::PreCopy;
+    if kind != PassKind::PreCopy {
+        plan.source_method = SourceMethod::default();
+    }
     plan
 }
 

@@ -230,6 +230,8 @@ impl Cutover {
         spec.transfer.delete = true;
         spec.transfer.verify = true;
         spec.transfer.compress = self.plan.spec.transfer.compress;
+        // The app is stopped: the new volume is read as it is.
+        spec.transfer.copy_method = crate::spec::CopyMethod::Direct;
         spec.retry = self.plan.spec.retry.clone();
         spec.mover = self.plan.spec.mover.clone();
         // The movers' security as the cutover's: the app is stopped now,

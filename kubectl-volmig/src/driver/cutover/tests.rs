@@ -315,6 +315,17 @@ fn rounds_copy_unverified_and_the_final_sync_verifies_with_delete() {
     no_verify.spec.transfer.verify = false;
     let last = machine::pass_plan(&no_verify, PassKind::FinalSync);
     assert!(last.spec.transfer.delete && last.spec.transfer.verify);
+
+    // Rounds read a snapshot when the plan says so; the final sync and the
+    // sync back read the volumes themselves.
+    let mut snapshot = plan.clone();
+    snapshot.source_method.method = crate::plan::Method::Snapshot;
+    let round = machine::pass_plan(&snapshot, PassKind::PreCopy);
+    assert_eq!(round.sender_claim(2), "volmig-data-x7k2p-read-2");
+    for kind in [PassKind::FinalSync, PassKind::SyncBack] {
+        let pass = machine::pass_plan(&snapshot, kind);
+        assert_eq!(pass.sender_claim(7), "data", "{kind:?}");
+    }
 }
 
 #[test]

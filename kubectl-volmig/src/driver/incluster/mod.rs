@@ -57,6 +57,13 @@ pub fn namespaces(vm: &VolumeMigration) -> Vec<String> {
     out
 }
 
+/// Whether `vm`'s senders read snapshots or clones of the source (its
+/// driver then needs the grants for them).
+pub fn reads_copies(vm: &VolumeMigration) -> bool {
+    let method = vm.status.source_method.as_ref().map(|m| m.method);
+    method.is_some_and(crate::plan::Method::reads_copy)
+}
+
 /// What `vm`'s in-cluster driver will be, to record before it is created.
 pub fn in_cluster(vm: &VolumeMigration, image: &str, who: &str) -> InCluster {
     InCluster {
@@ -74,8 +81,9 @@ pub async fn preflight(
     op: &str,
     home: &str,
     namespaces: &[String],
+    copies: bool,
 ) -> Result<Vec<Check>, DriverError> {
-    let checks = access::needed_to_detach(op, home, namespaces);
+    let checks = access::needed_to_detach(op, home, namespaces, copies);
     let answers: Vec<Result<Option<Check>, DriverError>> = stream::iter(checks)
         .map(|check| async move {
             let allowed = review(client, &check).await?;
@@ -115,12 +123,17 @@ pub async fn start(
 ) -> Result<(), DriverError> {
     let op = vm.metadata.name.as_str();
     let home = vm.metadata.namespace.as_str();
-    let cluster_role = ensure(&Api::all(client.clone()), &access::driver_cluster_role(op)).await?;
+    let copies = reads_copies(vm);
+    let cluster_role = ensure(
+        &Api::all(client.clone()),
+        &access::driver_cluster_role(op, copies),
+    )
+    .await?;
     let cluster_owner = owner("ClusterRole", &cluster_role)?;
     for ns in &ic.namespaces {
         let role = ensure(
             &Api::namespaced(client.clone(), ns),
-            &access::driver_role(op, ns),
+            &access::driver_role(op, ns, copies),
         )
         .await?;
         let role_owner = owner("Role", &role)?;
