@@ -461,7 +461,7 @@ async fn detaching_is_refused_before_anything_is_created_without_the_rights_and_
         .await
         .expect("service account");
     // All the driver may do, everywhere: the user could drive it here.
-    let driver_rules = |scope| volmig::resources::access::rules("any", scope);
+    let driver_rules = |scope| volmig::resources::access::rules("any", scope, false);
     let mut rules = driver_rules(Scope::Namespaced);
     // And what any migrate asks of its user beyond that: its record.
     rules.push(common::object(json!({
