@@ -76,6 +76,15 @@ pub struct SandboxConfig {
     pub oci_archives: Vec<OciArchive>,
     /// Changes kept for watches; older versions get 410 Gone.
     pub watch_history: usize,
+    /// Whether the `snapshot.storage.k8s.io` CRDs are installed (with
+    /// the snapshot controller and the CSI driver's snapshotter, and the
+    /// [`SNAPSHOT_CLASS`]); when not, the group is not served at all.
+    pub snapshots: bool,
+    /// Whether the CSI driver ([`volumes::CSI`]) reports CLONE_VOLUME;
+    /// when not, a clone gets the external-provisioner's repeated
+    /// `ProvisioningFailed` "CSI driver does not support clone operations:
+    /// controller CLONE_VOLUME capability is not reported".
+    pub csi_clone: bool,
 }
 
 impl Default for SandboxConfig {
@@ -89,6 +98,8 @@ impl Default for SandboxConfig {
             images: Vec::new(),
             oci_archives: Vec::new(),
             watch_history: 10_000,
+            snapshots: true,
+            csi_clone: true,
         }
     }
 }
@@ -111,6 +122,12 @@ pub struct Sandbox {
 pub const CLASS_STANDARD: &str = "standard";
 pub const CLASS_WAIT: &str = "standard-wffc";
 pub const CLASS_LOCAL: &str = "local";
+/// Volumes of the sandbox's CSI driver ([`volumes::CSI`]): Immediate,
+/// reachable from every node, snapshots and clones.
+pub const CLASS_CSI: &str = "csi";
+/// The VolumeSnapshotClass of the CSI driver (the driver's default;
+/// `deletionPolicy: Delete`), when [`SandboxConfig::snapshots`] is on.
+pub const SNAPSHOT_CLASS: &str = "csi-snapclass";
 
 impl Sandbox {
     pub async fn start(config: SandboxConfig) -> std::io::Result<Sandbox> {
@@ -135,6 +152,7 @@ impl Sandbox {
         }
         std::fs::create_dir_all(data_dir.join("volumes"))?;
         std::fs::create_dir_all(data_dir.join("pods"))?;
+        std::fs::create_dir_all(data_dir.join("snapshots"))?;
         let (block, reservation) = claim_block()?;
         let store = Store::with_block(config.watch_history, block);
         let listener = TcpListener::bind(("127.0.0.1", config.port)).await?;
@@ -156,9 +174,13 @@ impl Sandbox {
             audit: AuditLog::default(),
             faults: Faults::default(),
             processes: processes.clone(),
+            snapshots: config.snapshots,
         });
         let mut tasks = vec![api::serve(listener, TlsAcceptor::from(tls), api.clone())];
-        let ctx = Arc::new(Ctx::new(store.clone(), data_dir.clone(), authority.clone()));
+        let mut ctx = Ctx::new(store.clone(), data_dir.clone(), authority.clone());
+        ctx.snapshots = config.snapshots;
+        ctx.csi_clone = config.csi_clone;
+        let ctx = Arc::new(ctx);
         tasks.extend(controllers::spawn_all(ctx));
         tasks.push(crate::services::spawn(store.clone()));
         let shared = Shared::new(
@@ -223,6 +245,19 @@ impl Sandbox {
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The directory of a volume the sandbox provisioned (any of its
+    /// classes): `data_dir/volumes/<pv name>`.
+    pub fn volume_dir(&self, pv_name: &str) -> PathBuf {
+        self.data_dir.join("volumes").join(pv_name)
+    }
+
+    /// The directory the CSI driver keeps a snapshot in, by its
+    /// VolumeSnapshotContent's name (`status.boundVolumeSnapshotContentName`
+    /// of the VolumeSnapshot), which is also its `snapshotHandle`.
+    pub fn snapshot_dir(&self, content_name: &str) -> PathBuf {
+        controllers::snapshots::snapshot_dir(&self.data_dir, content_name)
     }
 
     /// The store, for tests that look behind the API.
@@ -473,8 +508,24 @@ fn bootstrap(
         class(CLASS_STANDARD, volumes::SHARED, "Immediate", true),
         class(CLASS_WAIT, volumes::SHARED, "WaitForFirstConsumer", false),
         class(CLASS_LOCAL, volumes::LOCAL, "WaitForFirstConsumer", false),
+        class(CLASS_CSI, volumes::CSI, "Immediate", false),
     ] {
         store.create(registry::get("storageclasses"), "", c)?;
+    }
+    if config.snapshots {
+        store.create(
+            registry::get("volumesnapshotclasses"),
+            "",
+            json!({
+                "apiVersion": "snapshot.storage.k8s.io/v1",
+                "kind": "VolumeSnapshotClass",
+                "metadata": {"name": SNAPSHOT_CLASS, "annotations": {
+                    controllers::snapshots::DEFAULT_CLASS_ANNOTATION: "true",
+                }},
+                "driver": volumes::CSI,
+                "deletionPolicy": "Delete",
+            }),
+        )?;
     }
     Ok(service_ip)
 }

@@ -27,7 +27,7 @@ pub fn route(api: &Api, method: &Method, path: &str) -> Option<Response> {
             "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": api.addr.to_string()}],
         }),
-        "/apis" => groups(),
+        "/apis" => groups(&|g| api.serves(g)),
         "/healthz" | "/readyz" | "/livez" => {
             return Some(
                 Response::builder()
@@ -45,6 +45,11 @@ pub fn route(api: &Api, method: &Method, path: &str) -> Option<Response> {
             let segments: Vec<&str> = p.trim_matches('/').split('/').collect();
             match segments.as_slice() {
                 ["api", "v1"] => resource_list("", "v1")?,
+                ["apis", group, _] | ["apis", group] if !api.serves(group) => {
+                    return Some(error(&ApiError::NoRoute(format!(
+                        "the server could not find the requested resource ({p})"
+                    ))))
+                }
                 ["apis", group, version] => resource_list(group, version)?,
                 ["apis", group] => group_body(group)?,
                 _ => return None,
@@ -68,10 +73,11 @@ fn version() -> Value {
     })
 }
 
-fn groups() -> Value {
+/// The groups that `serves` admits.
+fn groups(serves: &dyn Fn(&str) -> bool) -> Value {
     let groups: Vec<Value> = group_versions()
         .into_iter()
-        .filter(|(g, _)| !g.is_empty())
+        .filter(|(g, _)| !g.is_empty() && serves(g))
         .filter_map(|(g, _)| group_body(g))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
@@ -177,22 +183,42 @@ mod tests {
     }
 
     #[test]
-    fn groups_list_apps_batch_autoscaling_storage_rbac_and_authorization() {
-        let names: Vec<String> = groups()["groups"]
+    fn groups_list_apps_batch_autoscaling_storage_rbac_authorization_and_snapshots() {
+        let names = |serves: &dyn Fn(&str) -> bool| -> Vec<String> {
+            groups(serves)["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g["name"].as_str().map(str::to_string))
+                .collect()
+        };
+        let without = [
+            "apps",
+            "batch",
+            "autoscaling",
+            "storage.k8s.io",
+            "rbac.authorization.k8s.io",
+            "authorization.k8s.io",
+        ];
+        let mut with = without.to_vec();
+        with.push("snapshot.storage.k8s.io");
+        assert_eq!(names(&|_| true), with);
+        assert_eq!(names(&|g| g != crate::registry::SNAPSHOT_GROUP), without);
+        let list = resource_list("snapshot.storage.k8s.io", "v1").expect("served");
+        let names: Vec<&str> = list["resources"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(|g| g["name"].as_str().map(str::to_string))
+            .filter_map(|r| r["name"].as_str())
             .collect();
         assert_eq!(
             names,
             [
-                "apps",
-                "batch",
-                "autoscaling",
-                "storage.k8s.io",
-                "rbac.authorization.k8s.io",
-                "authorization.k8s.io"
+                "volumesnapshots",
+                "volumesnapshots/status",
+                "volumesnapshotcontents",
+                "volumesnapshotcontents/status",
+                "volumesnapshotclasses"
             ]
         );
     }

@@ -56,6 +56,16 @@ pub struct Api {
     pub faults: Faults,
     /// The pods' container processes, which the faults kill.
     pub processes: Arc<PodProcesses>,
+    /// Whether the `snapshot.storage.k8s.io` CRDs are installed: when not,
+    /// the group is in no discovery answer and its paths are 404.
+    pub snapshots: bool,
+}
+
+impl Api {
+    /// Whether the resources of `group` are served.
+    pub fn serves(&self, group: &str) -> bool {
+        self.snapshots || group != crate::registry::SNAPSHOT_GROUP
+    }
 }
 
 /// Serves the API over TLS on `listener` until the returned task is
@@ -176,6 +186,14 @@ async fn respond(api: &Api, incoming: Incoming) -> (AuditEntry, Response) {
         return (entry, response);
     }
     let path = match Path::parse(uri.path()) {
+        Ok(path) if !api.serves(path.resource.group) => {
+            api.audit.record(entry.clone());
+            let missing = ApiError::NoRoute(format!(
+                "the server could not find the requested resource ({})",
+                uri.path()
+            ));
+            return (entry, error(&missing));
+        }
         Ok(path) => path,
         Err(e) => {
             api.audit.record(entry.clone());

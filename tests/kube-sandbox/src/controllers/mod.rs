@@ -15,6 +15,8 @@ pub mod placement;
 pub mod pod_control;
 pub mod root_ca;
 pub mod scheduler;
+pub mod snapshots;
+pub mod tree_copy;
 pub mod ttl;
 pub mod volumes;
 pub mod workloads;
@@ -45,6 +47,11 @@ pub struct Ctx {
     pub(crate) job_backoff: jobs::Backoff,
     /// When an owner whose pod was refused may next create one.
     pub(crate) pod_creates: pod_control::Backoff,
+    /// Whether the sandbox's CSI driver reports CLONE_VOLUME.
+    pub csi_clone: bool,
+    /// Whether the snapshot CRDs are installed (the snapshot controller
+    /// and the CSI driver's snapshotter run only then).
+    pub snapshots: bool,
 }
 
 impl Ctx {
@@ -57,6 +64,8 @@ impl Ctx {
             daemon_backoff: Default::default(),
             job_backoff: Default::default(),
             pod_creates: Default::default(),
+            csi_clone: true,
+            snapshots: true,
         }
     }
 }
@@ -94,6 +103,7 @@ pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
         spawn("root-ca-cert-publisher", ctx.clone(), root_ca::reconcile),
         spawn("garbage-collector", ctx.clone(), gc::reconcile),
         spawn("persistentvolume-binder", ctx.clone(), volumes::reconcile),
+        spawn("snapshot-controller", ctx.clone(), snapshots::reconcile),
         spawn("scheduler", ctx.clone(), scheduler::reconcile),
         spawn("workloads", ctx.clone(), workloads::reconcile),
         spawn("daemonset-controller", ctx.clone(), daemonsets::reconcile),

@@ -47,13 +47,14 @@ impl HostVolume {
 }
 
 /// Resolves every volume of `pod`, materializing Secrets, ConfigMaps and
-/// emptyDirs under `pod_dir/volumes`.
+/// emptyDirs under `pod_dir/volumes`; the CSI driver's volumes are under
+/// `data_dir/volumes`.
 pub fn prepare(
     store: &Store,
     authority: &Authority,
     pod: &Value,
     node: &Value,
-    pod_dir: &Path,
+    (data_dir, pod_dir): (&Path, &Path),
 ) -> Result<HashMap<String, HostVolume>, NotReady> {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
     let mut out = HashMap::new();
@@ -65,7 +66,7 @@ pub fn prepare(
                 .get("claimName")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let (path, managed) = claim_path(store, ns, claim_name, node)?;
+            let (path, managed) = claim_path(store, ns, claim_name, node, data_dir)?;
             let read_only = claim.get("readOnly") == Some(&Value::Bool(true));
             HostVolume {
                 claim: Some(claim_name.to_string()),
@@ -134,12 +135,15 @@ pub(super) fn make_dir(dir: &Path, volume: &str) -> Result<(), NotReady> {
 /// mount it: the claim is not being deleted and the volume's node affinity
 /// admits the node (all nodes share one filesystem here, so this check is
 /// what keeps a node-local volume on its node). With how its plugin
-/// manages ownership: a `local` volume by policy, a `hostPath` one not.
+/// manages ownership: a `local` volume by policy, a `hostPath` one not, a
+/// volume of the sandbox's CSI driver by policy (its CSIDriver would say
+/// `fsGroupPolicy: File`, as csi-driver-host-path's does).
 fn claim_path(
     store: &Store,
     ns: &str,
     claim_name: &str,
     node: &Value,
+    data_dir: &Path,
 ) -> Result<(PathBuf, Managed), NotReady> {
     let waiting = |message: String| NotReady {
         reason: "FailedMount",
@@ -170,6 +174,9 @@ fn claim_path(
             "MountVolume.NodeAffinity check failed for volume \"{pv_name}\" : no matching NodeSelectorTerms"
         )));
     }
+    if let Some(csi) = pv["spec"]["csi"].as_object() {
+        return csi_path(pv_name, csi, data_dir);
+    }
     let (path, managed) = match (
         pv["spec"]["hostPath"]["path"].as_str(),
         pv["spec"]["local"]["path"].as_str(),
@@ -178,11 +185,42 @@ fn claim_path(
         (None, Some(path)) => (path, Managed::ByPolicy),
         (None, None) => {
             return Err(waiting(format!(
-                "persistentvolume \"{pv_name}\" has no hostPath or local path"
+                "persistentvolume \"{pv_name}\" has no hostPath, local or csi source"
             )))
         }
     };
     Ok((PathBuf::from(path), managed))
+}
+
+/// A CSI volume's directory: the sandbox's driver is the only one
+/// registered on its nodes, and keeps a volume under its handle.
+fn csi_path(
+    pv_name: &str,
+    csi: &serde_json::Map<String, Value>,
+    data_dir: &Path,
+) -> Result<(PathBuf, Managed), NotReady> {
+    let driver = csi
+        .get("driver")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let handle = csi
+        .get("volumeHandle")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if driver != crate::controllers::volumes::CSI {
+        return Err(NotReady {
+            reason: "FailedMount",
+            message: format!("MountVolume.MountDevice failed for volume \"{pv_name}\" : kubernetes.io/csi: attacher.MountDevice failed to create newCsiDriverClient: driver name {driver} not found in the list of registered CSI drivers"),
+        });
+    }
+    let dir = data_dir.join("volumes").join(handle);
+    if handle.is_empty() || handle.contains('/') || !dir.is_dir() {
+        return Err(NotReady {
+            reason: "FailedMount",
+            message: format!("MountVolume.SetUp failed for volume \"{pv_name}\" : rpc error: code = NotFound desc = volume id {handle} does not exist in the volumes list"),
+        });
+    }
+    Ok((dir, Managed::ByPolicy))
 }
 
 /// Writes a Secret's or ConfigMap's keys (or the listed `items`) as files.

@@ -229,7 +229,58 @@ pub static RESOURCES: &[Resource] = &[
             &[],
         )
     },
+    // The kinds of the external-snapshotter's CRDs (`client/config/crd`):
+    // no categories, a status subresource on snapshots and contents.
+    snapshot(
+        "volumesnapshots",
+        "volumesnapshot",
+        "VolumeSnapshot",
+        &["vs"],
+        true,
+        &["status"],
+    ),
+    snapshot(
+        "volumesnapshotcontents",
+        "volumesnapshotcontent",
+        "VolumeSnapshotContent",
+        &["vsc", "vscs"],
+        false,
+        &["status"],
+    ),
+    snapshot(
+        "volumesnapshotclasses",
+        "volumesnapshotclass",
+        "VolumeSnapshotClass",
+        &["vsclass", "vsclasses"],
+        false,
+        &[],
+    ),
 ];
+
+/// The group of the CSI snapshot CRDs, served unless the sandbox is
+/// configured as a cluster without them.
+pub const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
+
+const fn snapshot(
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    short_names: &'static [&'static str],
+    namespaced: bool,
+    subresources: &'static [&'static str],
+) -> Resource {
+    Resource {
+        group: SNAPSHOT_GROUP,
+        ..core(
+            plural,
+            singular,
+            kind,
+            short_names,
+            namespaced,
+            subresources,
+        )
+    }
+}
 
 /// The review the API server answers for the requesting identity.
 pub const SELF_SUBJECT_ACCESS_REVIEWS: &str = "selfsubjectaccessreviews";

@@ -18,6 +18,8 @@
 
 mod binding;
 mod claims;
+mod csi;
+pub use csi::CLONE_FINALIZER;
 mod provision;
 mod reclaim;
 #[cfg(test)]
@@ -37,6 +39,10 @@ use reclaim::sync_volume;
 pub const SHARED: &str = "sandbox.volmig.io/shared";
 /// Provisioner of node-local volumes (PV node affinity to one node).
 pub const LOCAL: &str = "sandbox.volmig.io/local";
+/// The sandbox's CSI driver, and its external-provisioner: volumes any
+/// node can mount (`spec.csi`), snapshots (with the snapshot CRDs) and
+/// clones (unless `SandboxConfig::csi_clone` is off).
+pub const CSI: &str = "csi.sandbox.volmig.io";
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
@@ -128,6 +134,9 @@ pub fn reconcile(ctx: &Ctx) {
         }
         if let Some(claim) = view.claim(ns, name).cloned() {
             sync_claim(ctx, &mut view, &claim);
+        }
+        if let Some(claim) = view.claim(ns, name).cloned() {
+            csi::protect_clone_source(ctx, &mut view, &claim);
         }
     }
     let volumes: Vec<String> = view

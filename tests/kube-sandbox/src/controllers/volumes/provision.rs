@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::binding::{claim_ref, class_of};
 use super::{
-    annotation, event, str_at, View, LOCAL, PROVISIONED_BY, SELECTED_NODE, SHARED, VOLUMES,
+    annotation, event, str_at, View, CSI, LOCAL, PROVISIONED_BY, SELECTED_NODE, SHARED, VOLUMES,
 };
 use crate::controllers::{is_terminating, name_of, Ctx};
 use crate::events::{self, EventType, Source};
@@ -16,8 +16,11 @@ use crate::registry;
 // Provisioning
 
 /// `provisionClaim` for a claim that names a class; the sandbox's own
-/// provisioners act as external ones do.
-pub(super) fn provision_claim(ctx: &Ctx, view: &View, claim: &Value) {
+/// provisioners act as external ones do. The hostPath and local ones are
+/// built on sig-storage-lib-external-provisioner, which never looks at a
+/// claim's `dataSource`: as local-path-provisioner or
+/// nfs-subdir-external-provisioner, they make an empty volume for it.
+pub(super) fn provision_claim(ctx: &Ctx, view: &mut View, claim: &Value) {
     let class_name = class_of(claim);
     let Some(class) = view.classes.iter().find(|c| name_of(c).1 == class_name) else {
         failed(
@@ -28,8 +31,12 @@ pub(super) fn provision_claim(ctx: &Ctx, view: &View, claim: &Value) {
         return;
     };
     let provisioner = str_at(class, &["provisioner"]);
-    if (provisioner != SHARED && provisioner != LOCAL) || is_terminating(claim) {
+    if ![SHARED, LOCAL, CSI].contains(&provisioner) || is_terminating(claim) {
         return;
+    }
+    if provisioner == CSI {
+        let class = class.clone();
+        return super::csi::provision(ctx, view, claim, &class);
     }
     if !claim["spec"]["selector"].is_null() {
         let message = format!(
@@ -55,22 +62,39 @@ pub(super) fn provision_claim(ctx: &Ctx, view: &View, claim: &Value) {
         );
         return;
     }
-    provision(ctx, claim, class, provisioner, node);
+    let made = make_volume(ctx, claim, class, provisioner, node, None);
+    if let Err(message) = made {
+        failed(ctx, claim, &message);
+    }
 }
 
-fn provision(ctx: &Ctx, claim: &Value, class: &Value, provisioner: &str, node: &str) {
-    let uid = str_at(claim, &["metadata", "uid"]);
-    let pv_name = format!("pvc-{uid}");
+/// The name of the volume provisioned for `claim`.
+pub(super) fn volume_name(claim: &Value) -> String {
+    format!("pvc-{}", str_at(claim, &["metadata", "uid"]))
+}
+
+/// Makes the volume's directory (a copy of `content` when given) and its
+/// PV, with `ProvisioningSucceeded`; the error to report otherwise.
+pub(super) fn make_volume(
+    ctx: &Ctx,
+    claim: &Value,
+    class: &Value,
+    provisioner: &str,
+    node: &str,
+    content: Option<&std::path::Path>,
+) -> Result<(), String> {
+    let pv_name = volume_name(claim);
     let dir = ctx.data_dir.join("volumes").join(&pv_name);
     // Writable by any user, as local-path-provisioner (kind, k3d) makes
     // its directories: a non-root pod can use a claim whose plugin does
-    // not apply its fsGroup.
-    let made = std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)));
-    if let Err(e) = made {
-        failed(ctx, claim, &format!("creating {}: {e}", dir.display()));
-        return;
-    }
+    // not apply its fsGroup. A copy keeps its source's root as it is.
+    let made = match content {
+        Some(source) if !dir.exists() => super::super::tree_copy::copy_tree(source, &dir).map(drop),
+        Some(_) => Ok(()),
+        None => std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))),
+    };
+    made.map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let path = dir.to_string_lossy().to_string();
     let mut spec = json!({
         "capacity": {"storage": claim["spec"]["resources"]["requests"]["storage"]},
@@ -80,7 +104,9 @@ fn provision(ctx: &Ctx, claim: &Value, class: &Value, provisioner: &str, node: &
         "volumeMode": claim["spec"]["volumeMode"],
         "claimRef": claim_ref(claim),
     });
-    if provisioner == LOCAL {
+    if provisioner == CSI {
+        spec["csi"] = super::csi::volume_source(&pv_name);
+    } else if provisioner == LOCAL {
         spec["local"] = json!({"path": path});
         spec["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
@@ -104,8 +130,9 @@ fn provision(ctx: &Ctx, claim: &Value, class: &Value, provisioner: &str, node: &
             &format!("Successfully provisioned volume {pv_name}"),
         ),
         Err(crate::ApiError::AlreadyExists { .. }) => {}
-        Err(e) => failed(ctx, claim, &e.to_string()),
+        Err(e) => return Err(e.to_string()),
     }
+    Ok(())
 }
 
 /// `ProvisioningFailed`, as the PV controller records it.
@@ -120,7 +147,7 @@ fn failed(ctx: &Ctx, claim: &Value, message: &str) {
 }
 
 /// An event about the claim from the provisioner itself.
-fn provisioner_event(
+pub(super) fn provisioner_event(
     ctx: &Ctx,
     provisioner: &str,
     claim: &Value,
@@ -128,7 +155,11 @@ fn provisioner_event(
     reason: &str,
     message: &str,
 ) {
-    let component = if provisioner == LOCAL { LOCAL } else { SHARED };
+    let component = match provisioner {
+        LOCAL => LOCAL,
+        CSI => super::csi::COMPONENT,
+        _ => SHARED,
+    };
     events::record(
         &ctx.store,
         &Source::new(component),
@@ -140,5 +171,8 @@ fn provisioner_event(
 }
 
 pub(super) fn provisioned_here(volume: &Value) -> bool {
-    matches!(annotation(volume, PROVISIONED_BY), Some(SHARED | LOCAL))
+    matches!(
+        annotation(volume, PROVISIONED_BY),
+        Some(SHARED | LOCAL | CSI)
+    )
 }

@@ -231,14 +231,25 @@ fn remove_provisioned_dir(ctx: &Ctx, volume: &Value) {
     if !provisioned_here(volume) || policy(volume) != "Delete" {
         return;
     }
+    let root = ctx.data_dir.join("volumes");
+    // The CSI driver's volumes are named by their handle.
+    let handle = match str_at(volume, &["spec", "csi", "driver"]) {
+        super::CSI => str_at(volume, &["spec", "csi", "volumeHandle"]),
+        _ => "",
+    };
+    let csi_path = if !handle.is_empty() && !handle.contains('/') {
+        root.join(handle).to_string_lossy().to_string()
+    } else {
+        String::new()
+    };
     let path = [
         str_at(volume, &["spec", "hostPath", "path"]),
         str_at(volume, &["spec", "local", "path"]),
+        csi_path.as_str(),
     ]
     .into_iter()
     .find(|p| !p.is_empty())
     .map(std::path::PathBuf::from);
-    let root = ctx.data_dir.join("volumes");
     if let Some(path) = path.filter(|p| p.starts_with(&root) && p != &root) {
         if let Err(e) = std::fs::remove_dir_all(&path) {
             if e.kind() != std::io::ErrorKind::NotFound {

@@ -100,7 +100,7 @@ impl Worker {
             &self.shared.authority,
             pod,
             &node,
-            &self.dir,
+            (&self.shared.data_dir, &self.dir),
         )
         .map_err(Some)?;
         let warnings =

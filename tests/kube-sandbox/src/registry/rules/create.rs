@@ -44,6 +44,9 @@ pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
         "Job" => causes.extend(super::jobs::job_causes(&obj["spec"])),
         "Secret" => causes.extend(secret_causes(obj)),
         "ConfigMap" => causes.extend(config_map_causes(obj)),
+        "VolumeSnapshot" | "VolumeSnapshotContent" | "VolumeSnapshotClass" => {
+            causes.extend(super::snapshots::create_causes(res.kind, obj));
+        }
         _ => {}
     }
     invalid_if_any(res, obj, causes)
@@ -96,6 +99,7 @@ fn claim_spec_causes(spec: &Value) -> Vec<String> {
             }
         }
     }
+    causes.extend(super::snapshots::data_source_causes(spec));
     causes
 }
 

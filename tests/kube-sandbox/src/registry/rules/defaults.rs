@@ -33,6 +33,7 @@ pub fn default_object(res: &Resource, obj: &mut Value, default_class: Option<&st
         "Pod" => default_pod_spec(&mut obj["spec"]),
         "PersistentVolumeClaim" => {
             set_default(&mut obj["spec"], "volumeMode", json!("Filesystem"));
+            super::snapshots::normalize_data_sources(&mut obj["spec"]);
             // The DefaultStorageClass admission plugin: a claim that names
             // no class (absent or null; "" asks for none) gets the default.
             if let Some(class) = default_class {

@@ -14,6 +14,7 @@ pub mod pod_security;
 mod quantity;
 mod secrets;
 pub mod service_accounts;
+mod snapshots;
 #[cfg(test)]
 mod tests;
 mod update;

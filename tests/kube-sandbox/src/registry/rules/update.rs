@@ -48,6 +48,9 @@ pub fn validate_update(res: &Resource, old: &Value, new: &Value) -> Result<(), A
             causes.extend(immutable_causes(old, new, &["data", "binaryData"]));
             causes.extend(config_map_causes(new));
         }
+        "VolumeSnapshot" | "VolumeSnapshotContent" | "VolumeSnapshotClass" => {
+            causes.extend(super::snapshots::update_causes(res.kind, old, new));
+        }
         _ => {}
     }
     invalid_if_any(res, old, causes)

@@ -1,0 +1,162 @@
+//! A point-in-time copy of a volume's directory, as the sandbox's CSI
+//! driver cuts snapshots, restores them and clones volumes: every file,
+//! directory and symlink with its mode, owner and group (as far as this
+//! process may set them) and modification time; hard links become separate
+//! files. A file that vanishes while the tree is walked is skipped, as a
+//! crash-consistent snapshot of a volume in use would miss it.
+
+use std::io;
+use std::os::unix::fs::{lchown, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{utimensat, AtFlags, Timespec, Timestamps, CWD};
+
+/// Copies the tree at `from` to `to` (which must not exist): written
+/// under a temporary name beside `to` and renamed, so that `to` is either
+/// absent or complete. Returns the bytes of the regular files copied.
+pub fn copy_tree(from: &Path, to: &Path) -> io::Result<u64> {
+    let name = to
+        .file_name()
+        .ok_or_else(|| io::Error::other(format!("{}: no file name", to.display())))?;
+    let temp = to.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+    match std::fs::remove_dir_all(&temp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let bytes = copy_dir(from, &temp)?;
+    std::fs::rename(&temp, to)?;
+    Ok(bytes)
+}
+
+/// The bytes of the regular files under `dir` (what a restore needs).
+pub fn tree_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => stack.push(entry.path()),
+                Ok(m) if m.is_file() => total += m.len(),
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+fn copy_dir(from: &Path, to: &Path) -> io::Result<u64> {
+    let meta = std::fs::symlink_metadata(from)?;
+    std::fs::create_dir(to)?;
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(from)? {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        match copy_entry(&source, &target) {
+            Ok(n) => bytes += n,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !source.exists() => {}
+            Err(e) => return Err(context(e, &source)),
+        }
+    }
+    // Last, so that writing the children does not move the time.
+    finish(to, &meta)?;
+    Ok(bytes)
+}
+
+fn copy_entry(source: &Path, target: &PathBuf) -> io::Result<u64> {
+    let meta = std::fs::symlink_metadata(source)?;
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        return copy_dir(source, target);
+    }
+    let mut bytes = 0;
+    if kind.is_symlink() {
+        std::os::unix::fs::symlink(std::fs::read_link(source)?, target)?;
+    } else if kind.is_file() {
+        bytes = std::fs::copy(source, target)?;
+    } else {
+        // Sockets, FIFOs and devices have no data to copy: skipped.
+        return Ok(0);
+    }
+    finish(target, &meta)?;
+    Ok(bytes)
+}
+
+/// Owner, mode and times of `path` as `meta` has them; a `chown` this
+/// process may not make is left undone.
+fn finish(path: &Path, meta: &std::fs::Metadata) -> io::Result<()> {
+    match lchown(path, Some(meta.uid()), Some(meta.gid())) {
+        Err(e) if e.kind() != io::ErrorKind::PermissionDenied => return Err(e),
+        _ => {}
+    }
+    if !meta.file_type().is_symlink() {
+        // After the chown, which clears the setuid and setgid bits.
+        let mode = meta.permissions().mode() & 0o7777;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    let time = |sec: i64, nsec: i64| Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec as _,
+    };
+    let times = Timestamps {
+        last_access: time(meta.atime(), meta.atime_nsec()),
+        last_modification: time(meta.mtime(), meta.mtime_nsec()),
+    };
+    utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(io::Error::from)
+}
+
+fn context(e: io::Error, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn copies_modes_times_symlinks_and_nested_directories() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let from = dir.path().join("from");
+        std::fs::create_dir_all(from.join("a/b")).expect("dirs");
+        std::fs::write(from.join("a/b/file"), b"hello").expect("file");
+        std::fs::set_permissions(
+            from.join("a/b/file"),
+            std::fs::Permissions::from_mode(0o640),
+        )
+        .expect("chmod");
+        symlink("b/file", from.join("a/link")).expect("symlink");
+        std::fs::set_permissions(from.join("a"), std::fs::Permissions::from_mode(0o750))
+            .expect("chmod");
+        let old = Timestamps {
+            last_access: Timespec {
+                tv_sec: 1_000_000,
+                tv_nsec: 5,
+            },
+            last_modification: Timespec {
+                tv_sec: 1_000_000,
+                tv_nsec: 5,
+            },
+        };
+        utimensat(CWD, from.join("a/b/file"), &old, AtFlags::empty()).expect("utimes");
+        let to = dir.path().join("to");
+        assert_eq!(copy_tree(&from, &to).expect("copy"), 5);
+        assert_eq!(std::fs::read(to.join("a/b/file")).expect("read"), b"hello");
+        let meta = std::fs::metadata(to.join("a/b/file")).expect("meta");
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
+        assert_eq!((meta.mtime(), meta.mtime_nsec()), (1_000_000, 5));
+        let dir_meta = std::fs::metadata(to.join("a")).expect("meta");
+        assert_eq!(dir_meta.permissions().mode() & 0o7777, 0o750);
+        assert_eq!(
+            std::fs::read_link(to.join("a/link")).expect("link"),
+            Path::new("b/file")
+        );
+        assert_eq!(tree_bytes(&to), 5);
+        assert!(!dir.path().join(".to.partial").exists());
+        // The target must not exist yet.
+        assert!(copy_tree(&from, &to).is_err());
+    }
+}
