@@ -208,8 +208,12 @@ fn claim_line(c: &ClaimPlanned, p: &Plan) -> String {
         [] => "mounted by no pod".to_string(),
         pods => format!("used by {}", pods.join(", ")),
     };
+    let reads = match p.source_method.method {
+        m if m.reads_copy() => format!(" (reads a {} of it)", m.as_str()),
+        _ => String::new(),
+    };
     format!(
-        "  {}  {} {} -> {}/{} ({}, {}); sender {}, receiver {}; {used}; {}\n",
+        "  {}  {} {} -> {}/{} ({}, {}); sender {}{reads}, receiver {}; {used}; {}\n",
         c.source,
         s.capacity,
         s.storage_class.as_deref().unwrap_or("no class"),

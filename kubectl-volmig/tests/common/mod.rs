@@ -76,6 +76,11 @@ pub async fn env_with_driver() -> Env {
 
 async fn sandbox_env(config: SandboxConfig) -> Env {
     let sandbox = Sandbox::start(config).await.expect("sandbox starts");
+    let volumes = sandbox.volume_dir("-").parent().map(Path::to_path_buf);
+    VOLUME_DIRS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(volumes);
     Env {
         kubeconfig: sandbox.kubeconfig_path().to_path_buf(),
         sandbox: Some(sandbox),
@@ -95,17 +100,26 @@ fn external_env() -> Option<Env> {
 /// A sandbox with `taints` (they are ignored on an external cluster, whose
 /// nodes are what they are).
 pub async fn env_with(taints: Vec<Taint>) -> Env {
+    env_configured(SandboxConfig {
+        taints,
+        ..SandboxConfig::default()
+    })
+    .await
+}
+
+/// A sandbox as `config` says, its nodes running the built mover (an
+/// external cluster is what it is).
+pub async fn env_configured(config: SandboxConfig) -> Env {
     if let Some(external) = external_env() {
         return external;
     }
     let mover = kube_sandbox::testkit::workspace_binary("mover", "mover");
     sandbox_env(SandboxConfig {
-        taints,
         images: vec![ImageMapping {
             image: "ghcr.io/volmig/mover".into(),
             binary: mover,
         }],
-        ..SandboxConfig::default()
+        ..config
     })
     .await
 }
@@ -280,13 +294,30 @@ pub async fn volume_dir(client: &Client, ns: &str, claim: &str) -> PathBuf {
         .expect("volume")
         .spec
         .expect("spec");
+    if let Some(csi) = spec.csi {
+        // The sandbox's CSI driver keeps the volume under its handle.
+        return csi_volume_dir(&csi.volume_handle);
+    }
     let path = spec
         .host_path
         .map(|h| h.path)
         .or(spec.local.map(|l| l.path))
-        .expect("a hostPath or local volume");
+        .expect("a hostPath, local or CSI volume");
     PathBuf::from(path)
 }
+
+/// The directory of the sandbox's CSI volume `handle` (its PV's name), in
+/// the volumes directory of the sandbox that holds it.
+fn csi_volume_dir(handle: &str) -> PathBuf {
+    let dirs = VOLUME_DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    dirs.iter()
+        .map(|d| d.join(handle))
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| panic!("no sandbox holds CSI volume {handle}"))
+}
+
+/// The volumes directories of the sandboxes this test binary started.
+static VOLUME_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 /// Polls `probe` every 200 ms until it gives something (2 minutes at most).
 pub async fn wait_until<T, F, Fut>(what: &str, mut probe: F) -> T

@@ -8,7 +8,7 @@ use super::format::{age, bytes, bytes_compact, columns, elapsed, percent, rate};
 use crate::plan::{ClaimAction, NodePlacement};
 use crate::record::cutover::CutoverStatus;
 use crate::record::figures::{self, attempt_elapsed, Budget};
-use crate::record::{Attempt, Phase, Progress, Summary, VolumeMigration};
+use crate::record::{Attempt, Phase, Progress, SourceCopy, Summary, VolumeMigration};
 
 /// Where values start, as kubectl's describe aligns them.
 const KEY_WIDTH: usize = 15;
@@ -58,6 +58,9 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
     }
     out.field(0, "Source", source(vm));
     out.field(0, "Destination", destination(vm));
+    if let Some(m) = status.source_method.as_ref().filter(|m| m.method.reads_copy()) {
+        out.field(0, "Reads", format!("{} ({})", m.method.as_str(), m.reason));
+    }
     if let Some(p) = &status.progress {
         out.field(0, "Progress", progress(p));
         if let Some(current) = &p.current {
@@ -286,9 +289,14 @@ fn attempts(vm: &VolumeMigration, now: Timestamp) -> String {
     ]
     .map(String::from)
     .to_vec()];
+    // Only an operation that read copies has the column.
+    let copies = vm.status.attempts.iter().any(|a| a.source.is_some());
+    if copies {
+        rows[0].insert(2, "READ".to_string());
+    }
     for a in &vm.status.attempts {
         let (done, rate_now) = figures(a);
-        rows.push(vec![
+        let mut row = vec![
             a.number.to_string(),
             a.phase.as_str().to_string(),
             a.sender.node.clone().unwrap_or_else(dash),
@@ -304,9 +312,26 @@ fn attempts(vm: &VolumeMigration, now: Timestamp) -> String {
             bytes_compact(done),
             rate(rate_now).replace(' ', ""),
             a.reason.clone().unwrap_or_else(dash),
-        ]);
+        ];
+        if copies {
+            row.insert(2, a.source.as_ref().map_or_else(dash, read_cell));
+        }
+        rows.push(row);
     }
     columns(&rows)
+}
+
+/// `snapshot, ready in 1.2s`, `clone, not ready`: what an attempt's
+/// sender read, and how long the copy took.
+fn read_cell(copy: &SourceCopy) -> String {
+    let method = copy.method.as_str();
+    match (copy.requested_at, copy.ready_at) {
+        (Some(asked), Some(ready)) => {
+            let took = ready.duration_since(asked).as_secs_f64().max(0.0);
+            format!("{method}, ready in {took:.1}s")
+        }
+        _ => format!("{method}, not ready"),
+    }
 }
 
 /// `9m17s (started ..., completed ...)`: the attempts' time, the running
