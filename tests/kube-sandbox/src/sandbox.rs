@@ -177,12 +177,6 @@ impl Sandbox {
             snapshots: config.snapshots,
         });
         let mut tasks = vec![api::serve(listener, TlsAcceptor::from(tls), api.clone())];
-        let mut ctx = Ctx::new(store.clone(), data_dir.clone(), authority.clone());
-        ctx.snapshots = config.snapshots;
-        ctx.csi_clone = config.csi_clone;
-        let ctx = Arc::new(ctx);
-        tasks.extend(controllers::spawn_all(ctx));
-        tasks.push(crate::services::spawn(store.clone()));
         let shared = Shared::new(
             store.clone(),
             logs,
@@ -192,6 +186,15 @@ impl Sandbox {
             authority.clone(),
             processes,
         );
+        let mut ctx = Ctx::new(store.clone(), data_dir.clone(), authority.clone());
+        ctx.snapshots = config.snapshots;
+        ctx.csi_clone = config.csi_clone;
+        // The kubelets' freezer: the CSI driver stops a volume's writers
+        // on whichever nodes they run.
+        ctx.freezer = shared.freezer.clone();
+        let ctx = Arc::new(ctx);
+        tasks.extend(controllers::spawn_all(ctx));
+        tasks.push(crate::services::spawn(store.clone()));
         let kubelets = (0..config.nodes)
             .map(|i| Kubelet::spawn(shared.clone(), node_name(i), kubelet::node_ip(block, i)))
             .collect();

@@ -121,6 +121,92 @@ async fn a_csi_volume_is_snapshotted_and_restored_for_pods() {
     assert!(!sb.snapshot_dir(&content).exists());
 }
 
+const BUSY_WRITER: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: busy}
+spec:
+  storageClassName: csi
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: busy}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    command: [sh, -c, ": > /data/seq; dd if=/dev/zero of=/data/middle bs=1M count=32 2>/dev/null; n=0; while true; do n=$((n+1)); echo $n >> /data/seq; echo $n > /data/last.tmp; mv /data/last.tmp /data/last; done"]
+    volumeMounts: [{name: data, mountPath: /data}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: busy}}]
+"#;
+
+/// A snapshot is one point in time across the volume's files, as a CSI
+/// driver's is: cut while a pod appends `n` to `seq` then renames `n` into
+/// `last`, each snapshot has a gapless `seq` and a `last` that is its last
+/// number or the one before (the rename not done yet). The 32 MiB file
+/// made between `seq` and `last` (in directory order, which is creation
+/// order or its reverse on a small ext4 or tmpfs directory) keeps a copy
+/// file by file long enough between the two to see several loops.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_is_one_point_in_time_while_a_pod_writes() {
+    let sb = sandbox().await;
+    let out = apply(&sb, BUSY_WRITER).await;
+    assert!(out.ok, "{}", out.stderr);
+    wait_for(&sb, &["get", "pod", "busy"], "{.status.phase}", "Running").await;
+    let pv = kubectl_ok(
+        &sb,
+        &["get", "pvc", "busy", "-o", "jsonpath={.spec.volumeName}"],
+    )
+    .await;
+    let seq = sb.volume_dir(&pv).join("seq");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::metadata(&seq).map_or(0, |m| m.len()) < 1000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pod writes nothing"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for i in 0..5 {
+        let manifest = format!(
+            "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {{name: busy-{i}}}\nspec:\n  source: {{persistentVolumeClaimName: busy}}\n"
+        );
+        let out = apply(&sb, &manifest).await;
+        assert!(out.ok, "{}", out.stderr);
+        let name = format!("busy-{i}");
+        wait_for(&sb, &["get", "vs", &name], "{.status.readyToUse}", "true").await;
+        let content = kubectl_ok(
+            &sb,
+            &[
+                "get",
+                "vs",
+                &name,
+                "-o",
+                "jsonpath={.status.boundVolumeSnapshotContentName}",
+            ],
+        )
+        .await;
+        let dir = sb.snapshot_dir(&content);
+        let seq = std::fs::read_to_string(dir.join("seq")).expect("seq in the snapshot");
+        let numbers: Vec<u64> = seq
+            .lines()
+            .map(|l| l.parse().unwrap_or_else(|_| panic!("{name}: line {l:?}")))
+            .collect();
+        let expected: Vec<u64> = (1..=numbers.len() as u64).collect();
+        assert!(numbers == expected, "{name}: seq has gaps");
+        let top = numbers.len() as u64;
+        if let Ok(last) = std::fs::read_to_string(dir.join("last")) {
+            let last: u64 = last.trim().parse().expect("last is a number");
+            assert!(
+                last == top || last + 1 == top,
+                "{name}: last is {last}, seq ends at {top}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn without_the_crds_the_snapshot_group_is_not_served() {
     let sb: Sandbox = Sandbox::start(SandboxConfig {

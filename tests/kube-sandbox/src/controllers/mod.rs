@@ -29,6 +29,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::auth::Authority;
+use crate::kubelet::Freezer;
 use crate::store::Store;
 use crate::task::Owned;
 
@@ -52,6 +53,9 @@ pub struct Ctx {
     /// Whether the snapshot CRDs are installed (the snapshot controller
     /// and the CSI driver's snapshotter run only then).
     pub snapshots: bool,
+    /// The kubelets' container processes, which the CSI driver stops
+    /// while it copies a volume (see `kubelet::freeze`).
+    pub freezer: Arc<Freezer>,
 }
 
 impl Ctx {
@@ -66,6 +70,7 @@ impl Ctx {
             pod_creates: Default::default(),
             csi_clone: true,
             snapshots: true,
+            freezer: Arc::default(),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! grace period and removes the pod.
 
 mod env;
+pub mod freeze;
 pub mod image;
 mod launch;
 pub mod logs;
@@ -32,6 +33,7 @@ use crate::auth::Authority;
 use crate::store::Store;
 use crate::task::Owned;
 
+pub use freeze::Freezer;
 pub use image::{ImageMapping, Images, OciArchive};
 pub use processes::PodProcesses;
 
@@ -45,6 +47,9 @@ pub struct Shared {
     pub authority: Arc<Authority>,
     /// The running container processes, which faults may kill.
     pub processes: Arc<PodProcesses>,
+    /// Stops the containers writing to a volume while it is snapshotted;
+    /// one for the whole sandbox, which the controllers' `Ctx` shares.
+    pub freezer: Arc<Freezer>,
     ips: Mutex<IpPool>,
 }
 
@@ -66,6 +71,7 @@ impl Shared {
             images,
             authority,
             processes,
+            freezer: Arc::default(),
             ips: Mutex::new(IpPool {
                 block,
                 next: 0,

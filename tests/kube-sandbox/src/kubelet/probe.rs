@@ -12,7 +12,8 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::runtime::{Launch, Process};
+use super::freeze::Freezer;
+use super::runtime::Launch;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Check {
@@ -100,8 +101,15 @@ fn port(container: &Value, port: &Value) -> Result<u16, String> {
 }
 
 /// Runs the check once; Err carries the failure as the Unhealthy event
-/// says it.
-pub async fn run(check: &Check, ip: IpAddr, exec: &Launch) -> Result<(), String> {
+/// says it. An exec check's process starts through the `freezer`, as
+/// the container's own: it waits while the container's volumes are
+/// frozen, and is stopped with them.
+pub async fn run(
+    check: &Check,
+    ip: IpAddr,
+    exec: &Launch,
+    freezer: &Freezer,
+) -> Result<(), String> {
     match check {
         Check::Tcp { port } => TcpStream::connect((ip, *port))
             .await
@@ -109,8 +117,9 @@ pub async fn run(check: &Check, ip: IpAddr, exec: &Launch) -> Result<(), String>
             .map_err(|e| format!("dial tcp {ip}:{port}: connect: {e}")),
         Check::Http { port, path } => http_get(ip, *port, path).await,
         Check::Exec { .. } => {
-            let mut process = Process::spawn(exec).map_err(|e| e.to_string())?;
+            let (mut process, registered) = freezer.spawn(exec).await.map_err(|e| e.to_string())?;
             let exit = process.wait().await;
+            drop(registered);
             if exit.code == 0 {
                 Ok(())
             } else {
@@ -203,7 +212,8 @@ mod tests {
             log_path: "/dev/null".into(),
             identity: crate::kubelet::runtime::Identity::root(),
         };
-        assert_eq!(run(&Check::Tcp { port }, ip, &none).await, Ok(()));
+        let freezer = Freezer::default();
+        assert_eq!(run(&Check::Tcp { port }, ip, &none, &freezer).await, Ok(()));
         let http = run(
             &Check::Http {
                 port,
@@ -211,6 +221,7 @@ mod tests {
             },
             ip,
             &none,
+            &freezer,
         )
         .await;
         assert_eq!(

@@ -282,8 +282,8 @@ impl Process {
 }
 
 /// Kills a container's process group from outside its kubelet (a fault
-/// injected by a test), as safely as [`Process`] signals it: never once
-/// the process has been collected.
+/// injected by a test), or stops and continues it (the freezer), as safely
+/// as [`Process`] signals it: never once the process has been collected.
 #[derive(Debug, Clone)]
 pub struct Killer {
     pid: Pid,
@@ -296,6 +296,15 @@ impl Killer {
     /// container's init ends it all; the kubelet sees it exit with 137.
     pub fn kill(&self) {
         signal_group(self.pid, &self.reaped, Signal::KILL);
+    }
+
+    /// Runs `f` with the group's id unless the process was collected,
+    /// holding off its collection meanwhile, so that the id names this
+    /// container's group for as long as `f` runs (the freezer's `SIGSTOP`,
+    /// `SIGCONT` and its look at `/proc`).
+    pub(crate) fn with_group<T>(&self, f: impl FnOnce(Pid) -> T) -> Option<T> {
+        let reaped = self.reaped.lock().unwrap_or_else(PoisonError::into_inner);
+        (!*reaped).then(|| f(self.pid))
     }
 
     /// Waits until the process has been collected.

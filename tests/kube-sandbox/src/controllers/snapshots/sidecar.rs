@@ -3,7 +3,8 @@
 //! `driver` is [`CSI`]; another driver's contents are its own sidecar's.
 //!
 //! A dynamic content without a status gets its snapshot cut: the volume's
-//! directory copied, at that instant, to `data_dir/snapshots/<handle>`
+//! directory copied, at that instant (its writers stopped meanwhile: see
+//! `kubelet::freeze`), to `data_dir/snapshots/<handle>`
 //! (the handle is the content's name), and the status filled
 //! (`snapshotHandle`, `creationTime` in Unix nanoseconds, `restoreSize` in
 //! bytes: the volume's capacity, `readyToUse: true`); a failure is the
@@ -88,13 +89,21 @@ fn create(ctx: &Ctx, content: &Value) {
         .unwrap_or(0);
     let target = snapshot_dir(&ctx.data_dir, name);
     let taken_at = time::OffsetDateTime::now_utc();
-    let copied =
-        std::fs::create_dir_all(ctx.data_dir.join("snapshots")).and_then(|()| {
-            match target.exists() {
-                true => Ok(0),
-                false => tree_copy::copy_tree(&volume_dir, &target),
+    let copied = std::fs::create_dir_all(ctx.data_dir.join("snapshots")).and_then(|()| {
+        match target.exists() {
+            true => Ok(0),
+            false => {
+                // One point in time, as a device snapshot: the pods'
+                // processes on the volume are stopped while it is
+                // copied, and continue when `frozen` drops, whatever
+                // the outcome.
+                let frozen = ctx.freezer.freeze(&volume_dir);
+                let copied = tree_copy::copy_tree(&volume_dir, &target);
+                drop(frozen);
+                copied
             }
-        });
+        }
+    });
     if let Err(e) = copied {
         let e = format!("rpc error: code = Internal desc = failed to create snapshot: {e}");
         let message = format!("failed to take snapshot of the volume {handle}: {e:?}");

@@ -89,7 +89,11 @@ pub(super) fn make_volume(
     // its directories: a non-root pod can use a claim whose plugin does
     // not apply its fsGroup. A copy keeps its source's root as it is.
     let made = match content {
-        Some(source) if !dir.exists() => super::super::tree_copy::copy_tree(source, &dir).map(drop),
+        Some(source) if !dir.exists() => {
+            // A clone is one point in time too (see the snapshot sidecar).
+            let _frozen = ctx.freezer.freeze(source);
+            super::super::tree_copy::copy_tree(source, &dir).map(drop)
+        }
         Some(_) => Ok(()),
         None => std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))),

@@ -262,7 +262,7 @@ impl Worker {
                 continue;
             };
             let log_path = self.dir.join("logs").join(&name).join(format!("{run}.log"));
-            let started = launch::build(
+            let built = launch::build(
                 &self.shared,
                 &self.dir,
                 &pod,
@@ -270,13 +270,18 @@ impl Worker {
                 &files,
                 &volumes,
                 log_path.clone(),
-            )
-            .and_then(|launch| {
-                let process =
-                    runtime::Process::spawn(&launch).map_err(|e| (e.reason(), e.to_string()))?;
-                Ok((launch, process))
-            });
-            let (launch, mut process) = match started {
+            );
+            // Started through the freezer: not while a volume it mounts is
+            // being snapshotted, and stopped during the next snapshots
+            // until `freezable` is dropped, once the process has ended.
+            let started = match built {
+                Ok(launch) => match self.shared.freezer.spawn(&launch).await {
+                    Ok((process, freezable)) => Ok((launch, process, freezable)),
+                    Err(e) => Err((e.reason(), e.to_string())),
+                },
+                Err(e) => Err(e),
+            };
+            let (launch, mut process, freezable) = match started {
                 Ok(started) => started,
                 Err((reason, message)) => {
                     self.event(
@@ -362,6 +367,7 @@ impl Worker {
                 _ = kill.changed() => (process.kill().await, false),
             };
             drop(registered);
+            drop(freezable);
             finished_tx.send_replace(true);
             run += 1;
             // A run that lasted resets the back-off, as the kubelet's does.
@@ -491,11 +497,12 @@ impl Worker {
                 .current()
                 .and_then(|p| p["status"]["podIP"].as_str().and_then(|ip| ip.parse().ok()));
             let result = match ip {
-                Some(ip) => {
-                    tokio::time::timeout(probe.timeout, probe::run(&probe.check, ip, &exec))
-                        .await
-                        .unwrap_or_else(|_| Err("probe timed out".into()))
-                }
+                Some(ip) => tokio::time::timeout(
+                    probe.timeout,
+                    probe::run(&probe.check, ip, &exec, &self.shared.freezer),
+                )
+                .await
+                .unwrap_or_else(|_| Err("probe timed out".into())),
                 None => Err("the pod has no IP yet".into()),
             };
             let ok = self.model().get(index).is_some_and(|c| c.probe_ok);
