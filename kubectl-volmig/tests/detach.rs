@@ -401,6 +401,57 @@ async fn a_detached_copy_is_aborted_and_handed_back_to_the_cluster() {
     assert_never_refused(&env, &op);
 }
 
+/// A detached copy through a snapshot: the driver pod's Role has
+/// `volumesnapshots` (this operation takes them), every request it makes is
+/// allowed, and neither the snapshot nor its claim is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_detached_snapshot_copy_needs_no_grant_it_lacks() {
+    let env = common::env_with_driver().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim = common::object(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "csi",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }));
+    common::create_bound(&Api::namespaced(client.clone(), &ns), pvc).await;
+    let src = volume_dir(&client, &ns, "data").await;
+    seed(&src, 24, 64 << 10);
+
+    let args = [
+        "migrate",
+        "data",
+        "--to",
+        "copy",
+        "--to-storage-class",
+        "standard",
+        "--copy-method",
+        "snapshot",
+        "--detach",
+        "-o",
+        "json",
+    ];
+    let run = volmig(&env, &args).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation().metadata.name;
+    let vm = ended(&client, &ns, &op).await;
+    assert_eq!(vm.status.phase, Phase::Succeeded, "{:?}", vm.status.message);
+    let copy = vm.status.attempts[0].source.as_ref().expect("a snapshot");
+    assert_eq!(copy.method, volmig::plan::Method::Snapshot);
+    assert_eq!(
+        manifest(&src),
+        manifest(&volume_dir(&client, &ns, "copy").await)
+    );
+    await_no_grants(&client, &ns, &op).await;
+    assert_never_refused(&env, &op);
+    let snapshots: Api<volmig::snapshots::VolumeSnapshot> = Api::namespaced(client.clone(), &ns);
+    wait_until("the snapshot gone", || async {
+        let left = snapshots.list(&Default::default()).await.ok()?;
+        left.items.is_empty().then_some(())
+    })
+    .await;
+}
+
 /// `rollback` while the driver pod pre-copies: the client asks, the pod
 /// (which holds the operation) undoes it, the client follows to the end.
 #[tokio::test(flavor = "multi_thread")]

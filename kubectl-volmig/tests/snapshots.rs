@@ -149,7 +149,10 @@ async fn a_read_write_once_pod_claim_in_use_moves_with_cutover_through_snapshots
         "the plan says why it reads snapshots: {}",
         run.stderr
     );
-    assert!(wrong.is_empty(), "the app ran during the final sync: {wrong:?}");
+    assert!(
+        wrong.is_empty(),
+        "the app ran during the final sync: {wrong:?}"
+    );
 
     // The claim is on the new volume, ReadWriteOncePod still; the app goes
     // on there from where it was.
@@ -158,7 +161,10 @@ async fn a_read_write_once_pod_claim_in_use_moves_with_cutover_through_snapshots
     assert_ne!(new_volume, old_volume);
     let spec = claim.spec.clone().expect("spec");
     assert_eq!(spec.storage_class_name.as_deref(), Some("standard"));
-    assert_eq!(spec.access_modes, Some(vec!["ReadWriteOncePod".to_string()]));
+    assert_eq!(
+        spec.access_modes,
+        Some(vec!["ReadWriteOncePod".to_string()])
+    );
     await_running(&client, &ns, "app").await;
     let new_dir = volume_dir(&client, &ns, "data").await;
     let before = sequence(&old_dir).len();
@@ -177,7 +183,10 @@ async fn a_read_write_once_pod_claim_in_use_moves_with_cutover_through_snapshots
     for a in &read_copies {
         let copy = a.source.as_ref().expect("a copy");
         assert_eq!(copy.method, Method::Snapshot, "{a:#?}");
-        assert!(copy.ready_at.is_some() && copy.restore_size.is_some(), "{a:#?}");
+        assert!(
+            copy.ready_at.is_some() && copy.restore_size.is_some(),
+            "{a:#?}"
+        );
         snapshots.push(copy.snapshot.clone().expect("its snapshot"));
     }
     snapshots.dedup();
@@ -247,10 +256,18 @@ async fn a_snapshot_copy_taken_while_the_app_writes_equals_the_snapshot() {
     let copy = attempt.source.as_ref().expect("it read a snapshot");
     assert_eq!(copy.method, Method::Snapshot);
     let kept = snapshot_dirs(&env);
-    assert_eq!(kept.len(), 1, "the Retain class keeps the snapshot: {kept:?}");
+    assert_eq!(
+        kept.len(),
+        1,
+        "the Retain class keeps the snapshot: {kept:?}"
+    );
     let snapshot_dir = env.sandbox().snapshot_dir(&kept[0]);
     let dst = volume_dir(&client, &ns, "copy").await;
-    assert_eq!(manifest(&dst), manifest(&snapshot_dir), "the copy is the snapshot");
+    assert_eq!(
+        manifest(&dst),
+        manifest(&snapshot_dir),
+        "the copy is the snapshot"
+    );
     let seq = sequence(&dst);
     assert_gapless(&seq, "the copied sequence");
     let last: u64 = std::fs::read_to_string(dst.join("last"))
@@ -378,7 +395,9 @@ async fn without_a_snapshot_class_a_snapshot_copy_is_refused_and_nothing_is_crea
     let snapshot = volmig(&no_api, &["migrate", "data", "--copy-method", "snapshot"]).await;
     assert_eq!(snapshot.code, 1);
     assert!(
-        snapshot.stderr.contains("does not serve the VolumeSnapshot API"),
+        snapshot
+            .stderr
+            .contains("does not serve the VolumeSnapshot API"),
         "{}",
         snapshot.stderr
     );
@@ -406,7 +425,10 @@ async fn a_snapshot_never_ready_fails_with_the_drivers_error_in_the_record() {
             "claimRef": {"namespace": ns, "name": "data"},
         },
     }));
-    volumes.create(&PostParams::default(), &pv).await.expect("pv");
+    volumes
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("pv");
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let pvc: PersistentVolumeClaim = object(json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
@@ -466,7 +488,10 @@ async fn nothing_is_left_after_abort_and_cleanup() {
     ];
     let (child, op) = common::start_moving(&env, &client, &args, 1).await;
     common::kill(child).await;
-    assert!(!copies_left(&client, &ns).await.is_empty(), "it reads a copy");
+    assert!(
+        !copies_left(&client, &ns).await.is_empty(),
+        "it reads a copy"
+    );
 
     let abort = volmig(&env, &["abort", &op]).await;
     assert_eq!(abort.code, 0, "{}", abort.stderr);

@@ -58,7 +58,11 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
     }
     out.field(0, "Source", source(vm));
     out.field(0, "Destination", destination(vm));
-    if let Some(m) = status.source_method.as_ref().filter(|m| m.method.reads_copy()) {
+    if let Some(m) = status
+        .source_method
+        .as_ref()
+        .filter(|m| m.method.reads_copy())
+    {
         out.field(0, "Reads", format!("{} ({})", m.method.as_str(), m.reason));
     }
     if let Some(p) = &status.progress {
