@@ -397,7 +397,7 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
         vm.spec.destination.namespace.as_str(),
         vm.spec.source.namespace.as_str(),
     ];
-    let removed = objects::cleanup(&cluster.client, op, &namespaces).await?;
+    let removed = objects::cleanup(&cluster.client, op, &namespaces, vm.reads()).await?;
     incluster::remove(&cluster.client, &vm).await?;
     store.delete(op).await?;
     // The command's result, on stdout like `kubectl delete`'s.

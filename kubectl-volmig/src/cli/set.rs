@@ -14,6 +14,7 @@ use crate::driver::cutover::machine;
 use crate::driver::cutover::request::{request_rollback, RollbackFlags};
 use crate::driver::{objects, DriverError, DriverOptions};
 use crate::plan::many::ManyPlan;
+use crate::plan::Method;
 use crate::record::cutover::{Step, COMMIT};
 use crate::record::group::{GroupView, MigrationGroup};
 use crate::record::print::group::{describe_set, set_object};
@@ -384,9 +385,11 @@ pub async fn cleanup(
     }
     let group = view.group;
     let mut pods = 0;
-    for m in &group.spec.claims {
+    for (m, record) in group.spec.claims.iter().zip(&view.members) {
         let namespaces = [m.namespace(), m.source.namespace.as_str()];
-        let removed = objects::cleanup(&cluster.client, &m.operation, &namespaces).await?;
+        // A record gone by hand says nothing of copies: none are looked for.
+        let reads = record.as_ref().map_or(Method::Direct, |vm| vm.reads());
+        let removed = objects::cleanup(&cluster.client, &m.operation, &namespaces, reads).await?;
         pods += removed.pods;
         let store = RecordStore::new(cluster.client.clone(), m.namespace());
         match store.delete(&m.operation).await {

@@ -85,7 +85,7 @@ pub async fn abort(
         vm.spec.destination.namespace.as_str(),
         vm.spec.source.namespace.as_str(),
     ];
-    objects::cleanup(client, op, &namespaces).await?;
+    objects::cleanup(client, op, &namespaces, vm.reads()).await?;
     // A resume right after must not meet a receiver still writing its
     // final checkpoint.
     if !objects::wait_pods_gone(client, op, &namespaces, Duration::from_secs(60)).await? {

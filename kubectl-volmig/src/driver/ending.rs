@@ -258,7 +258,8 @@ impl Driver {
             objects::remove_pods(&self.client, &op, &namespaces).await?;
             return self.end_pass(phase, message).await;
         }
-        objects::cleanup(&self.client, &op, &namespaces).await?;
+        let reads = self.plan.source_method.method;
+        objects::cleanup(&self.client, &op, &namespaces, reads).await?;
         let msg = message.clone();
         self.write(|vm| {
             vm.status.phase = phase;

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::DriverError;
 use crate::names::{self, Component};
-use crate::plan::{ClaimAction, Plan};
+use crate::plan::{ClaimAction, Method, Plan};
 use crate::resources;
 use crate::snapshots::VolumeSnapshot;
 
@@ -182,13 +182,16 @@ pub struct Removed {
 }
 
 /// Removes the operation's pods, Service and key Secrets in `namespaces`
-/// (found by label): everything but the record and the destination claim.
+/// (found by label): everything but the record and the destination claim;
+/// and the copies of the source its senders read (`reads`), if they read
+/// any: only then are snapshots listed, which others may not be allowed.
 pub async fn cleanup(
     client: &Client,
     op: &str,
     namespaces: &[&str],
+    reads: Method,
 ) -> Result<Removed, DriverError> {
-    remove(client, op, namespaces, true).await
+    remove(client, op, namespaces, Some(reads)).await
 }
 
 /// Removes the operation's pods only: a cutover's next pass runs behind
@@ -198,14 +201,15 @@ pub async fn remove_pods(
     op: &str,
     namespaces: &[&str],
 ) -> Result<(), DriverError> {
-    remove(client, op, namespaces, false).await.map(|_| ())
+    remove(client, op, namespaces, None).await.map(|_| ())
 }
 
+/// Removes the pods; with `all` (what the senders read), the rest too.
 async fn remove(
     client: &Client,
     op: &str,
     namespaces: &[&str],
-    all: bool,
+    all: Option<Method>,
 ) -> Result<Removed, DriverError> {
     let selector = names::disposable_selector(op);
     let mut removed = Removed::default();
@@ -216,10 +220,12 @@ async fn remove(
         }
         seen.push(ns);
         removed.pods += delete_all::<Pod>(client, ns, &selector).await?;
-        if all {
+        if let Some(reads) = all {
             removed.services += delete_all::<Service>(client, ns, &selector).await?;
             removed.secrets += delete_all::<Secret>(client, ns, &selector).await?;
-            removed.copies += remove_source_copies(client, op, ns, None).await?;
+            if reads.reads_copy() {
+                removed.copies += remove_source_copies(client, op, ns, None).await?;
+            }
         }
     }
     Ok(removed)

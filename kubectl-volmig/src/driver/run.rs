@@ -226,7 +226,8 @@ impl Driver {
                         self.plan.destination.namespace.as_str(),
                         self.plan.spec.source.namespace.as_str(),
                     ];
-                    objects::cleanup(&self.client, &self.plan.operation, &namespaces).await?;
+                    let (op, reads) = (&self.plan.operation, self.plan.source_method.method);
+                    objects::cleanup(&self.client, op, &namespaces, reads).await?;
                     let record = self.store.get(&self.plan.operation).await?;
                     return Ok(Outcome::Finished(Box::new(record)));
                 }

@@ -64,6 +64,14 @@ impl VolumeMigration {
         })
     }
 
+    /// What its senders read: the source, or a snapshot or clone of it.
+    pub fn reads(&self) -> Method {
+        self.status
+            .source_method
+            .as_ref()
+            .map_or(Method::Direct, |m| m.method)
+    }
+
     /// Whether a cutover rollback has been asked for.
     pub fn rolling_back(&self) -> bool {
         let cutover = self.status.cutover.as_ref();

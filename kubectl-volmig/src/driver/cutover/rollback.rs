@@ -42,7 +42,8 @@ impl Cutover {
         let ns_refs: Vec<&str> = namespaces.iter().map(String::as_str).collect();
         let sync_back_running = c.pass.is_some_and(|p| p.kind == PassKind::SyncBack);
         if !sync_back_running {
-            objects::cleanup(&self.client, &op, &ns_refs).await?;
+            let reads = self.plan.source_method.method;
+            objects::cleanup(&self.client, &op, &ns_refs, reads).await?;
             objects::wait_pods_gone(
                 &self.client,
                 &op,

@@ -229,7 +229,8 @@ impl Cutover {
             self.plan.destination.namespace.as_str(),
             self.plan.spec.source.namespace.as_str(),
         ];
-        objects::cleanup(&self.client, &self.plan.operation, &namespaces)
+        let reads = self.plan.source_method.method;
+        objects::cleanup(&self.client, &self.plan.operation, &namespaces, reads)
             .await
             .map(|_| ())
     }

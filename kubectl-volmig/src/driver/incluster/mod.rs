@@ -60,8 +60,7 @@ pub fn namespaces(vm: &VolumeMigration) -> Vec<String> {
 /// Whether `vm`'s senders read snapshots or clones of the source (its
 /// driver then needs the grants for them).
 pub fn reads_copies(vm: &VolumeMigration) -> bool {
-    let method = vm.status.source_method.as_ref().map(|m| m.method);
-    method.is_some_and(crate::plan::Method::reads_copy)
+    vm.reads().reads_copy()
 }
 
 /// What `vm`'s in-cluster driver will be, to record before it is created.
