@@ -8,28 +8,12 @@
 
 mod common;
 
-use std::io::Write;
 use std::time::Instant;
 
-use common::{claim, env, manifest, object, volume_dir};
+use common::{claim, env, fill_incompressible, manifest, object, volume_dir};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-
-fn fill(dir: &std::path::Path, mib: usize, seed: u64) {
-    let mut state: u64 = 0x2545_f491_4f6c_dd1d ^ seed;
-    let mut chunk = vec![0u8; 4 << 20];
-    for i in 0..mib.div_ceil(4) {
-        for word in chunk.chunks_exact_mut(8) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            word.copy_from_slice(&state.to_le_bytes());
-        }
-        let mut f = std::fs::File::create(dir.join(format!("f{i:04}.bin"))).expect("file");
-        f.write_all(&chunk).expect("write");
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a benchmark: tests/bench/many.sh runs it"]
@@ -49,7 +33,7 @@ async fn many_claims_parallel_1_and_4() {
     for (i, name) in names.iter().enumerate() {
         claim(&client, &ns, name, "ReadWriteOnce", "1Gi").await;
         let dir = volume_dir(&client, &ns, name).await;
-        fill(&dir, mib, i as u64);
+        fill_incompressible(&dir, mib, i as u64);
         sources.push(dir);
     }
     let mut out = format!("{claims} claims of {mib} MiB (4 MiB files, incompressible)\n");

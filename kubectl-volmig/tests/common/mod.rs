@@ -359,6 +359,24 @@ pub fn seed(dir: &Path, files: usize, size: usize) {
     std::os::unix::fs::symlink("d00/f0000.bin", dir.join("first")).expect("link");
 }
 
+/// Fills `dir` with `mib` MiB of incompressible data in 4 MiB files
+/// (`seed` makes each tree different): what the benchmarks copy.
+pub fn fill_incompressible(dir: &Path, mib: usize, seed: u64) {
+    use std::io::Write;
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d ^ seed;
+    let mut chunk = vec![0u8; 4 << 20];
+    for i in 0..mib.div_ceil(4) {
+        for word in chunk.chunks_exact_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            word.copy_from_slice(&state.to_le_bytes());
+        }
+        let mut f = std::fs::File::create(dir.join(format!("f{i:04}.bin"))).expect("file");
+        f.write_all(&chunk).expect("write");
+    }
+}
+
 /// Path → BLAKE3 of contents, "dir", or "-> target": equal manifests are
 /// equal trees. The checkpoint directory `.volmig` must be gone too.
 pub fn manifest(root: &Path) -> BTreeMap<String, String> {
