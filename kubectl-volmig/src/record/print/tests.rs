@@ -357,3 +357,36 @@ fn a_cutover_reads_as_its_step_rounds_and_downtime() {
     let table = table(&[vm], now(), false);
     assert!(table.contains("Running (AwaitingCommit)"), "{table}");
 }
+
+#[test]
+fn attempts_that_read_a_snapshot_say_so_and_how_long_it_took() {
+    use crate::plan::{Method, SourceMethod};
+    use crate::record::SourceCopy;
+    let mut vm = succeeded();
+    vm.status.source_method = Some(SourceMethod {
+        method: Method::Snapshot,
+        snapshot_class: Some("csi-snapclass".into()),
+        read_class: Some("csi".into()),
+        reason: "the ReadWriteOncePod source is in use by pod db-0".into(),
+    });
+    let asked: Timestamp = "2025-03-01T11:00:00Z".parse().expect("timestamp");
+    vm.status.attempts[0].source = Some(SourceCopy {
+        method: Method::Snapshot,
+        snapshot: Some("volmig-data-x-snap-1".into()),
+        claim: "volmig-data-x-read-1".into(),
+        requested_at: Some(asked),
+        ready_at: Some(asked + jiff::SignedDuration::from_millis(2500)),
+        ..SourceCopy::default()
+    });
+    let text = describe(&vm, now());
+    assert!(
+        text.contains("Reads:")
+            && text.contains("snapshot (the ReadWriteOncePod source is in use by pod db-0)"),
+        "{text}"
+    );
+    assert!(text.contains("READ"), "{text}");
+    assert!(text.contains("snapshot, ready in 2.5s"), "{text}");
+    // Attempts without a copy show a dash in that column; a record without
+    // copies has no such column.
+    assert!(!describe(&succeeded(), now()).contains("READ"));
+}
