@@ -242,6 +242,9 @@ pub fn plan_text(plan: &Plan, quiesce: Option<&Quiesce>) -> String {
         }
     );
     out += &reads_line(plan);
+    for w in &plan.warnings {
+        out += &format!("  warning  {w}\n");
+    }
     out += &placement_line("sender", &plan.placement.sender);
     out += &placement_line("receiver", &plan.placement.receiver);
     out += &security_line(&plan.security);

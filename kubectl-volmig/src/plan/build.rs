@@ -8,13 +8,13 @@
 
 mod destination;
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
 use super::values::{check_values, requested_size};
 use super::{
-    placement, quantity, security, source, Inputs, MoverSecurity, Placement, Plan, Refusal,
+    fit, placement, quantity, security, source, Inputs, MoverSecurity, Placement, Plan, Refusal,
     SourceVolume,
 };
 use crate::spec::MigrationSpec;
@@ -56,11 +56,13 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
         });
     }
     if let Some(node) = &dst.node {
-        let exists = inputs
+        let found = inputs
             .nodes
             .iter()
-            .any(|n| n.metadata.name.as_deref() == Some(node.as_str()));
-        if !exists {
+            .find(|n| n.metadata.name.as_deref() == Some(node.as_str()));
+        if let Some(found) = found {
+            check_target_node(spec, found, inputs)?;
+        } else {
             let mut available: Vec<String> = inputs
                 .nodes
                 .iter()
@@ -92,6 +94,10 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
     };
     let destination_claim = inputs.destination_claim.as_ref();
     let security = movers_security(spec, inputs)?;
+    let warnings = source_node_down(volume, &inputs.nodes)
+        .into_iter()
+        .filter(|_| !source_method.method.reads_copy())
+        .collect();
 
     Ok(Plan {
         operation: operation.to_string(),
@@ -112,7 +118,49 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
         destination,
         security,
         source_method,
+        warnings,
     })
+}
+
+/// `--to-node` must take new pods, and, with `--cutover`, the app's pods:
+/// after the swap they follow the new volume there.
+fn check_target_node(spec: &MigrationSpec, node: &Node, inputs: &Inputs) -> Result<(), Refusal> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    if fit::cordoned(node) {
+        return Err(Refusal::NodeCordoned { name });
+    }
+    if spec.cutover.is_none() {
+        return Ok(());
+    }
+    let source = &spec.source;
+    for pod in placement::mounting_pods(&source.namespace, &source.name, &inputs.pods) {
+        if let Some(misfit) = fit::misfit(pod, node) {
+            return Err(Refusal::NodeMisfit {
+                node: name,
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                why: misfit.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A warning when the source volume is pinned to nodes none of which is
+/// Ready: the sender must run there, and cannot until one is.
+fn source_node_down(volume: &PersistentVolume, nodes: &[Node]) -> Option<String> {
+    let pinned = placement::required_affinity(volume)?.nodes(nodes);
+    let known: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| pinned.iter().any(|p| n.metadata.name.as_ref() == Some(p)))
+        .collect();
+    if known.is_empty() || known.iter().any(|n| fit::ready(n)) {
+        return None;
+    }
+    Some(format!(
+        "the source volume is pinned to {} by node affinity, and it is not Ready: the sender \
+         cannot run until it is (the attempt fails after --start-timeout and is retried)",
+        pinned.join(", ")
+    ))
 }
 
 /// The movers' profile and identity (their namespaces were found by now).

@@ -2,6 +2,7 @@
 //! to do) out. Pure: no I/O, so every rule is tested on fixtures.
 //!
 //! - [`build`]: [`plan`], the checks and the destination claim's shape;
+//! - [`fit`]: whether a pod may run on a node (`--to-node` of a cutover);
 //! - [`placement`]: where the sender and the receiver run, and why;
 //! - [`quantity`]: Kubernetes quantities to bytes and back;
 //! - [`quiesce`]: who must stop for a cutover, and how (issue 16; not yet
@@ -14,6 +15,7 @@
 //!   or created when the API server or the mover would reject them.
 
 mod build;
+pub mod fit;
 pub mod many;
 pub mod placement;
 pub mod quantity;
@@ -84,6 +86,10 @@ pub struct Plan {
     /// Where the sender reads, and why (records before issue 24: direct).
     #[serde(default)]
     pub source_method: SourceMethod,
+    /// What the user should know before it starts (printed with the plan;
+    /// not recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Plan {

@@ -350,6 +350,24 @@ pub enum Refusal {
         available: Vec<String>,
     },
 
+    /// `--to-node` names a cordoned node: no new pod goes there.
+    #[error(
+        "node {name:?} is cordoned (spec.unschedulable): neither the receiver nor, after a cutover, \
+         the app could be scheduled there; uncordon it (kubectl uncordon {name}) or choose another --to-node"
+    )]
+    NodeCordoned { name: String },
+
+    /// A cutover onto `--to-node` where the app's pods could not run.
+    #[error(
+        "the app's pod {pod:?} could not run on node {node:?} after the cutover: {why}; \
+         choose a node the workload may run on, or change the workload first"
+    )]
+    NodeMisfit {
+        node: String,
+        pod: String,
+        why: String,
+    },
+
     /// `--to-storage-class` names no class.
     #[error(
         "storageclass {name:?} not found (classes: {}): pass an existing --to-storage-class{}",

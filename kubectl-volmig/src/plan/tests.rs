@@ -5,6 +5,7 @@
 //!
 //! - [`refusals`]: every reason a migration cannot work, and the message;
 //! - [`choices`]: the destination's defaults, and when a claim is reused;
+//! - [`nodes`]: node moves (`--to-node`): the class, the refusals;
 //! - [`placing`]: where the sender and the receiver run;
 //! - [`quantities`]: Kubernetes quantities to bytes and back;
 //! - [`sources`]: where the sender reads (`--copy-method`);
@@ -15,6 +16,7 @@
 
 mod choices;
 mod many;
+mod nodes;
 mod placing;
 mod quantities;
 mod refusals;

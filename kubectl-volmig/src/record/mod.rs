@@ -61,6 +61,7 @@ impl VolumeMigration {
             security: self.status.security.clone().unwrap_or_default(),
             // ... and read their sources directly.
             source_method: self.status.source_method.clone().unwrap_or_default(),
+            warnings: Vec::new(),
         })
     }
 

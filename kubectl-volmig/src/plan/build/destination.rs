@@ -189,6 +189,11 @@ fn storage_class(
 ) -> Result<Option<String>, Refusal> {
     let default = default_class(classes);
     let Some(asked) = &spec.destination.storage_class else {
+        // A node move keeps the class: the node-local class is what pins
+        // the new volume to `--to-node`.
+        if spec.destination.node.is_some() && source.storage_class.is_some() {
+            return Ok(source.storage_class.clone());
+        }
         return Ok(default.or_else(|| source.storage_class.clone()));
     };
     let mut available: Vec<String> = classes

@@ -126,6 +126,7 @@ fn a_new_record_is_pending_in_the_destination_namespace() {
     let plan = Plan {
         security: Default::default(),
         source_method: Default::default(),
+        warnings: Vec::new(),
         operation: "data-bbbbb".into(),
         spec: MigrationSpec::new(ClaimRef::new("a", "data"), ClaimRef::new("b", "data")),
         source: SourceVolume {

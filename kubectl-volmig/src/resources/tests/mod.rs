@@ -29,6 +29,7 @@ fn plan() -> Plan {
     Plan {
         security: Default::default(),
         source_method: Default::default(),
+        warnings: Vec::new(),
         operation: OP.to_string(),
         spec: {
             let mut spec = MigrationSpec::new(
