@@ -1,8 +1,10 @@
 //! Node moves (issue 19): a Deployment's claim of the node-local class
 //! `local` on node-1 moved to node-3 with `--to-node node-3 --cutover`: the
 //! new volume is made on node-3 in the same class, the app follows it
-//! there and goes on from where it was, every write kept; a node the app
-//! could not run on is refused before anything is created.
+//! there and goes on from where it was, every write kept; a cordoned node
+//! is refused before anything is created. `drain node-1 --to-node node-3`
+//! moves two workloads' claims off node-1 in one operation, and after
+//! `commit` no volume is left on node-1.
 
 mod common;
 
@@ -48,9 +50,14 @@ fn pinned_to(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> Vec<String> {
 }
 
 async fn app_node(client: &Client, ns: &str) -> String {
+    node_of(client, ns, "app").await
+}
+
+/// The node a running pod of app `app` is on.
+async fn node_of(client: &Client, ns: &str, app: &str) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let list = pods
-        .list(&ListParams::default().labels("app=app"))
+        .list(&ListParams::default().labels(&format!("app={app}")))
         .await
         .expect("pods");
     let running = list.items.into_iter().find(|p| {
@@ -154,4 +161,93 @@ async fn a_node_local_claim_moves_to_another_node_and_its_app_follows() {
     let downtime = vm.status.cutover.as_ref().and_then(|c| c.downtime_seconds);
     eprintln!("node move: downtime {downtime:?} s");
     assert!(downtime.is_some());
+}
+
+/// The volumes pinned to `node`'s hostname, by name.
+async fn volumes_on(client: &Client, node: &str) -> Vec<String> {
+    let all = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("volumes");
+    all.items
+        .into_iter()
+        .filter(|pv| pinned_to(pv) == [node])
+        .filter_map(|pv| pv.metadata.name)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drain_moves_every_node_local_claim_off_a_node() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let mut dirs = Vec::new();
+    for (claim, app) in [("data-a", "app-a"), ("data-b", "app-b")] {
+        let dir = local_claim_on(&client, &ns, claim, "node-1").await;
+        sequence_app(&client, &ns, app, claim).await;
+        dirs.push(dir);
+    }
+    // A claim on another node stays where it is.
+    local_claim_on(&client, &ns, "elsewhere", "node-2").await;
+    for dir in &dirs {
+        await_sequence_past(dir, 20).await;
+    }
+    let on_node_1 = volumes_on(&client, "node-1").await;
+    assert_eq!(on_node_1.len(), 2, "{on_node_1:?}");
+
+    let needs_target = volmig(&env, &["drain", "node-1"]).await;
+    assert_eq!(needs_target.code, 1, "{}", needs_target.stderr);
+    assert!(
+        needs_target.stderr.contains("--to-node"),
+        "{}",
+        needs_target.stderr
+    );
+
+    let run = volmig(
+        &env,
+        &[
+            "drain",
+            "node-1",
+            "--to-node",
+            "node-3",
+            "--max-downtime",
+            "5s",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("2 claims"), "{}", run.stderr);
+    for ((claim, app), old_dir) in [("data-a", "app-a"), ("data-b", "app-b")].iter().zip(&dirs) {
+        let pv = volume(&client, &bound_volume(&claim_of(&client, &ns, claim).await))
+            .await
+            .expect("the new volume");
+        assert_eq!(pinned_to(&pv), ["node-3"], "{claim}");
+        await_running(&client, &ns, app).await;
+        assert_eq!(node_of(&client, &ns, app).await, "node-3", "{app}");
+        let new_dir = volume_dir(&client, &ns, claim).await;
+        let before = sequence(old_dir).len();
+        let seq = await_sequence_past(&new_dir, before + 20).await;
+        assert_gapless(&seq, claim);
+    }
+    let untouched = volume(
+        &client,
+        &bound_volume(&claim_of(&client, &ns, "elsewhere").await),
+    )
+    .await
+    .expect("volume");
+    assert_eq!(pinned_to(&untouched), ["node-2"]);
+
+    // The old volumes wait for `commit` (a rollback needs them); then none
+    // is left on node-1.
+    let heads = volmig::record::store::GroupStore::new(client.clone(), &ns)
+        .list()
+        .await
+        .expect("heads");
+    let op = heads[0].metadata.name.clone();
+    let commit = volmig(&env, &["commit", &op]).await;
+    assert_eq!(commit.code, 0, "{}", commit.stderr);
+    common::wait_until("node-1 free of volumes", || async {
+        volumes_on(&client, "node-1").await.is_empty().then_some(())
+    })
+    .await;
 }

@@ -74,6 +74,9 @@ pub enum Output {
 pub enum Command {
     /// Copy a claim's data to a new (or existing) claim.
     Migrate(Box<MigrateArgs>),
+    /// Move every node-local claim off NODE, apps included (a cutover of
+    /// them all): --to-node N2, or --to-storage-class SC; migrate's flags.
+    Drain(Box<DrainArgs>),
     /// Show operations in the namespace, or one in detail.
     Status(StatusArgs),
     /// Print the mover logs of an operation's attempt.
@@ -129,9 +132,28 @@ pub struct MonitorArgs {
     pub all_namespaces: bool,
 }
 
+/// `migrate`: which claims, and how.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("claims").required(true).args(["source", "workload", "selector", "all", "from_storage_class"])))]
 pub struct MigrateArgs {
+    #[command(flatten)]
+    pub claims: ClaimArgs,
+    #[command(flatten)]
+    pub options: MigrateOptions,
+}
+
+/// `migrate`'s flags are read as `args.to_node`; the claims as `args.claims`.
+impl std::ops::Deref for MigrateArgs {
+    type Target = MigrateOptions;
+
+    fn deref(&self) -> &MigrateOptions {
+        &self.options
+    }
+}
+
+/// Which claims `migrate` moves.
+#[derive(Debug, Default, Args)]
+#[command(group(clap::ArgGroup::new("claims").required(true).args(["source", "workload", "selector", "all", "from_storage_class", "from_node"])))]
+pub struct ClaimArgs {
     /// The claims to copy (in -n's namespace); several make one operation.
     #[arg(value_name = "SOURCE_PVC")]
     pub source: Vec<String>,
@@ -153,9 +175,18 @@ pub struct MigrateArgs {
     /// Every claim of this storage class (its volume's class, else its own).
     #[arg(long, value_name = "SC", help_heading = "Several claims")]
     pub from_storage_class: Option<String>,
+    /// Every claim whose volume is pinned to this node by node affinity (a
+    /// node-local volume), in every namespace.
+    #[arg(long, value_name = "NODE", help_heading = "Several claims")]
+    pub from_node: Option<String>,
     /// With -l or --from-storage-class: in every namespace.
     #[arg(short = 'A', long, help_heading = "Several claims")]
     pub all_namespaces: bool,
+}
+
+/// How `migrate` (and `drain`) move the claims.
+#[derive(Debug, Args)]
+pub struct MigrateOptions {
     /// How many claims copy at once.
     #[arg(long, value_name = "N", default_value_t = crate::record::group::DEFAULT_PARALLEL, value_parser = clap::value_parser!(u32).range(1..=64), help_heading = "Several claims")]
     pub parallel: u32,
@@ -259,20 +290,47 @@ pub struct MigrateArgs {
     pub cutover: bool,
     /// The downtime the pre-copy rounds aim for: they stop once the last one
     /// took this long or less (30s, 2m, 1m30s).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, requires = "cutover", help_heading = "Cutover")]
-    pub max_downtime: std::time::Duration,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Cutover")]
+    pub max_downtime: Option<std::time::Duration>,
     /// The most pre-copy rounds before the app is stopped anyway.
-    #[arg(long, value_name = "N", default_value_t = spec::DEFAULT_PRECOPY_ROUNDS, value_parser = clap::value_parser!(u32).range(1..=100), requires = "cutover", help_heading = "Cutover")]
-    pub precopy_rounds: u32,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100), help_heading = "Cutover")]
+    pub precopy_rounds: Option<u32>,
     /// Delete the old volume as soon as the app runs on the new one (without
     /// it, `kubectl volmig commit` does that, and `rollback` is still possible).
-    #[arg(long, requires = "cutover", help_heading = "Cutover")]
+    #[arg(long, help_heading = "Cutover")]
     pub commit: bool,
     /// For a StatefulSet's claim: re-create the StatefulSet (its pods and
     /// claims stay) with the new class in its claim template, so new replicas
     /// get it too.
-    #[arg(long, requires = "cutover", help_heading = "Cutover")]
+    #[arg(long, help_heading = "Cutover")]
     pub update_owner: bool,
+}
+
+impl MigrateOptions {
+    /// The cutover flags given without `--cutover`, which they need.
+    pub fn cutover_flags_without_cutover(&self) -> Option<&'static str> {
+        if self.cutover {
+            return None;
+        }
+        [
+            (self.max_downtime.is_some(), "--max-downtime"),
+            (self.precopy_rounds.is_some(), "--precopy-rounds"),
+            (self.commit, "--commit"),
+            (self.update_owner, "--update-owner"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+}
+
+/// `drain NODE`: `migrate --from-node NODE --cutover` of every namespace.
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    /// The node to free of node-local volumes.
+    #[arg(value_name = "NODE")]
+    pub node: String,
+    #[command(flatten)]
+    pub options: MigrateOptions,
 }
 
 /// A duration as `30s`, `2m`, `1m30s` or `PT30S`.

@@ -25,23 +25,16 @@ use crate::record::{configmap, VolumeMigration};
 use crate::spec::ClaimRef;
 
 pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result<i32, CliError> {
-    let selection = selection_of(&args)?;
+    let selection = with_hostname(cluster, selection_of(&args)?).await?;
     refuse_single_claim_flags(&args)?;
     let start_timeout = plan::start_timeout(args.start_timeout)?;
     // Values the API server or the mover would reject are refused before
     // the cluster is read (any claim shows them: the flags are shared).
     let probe = spec_of(&args, &ClaimRef::new(&cluster.namespace, "x"), None);
     plan::check_values(&probe)?;
-    let scope = match &selection {
-        Selection::Labels {
-            all_namespaces: true,
-            ..
-        }
-        | Selection::StorageClass {
-            all_namespaces: true,
-            ..
-        } => None,
-        _ => Some(cluster.namespace.as_str()),
+    let scope = match selection.all_namespaces() {
+        true => None,
+        false => Some(cluster.namespace.as_str()),
     };
     let labels = match &selection {
         Selection::Labels { selector, .. } => Some(selector.as_str()),
@@ -201,6 +194,7 @@ async fn app_down(cluster: &Cluster, group: &MigrationGroup) {
 
 /// The selection the flags ask for (clap has made sure there is one).
 fn selection_of(args: &MigrateArgs) -> Result<Selection, CliError> {
+    let args = &args.claims;
     let all_namespaces = args.all_namespaces;
     let selection = if let Some(w) = &args.workload {
         let (kind, name) = select::parse_workload(w).map_err(|e| CliError::Usage(e.to_string()))?;
@@ -217,6 +211,12 @@ fn selection_of(args: &MigrateArgs) -> Result<Selection, CliError> {
             class: class.clone(),
             all_namespaces,
         }
+    } else if let Some(node) = &args.from_node {
+        // The hostname is read from the node ([`with_hostname`]).
+        Selection::Node {
+            node: node.clone(),
+            hostname: String::new(),
+        }
     } else {
         Selection::Claims {
             names: args.source.clone(),
@@ -232,6 +232,31 @@ fn selection_of(args: &MigrateArgs) -> Result<Selection, CliError> {
         ));
     }
     Ok(selection)
+}
+
+/// A node selection with the node's `kubernetes.io/hostname` label (what
+/// a node-local volume's affinity names), read from the node, which must
+/// exist.
+async fn with_hostname(cluster: &Cluster, selection: Selection) -> Result<Selection, CliError> {
+    let Selection::Node { node, .. } = selection else {
+        return Ok(selection);
+    };
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(cluster.client.clone());
+    let found = nodes
+        .get_opt(&node)
+        .await
+        .map_err(|e| crate::driver::DriverError::kube(format!("get node {node}"), e))?
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "node {node:?} not found: `kubectl get nodes` lists them"
+            ))
+        })?;
+    let labels = found.metadata.labels.unwrap_or_default();
+    let hostname = labels
+        .get(crate::plan::placement::HOSTNAME_LABEL)
+        .cloned()
+        .unwrap_or_else(|| node.clone());
+    Ok(Selection::Node { node, hostname })
 }
 
 /// Flags that name one destination, or that this version does for one
@@ -272,6 +297,7 @@ fn stem(selection: &Selection, namespace: &str) -> String {
         Selection::Labels { .. } => "selected".to_string(),
         Selection::All => namespace.to_string(),
         Selection::StorageClass { class, .. } => class.clone(),
+        Selection::Node { node, .. } => node.clone(),
     }
 }
 

@@ -15,12 +15,15 @@ use crate::plan::{self, ClaimAction, Inputs, MoverSecurity, NodePlacement, Plan}
 use crate::record::{configmap, store::RecordStore, VolumeMigration};
 use crate::resources;
 use crate::spec::{
-    ClaimRef, CutoverSpec, DestinationSpec, MigrationSpec, MoverOptions, RetryPolicy,
+    self, ClaimRef, CutoverSpec, DestinationSpec, MigrationSpec, MoverOptions, RetryPolicy,
     TransferOptions,
 };
 
 pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result<i32, CliError> {
-    let one = match args.source.as_slice() {
+    if let Some(flag) = args.cutover_flags_without_cutover() {
+        return Err(CliError::Usage(format!("{flag} goes with --cutover")));
+    }
+    let one = match args.claims.source.as_slice() {
         [one] => Some(one.clone()),
         _ => None,
     };
@@ -209,8 +212,10 @@ pub fn spec_of(args: &MigrateArgs, source: &ClaimRef, to: Option<&str>) -> Migra
             run_as: args.run_as,
         },
         cutover: args.cutover.then_some(CutoverSpec {
-            max_downtime_seconds: args.max_downtime.as_secs(),
-            precopy_rounds: args.precopy_rounds,
+            max_downtime_seconds: args
+                .max_downtime
+                .map_or(spec::DEFAULT_MAX_DOWNTIME_SECONDS, |d| d.as_secs()),
+            precopy_rounds: args.precopy_rounds.unwrap_or(spec::DEFAULT_PRECOPY_ROUNDS),
             commit: args.commit,
             update_owner: args.update_owner,
         }),

@@ -4,6 +4,7 @@
 //! - [`migrate`], [`control`] (resume, abort, cleanup), [`cutover`]
 //!   (commit, rollback), [`show`] (status, logs): the commands;
 //! - [`detach`]: `--detach`, and `drive`, what the in-cluster driver runs;
+//! - [`drain`]: `drain NODE`, a cutover of every claim on a node;
 //! - [`report`]: progress bars on a TTY, plain lines otherwise;
 //! - [`notes`]: what is said on taking an operation up or letting it go;
 //! - [`complete`]: shell completion, for `kubectl-volmig` and through
@@ -21,6 +22,7 @@ pub mod complete;
 pub mod control;
 mod cutover;
 mod detach;
+mod drain;
 mod many;
 mod migrate;
 mod notes;
@@ -133,6 +135,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
     let cli_paths = (cli.kubeconfig.clone(), cli.context.clone());
     match cli.command {
         Command::Migrate(args) => migrate::run(&cluster, *args, output).await,
+        Command::Drain(args) => drain::run(&cluster, *args, output).await,
         Command::Status(args) => show::status(&cluster, args, output).await,
         Command::Logs(args) => show::logs(&cluster, args).await,
         Command::Resume(args) => control::resume(&cluster, args, output).await,

@@ -175,6 +175,11 @@ pub(super) struct Pin {
 }
 
 impl Pin {
+    /// The hostnames it pins to, sorted (empty: by other labels).
+    pub(super) fn hostnames(&self) -> &[String] {
+        &self.hostnames
+    }
+
     /// Whether a node whose hostname label is `hostname` may mount it, as
     /// far as hostname terms tell (other terms are the scheduler's to judge).
     pub(super) fn admits(&self, hostname: &str) -> bool {

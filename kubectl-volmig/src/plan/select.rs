@@ -44,6 +44,10 @@ pub enum Selection {
     All,
     /// `--from-storage-class standard [-A]`.
     StorageClass { class: String, all_namespaces: bool },
+    /// `--from-node node-1`, `drain node-1`: every claim whose volume is
+    /// pinned to that node alone (its `kubernetes.io/hostname` label), in
+    /// every namespace.
+    Node { node: String, hostname: String },
 }
 
 impl Selection {
@@ -52,6 +56,7 @@ impl Selection {
         match self {
             Selection::Labels { all_namespaces, .. }
             | Selection::StorageClass { all_namespaces, .. } => *all_namespaces,
+            Selection::Node { .. } => true,
             Selection::Claims { .. } | Selection::Workload { .. } | Selection::All => false,
         }
     }
@@ -66,6 +71,7 @@ impl Selection {
             Selection::Labels { selector, .. } => format!("-l {selector}"),
             Selection::All => "every claim".to_string(),
             Selection::StorageClass { class, .. } => format!("storage class {class}"),
+            Selection::Node { node, .. } => format!("the volumes of node {node}"),
         };
         match self.all_namespaces() {
             true => format!("{chosen}, all namespaces"),
@@ -187,6 +193,7 @@ pub fn select(selection: &Selection, found: &[Found]) -> Result<Vec<Chosen>, Sel
         Selection::Labels { selector, .. } => every(found, &format!("label selector {selector}")),
         Selection::All => every(found, "every claim"),
         Selection::StorageClass { class, .. } => by_class(class, found),
+        Selection::Node { node, hostname } => by_node(node, hostname, found),
     };
     let before = candidates.len();
     candidates.retain(|c| left_out(c.claim).is_none());
@@ -197,6 +204,7 @@ pub fn select(selection: &Selection, found: &[Found]) -> Result<Vec<Chosen>, Sel
             Selection::Labels { selector, .. } => format!("matches -l {selector}"),
             Selection::All => "to migrate".to_string(),
             Selection::StorageClass { class, .. } => format!("of storage class {class}"),
+            Selection::Node { node, .. } => format!("has a volume pinned to node {node}"),
         };
         let hint = hint(selection, before);
         return Err(SelectError::NoMatch { what, scope, hint });
@@ -270,6 +278,9 @@ fn hint(selection: &Selection, skipped: usize) -> String {
             "; a bound claim's class is its volume's: `kubectl get pv` shows them"
         }
         (Selection::All, _) => "; -n picks the namespace",
+        (Selection::Node { .. }, _) => {
+            "; only volumes whose node affinity names that node's hostname alone are node-local to it"
+        }
         (Selection::Claims { .. } | Selection::Workload { .. }, _) => "",
     });
     hint
@@ -308,6 +319,26 @@ fn by_names(names: &[String], found: &[Found], scope: String) -> Result<Vec<Chos
         return Err(SelectError::NoMatch { what, scope, hint });
     }
     Ok(ordered(chosen))
+}
+
+/// The claims bound to a volume pinned to `hostname` alone.
+fn by_node<'a>(node: &str, hostname: &str, found: &'a [Found]) -> Vec<Candidate<'a>> {
+    let pinned_here = |claim: &PersistentVolumeClaim, volumes: &[PersistentVolume]| {
+        let bound = claim.spec.as_ref()?.volume_name.as_deref()?;
+        let volume = volumes.iter().find(|pv| name(&pv.metadata) == bound)?;
+        let pin = super::placement::required_affinity(volume)?;
+        Some(pin.hostnames() == [hostname])
+    };
+    (found.iter())
+        .flat_map(|f| {
+            (f.claims.iter())
+                .filter(|c| pinned_here(c, &f.volumes) == Some(true))
+                .map(move |c| {
+                    let why = format!("its volume is pinned to node {node}");
+                    Candidate::new(f, c, why)
+                })
+        })
+        .collect()
 }
 
 fn every<'a>(found: &'a [Found], why: &str) -> Vec<Candidate<'a>> {

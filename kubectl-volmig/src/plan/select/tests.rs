@@ -372,3 +372,40 @@ fn a_selection_is_recorded_and_described() {
     }
     assert_eq!(claims(&["a"]).describe(), "claim a");
 }
+
+#[test]
+fn a_node_takes_the_claims_whose_volumes_are_pinned_to_it_alone() {
+    let mut cluster = many();
+    let pin = |hostnames: &[&str]| -> k8s_openapi::api::core::v1::VolumeNodeAffinity {
+        serde_json::from_value(serde_json::json!({"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                   "values": hostnames}]}]}}))
+        .expect("affinity")
+    };
+    for (volume, hostnames) in [
+        ("pvc-d0", &["host-1"][..]),
+        ("pvc-d1", &["host-1"]),
+        // Pinned to two nodes: not node-local to either.
+        ("pvc-d2", &["host-1", "host-2"]),
+        ("pvc-d3", &["host-2"]),
+    ] {
+        let v = (cluster.volumes.iter_mut())
+            .find(|v| v.metadata.name.as_deref() == Some(volume))
+            .expect("volume");
+        v.spec.as_mut().expect("spec").node_affinity = Some(pin(hostnames));
+    }
+    let node = |hostname: &str| Selection::Node {
+        node: "node-1".into(),
+        hostname: hostname.into(),
+    };
+    let seen = found(&cluster, &["prod", "staging"]);
+    let got = chosen(&node("host-1"), &seen);
+    assert_eq!(names(&got), ["prod/data-db-0", "prod/data-db-1"]);
+    assert_eq!(got[0].1, "its volume is pinned to node node-1");
+    let none = refused(&node("host-9"), &seen).to_string();
+    assert!(
+        none.contains("has a volume pinned to node node-1"),
+        "{none}"
+    );
+    assert!(node("host-1").all_namespaces());
+}
