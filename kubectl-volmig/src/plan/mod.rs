@@ -8,6 +8,8 @@
 //! - [`quiesce`]: who must stop for a cutover, and how (issue 16; not yet
 //!   used by a command);
 //! - [`refusal`]: why a migration cannot work, with what to do about it;
+//! - [`rehome`]: a node-local volume's PV made again for the node its
+//!   disks moved to (issue 19; not yet used by a command);
 //! - [`select`]: which claims an operation of several migrates (issue 18);
 //! - [`source`]: where the sender reads: the source itself, a snapshot or
 //!   a clone of it (issue 24);
@@ -21,6 +23,7 @@ pub mod placement;
 pub mod quantity;
 pub mod quiesce;
 mod refusal;
+pub mod rehome;
 pub mod security;
 pub mod select;
 pub mod source;
