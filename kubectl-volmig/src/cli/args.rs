@@ -202,7 +202,8 @@ pub struct MigrateOptions {
     /// Destination namespace (default: the source's).
     #[arg(long, value_name = "NS")]
     pub to_namespace: Option<String>,
-    /// Destination storage class (default: the cluster's default class).
+    /// Destination storage class (default: the cluster's default class; with
+    /// --to-node, the source's).
     #[arg(long, value_name = "SC")]
     pub to_storage_class: Option<String>,
     /// Destination size, a quantity such as 20Gi (default: the source's capacity).
