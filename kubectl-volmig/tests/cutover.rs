@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use common::app::{
     assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, cutover, policy,
-    replicas, running_app, sequence, user_claim, volume, watch_app_down,
+    replicas, running_app, sequence, user_claim, volume, AppWatch,
 };
 use common::{env, object, records, volmig, volume_dir, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -70,14 +70,7 @@ async fn cutover_moves_the_app_and_commit_deletes_the_old_volume() {
     let ns = env.namespace.clone();
     let old_dir = running_app(&client, &ns, "data", "app").await;
     let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watch = watch_app_down(
-        client.clone(),
-        ns.clone(),
-        "app".into(),
-        "data".into(),
-        stop.clone(),
-    );
+    let watch = AppWatch::start(&client, &ns, "app", "data");
 
     let run = cutover(
         &env,
@@ -94,8 +87,7 @@ async fn cutover_moves_the_app_and_commit_deletes_the_old_volume() {
     )
     .await;
     assert_eq!(run.code, 0, "{}", run.stderr);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (wrong, checked) = watch.await.expect("watch");
+    let (wrong, checked) = watch.finish().await;
     assert!(
         wrong.is_empty(),
         "the app ran during the final sync or the swap: {wrong:?}"

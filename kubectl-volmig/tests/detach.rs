@@ -409,13 +409,7 @@ async fn a_detached_snapshot_copy_needs_no_grant_it_lacks() {
     let env = common::env_with_driver().await;
     let client = env.client().await;
     let ns = env.namespace.clone();
-    let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim = common::object(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "csi",
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    }));
-    common::create_bound(&Api::namespaced(client.clone(), &ns), pvc).await;
-    let src = volume_dir(&client, &ns, "data").await;
+    let src = common::csi_claim(&client, &ns, "data", "ReadWriteOnce", "1Gi").await;
     seed(&src, 24, 64 << 10);
 
     let args = [

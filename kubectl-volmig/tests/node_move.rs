@@ -10,7 +10,7 @@ mod common;
 
 use common::app::{
     assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, sequence,
-    sequence_app, volume, watch_app_down,
+    sequence_app, volume, AppWatch,
 };
 use common::{create_bound, env, everything_volmig_made, object, records, volmig, volume_dir};
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
@@ -108,14 +108,7 @@ async fn a_node_local_claim_moves_to_another_node_and_its_app_follows() {
         .await
         .expect("uncordon");
 
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watch = watch_app_down(
-        client.clone(),
-        ns.clone(),
-        "app".into(),
-        "data".into(),
-        stop.clone(),
-    );
+    let watch = AppWatch::start(&client, &ns, "app", "data");
     let args = [
         "migrate",
         "data",
@@ -126,8 +119,7 @@ async fn a_node_local_claim_moves_to_another_node_and_its_app_follows() {
         "5s",
     ];
     let run = volmig(&env, &args).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (wrong, _) = watch.await.expect("watch");
+    let (wrong, _) = watch.finish().await;
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(
         wrong.is_empty(),

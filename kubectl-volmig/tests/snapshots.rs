@@ -15,7 +15,7 @@ use std::path::Path;
 
 use common::app::{
     assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, sequence,
-    sequence_app, watch_app_down,
+    sequence_app, AppWatch,
 };
 use common::{
     create_bound, env, env_configured, everything_volmig_made, manifest, object, records, seed,
@@ -30,24 +30,13 @@ use volmig::plan::Method;
 use volmig::record::{AttemptPhase, Phase, VolumeMigration};
 use volmig::snapshots::{VolumeSnapshot, VolumeSnapshotClass};
 
-fn csi_class() -> String {
-    std::env::var("VOLMIG_E2E_CSI_CLASS").unwrap_or_else(|_| "csi".into())
-}
-
 fn snapshot_class() -> String {
     std::env::var("VOLMIG_E2E_SNAPSHOT_CLASS").unwrap_or_else(|_| "csi-snapclass".into())
 }
 
-/// A claim of the CSI class, Bound; its volume's directory.
+/// A claim of the CSI class, 1Gi, Bound; its volume's directory.
 async fn csi_claim(client: &Client, ns: &str, name: &str, mode: &str) -> std::path::PathBuf {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    let pvc: PersistentVolumeClaim = object(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
-        "spec": {"accessModes": [mode], "storageClassName": csi_class(),
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    }));
-    create_bound(&api, pvc).await;
-    volume_dir(client, ns, name).await
+    common::csi_claim(client, ns, name, mode, "1Gi").await
 }
 
 /// What volmig made of the source's copies in `ns`, by label: snapshots
@@ -120,14 +109,7 @@ async fn a_read_write_once_pod_claim_in_use_moves_with_cutover_through_snapshots
     sequence_app(&client, &ns, "app", "data").await;
     await_sequence_past(&old_dir, 20).await;
     let old_volume = bound_volume(&claim_of(&client, &ns, "data").await);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watch = watch_app_down(
-        client.clone(),
-        ns.clone(),
-        "app".into(),
-        "data".into(),
-        stop.clone(),
-    );
+    let watch = AppWatch::start(&client, &ns, "app", "data");
 
     let args = [
         "migrate",
@@ -141,8 +123,7 @@ async fn a_read_write_once_pod_claim_in_use_moves_with_cutover_through_snapshots
         "2",
     ];
     let run = volmig(&env, &args).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (wrong, _) = watch.await.expect("watch");
+    let (wrong, _) = watch.finish().await;
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(
         run.stderr.contains("reads    snapshot") && run.stderr.contains("in use by pod app-"),

@@ -11,10 +11,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::{create_bound, env, fill_incompressible, manifest, object, records, volume_dir};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::Api;
-use serde_json::json;
+use common::{env, fill_incompressible, manifest, records, volume_dir};
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a benchmark: tests/bench/snapshots.sh runs it"]
@@ -26,13 +23,7 @@ async fn direct_snapshot_and_clone_copies() {
     let env = env().await;
     let client = env.client().await;
     let ns = env.namespace.clone();
-    let pvc: PersistentVolumeClaim = object(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "csi",
-                 "resources": {"requests": {"storage": "2Gi"}}},
-    }));
-    create_bound(&Api::namespaced(client.clone(), &ns), pvc).await;
-    let src = volume_dir(&client, &ns, "data").await;
+    let src = common::csi_claim(&client, &ns, "data", "ReadWriteOnce", "2Gi").await;
     fill_incompressible(&src, mib, 7);
     let source = manifest(&src);
 

@@ -61,12 +61,7 @@ impl Driver {
 
     /// Routes the Service to attempt `number` and creates its receiver.
     pub(super) async fn launch_receiver(&mut self, number: u32) -> Result<State, DriverError> {
-        let sender_placement = self
-            .record
-            .status
-            .placement
-            .as_ref()
-            .map_or_else(|| self.plan.placement.sender.clone(), |p| p.sender.clone());
+        let sender_placement = self.recorded_sender_placement();
         let live = self.live_attempt(number, sender_placement.clone());
         objects::route_to_attempt(&self.client, &self.plan, number).await?;
         let pod = resources::receiver_pod(&self.plan, number);

@@ -389,13 +389,7 @@ impl Driver {
                 },
             });
         }
-        let sender_placement = self
-            .record
-            .status
-            .placement
-            .as_ref()
-            .map_or_else(|| self.plan.placement.sender.clone(), |p| p.sender.clone());
-        let mut live = self.live_attempt(last.number, sender_placement);
+        let mut live = self.live_attempt(last.number, self.recorded_sender_placement());
         // Progress goes on from what the record shows of this attempt.
         live.shown = self
             .record
@@ -466,6 +460,13 @@ impl Driver {
             sender_seen: false,
             shown: None,
         }
+    }
+
+    /// Where the record says the running attempt's sender goes (the plan's
+    /// placement, for a record without one).
+    pub(super) fn recorded_sender_placement(&self) -> NodePlacement {
+        let recorded = self.record.status.placement.as_ref();
+        recorded.map_or_else(|| self.plan.placement.sender.clone(), |p| p.sender.clone())
     }
 
     pub(super) fn follow_sender(&mut self, name: String) {

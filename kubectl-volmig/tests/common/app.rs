@@ -253,6 +253,34 @@ pub fn watch_app_down(
     })
 }
 
+/// [`watch_app_down`] running until [`AppWatch::finish`].
+pub struct AppWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(Vec<String>, usize)>,
+}
+
+impl AppWatch {
+    /// Watches app `app` while the operation on `claim` (in `ns`) runs.
+    pub fn start(client: &Client, ns: &str, app: &str, claim: &str) -> AppWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = watch_app_down(
+            client.clone(),
+            ns.to_string(),
+            app.to_string(),
+            claim.to_string(),
+            stop.clone(),
+        );
+        AppWatch { stop, task }
+    }
+
+    /// What it saw wrong, and how many looks found the app down in the
+    /// final sync and the swap.
+    pub async fn finish(self) -> (Vec<String>, usize) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.expect("watch")
+    }
+}
+
 /// `kubectl-volmig migrate CLAIM --to-storage-class local --cutover EXTRA`,
 /// with environment variables `vars`.
 pub async fn cutover(

@@ -264,6 +264,24 @@ pub async fn claim(client: &Client, ns: &str, name: &str, mode: &str, size: &str
     create_bound(&api, pvc).await;
 }
 
+/// The CSI class the snapshot and clone tests use: the sandbox's `csi`, or
+/// `VOLMIG_E2E_CSI_CLASS` on another cluster.
+pub fn csi_class() -> String {
+    std::env::var("VOLMIG_E2E_CSI_CLASS").unwrap_or_else(|_| "csi".into())
+}
+
+/// A claim of the CSI class ([`csi_class`]), Bound; its volume's directory.
+pub async fn csi_claim(client: &Client, ns: &str, name: &str, mode: &str, size: &str) -> PathBuf {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pvc: PersistentVolumeClaim = object(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+        "spec": {"accessModes": [mode], "storageClassName": csi_class(),
+                 "resources": {"requests": {"storage": size}}},
+    }));
+    create_bound(&api, pvc).await;
+    volume_dir(client, ns, name).await
+}
+
 /// Creates `pvc` and waits until it is Bound (Immediate classes).
 pub async fn create_bound(api: &Api<PersistentVolumeClaim>, pvc: PersistentVolumeClaim) {
     let name = pvc.metadata.name.clone().expect("a name");
