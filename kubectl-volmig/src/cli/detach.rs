@@ -22,7 +22,7 @@ pub async fn preflight(cluster: &Cluster, vm: &VolumeMigration) -> Result<(), Cl
         &vm.metadata.name,
         &vm.metadata.namespace,
         &namespaces,
-        incluster::reads_copies(vm),
+        vm.reads().reads_copy(),
     )
     .await?;
     if denied.is_empty() {

@@ -34,6 +34,21 @@ where
     }
 }
 
+/// `object` as it is in the cluster, created first if it is not there: for
+/// a step taken again each tick while it waits, a GET rather than a POST
+/// refused with 409 and then a GET.
+pub async fn get_or_create<K>(api: &Api<K>, object: &K) -> Result<K, DriverError>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    match api.get_opt(&name).await {
+        Ok(Some(found)) => Ok(found),
+        Ok(None) => create_or_get(api, object).await,
+        Err(e) => Err(DriverError::kube(format!("get {name}"), e)),
+    }
+}
+
 /// The destination claim, created unless the plan reuses one. A claim of
 /// that name that volmig did not create for this operation is refused.
 pub async fn ensure_destination(client: &Client, plan: &Plan) -> Result<(), DriverError> {

@@ -74,7 +74,7 @@ impl Driver {
         if let Some(snapshot_name) = &copy.snapshot {
             let api: Api<VolumeSnapshot> = Api::namespaced(self.client.clone(), &namespace);
             let wanted = resources::source_snapshot(&self.plan, number);
-            let snapshot = objects::create_or_get(&api, &wanted).await?;
+            let snapshot = objects::get_or_create(&api, &wanted).await?;
             if !snapshot.ready() {
                 let error = snapshot.error().map(str::to_string);
                 let events =
@@ -102,7 +102,7 @@ impl Driver {
         }
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
         let wanted = resources::read_claim(&self.plan, number, restore_size.as_deref());
-        let claim = objects::create_or_get(&claims, &wanted).await?;
+        let claim = objects::get_or_create(&claims, &wanted).await?;
         match self.claim_readiness(&claim).await? {
             Readiness::Ready => {}
             Readiness::Refused(reason) => {

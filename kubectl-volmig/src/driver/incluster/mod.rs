@@ -57,12 +57,6 @@ pub fn namespaces(vm: &VolumeMigration) -> Vec<String> {
     out
 }
 
-/// Whether `vm`'s senders read snapshots or clones of the source (its
-/// driver then needs the grants for them).
-pub fn reads_copies(vm: &VolumeMigration) -> bool {
-    vm.reads().reads_copy()
-}
-
 /// What `vm`'s in-cluster driver will be, to record before it is created.
 pub fn in_cluster(vm: &VolumeMigration, image: &str, who: &str) -> InCluster {
     InCluster {
@@ -122,7 +116,8 @@ pub async fn start(
 ) -> Result<(), DriverError> {
     let op = vm.metadata.name.as_str();
     let home = vm.metadata.namespace.as_str();
-    let copies = reads_copies(vm);
+    // A driver whose senders read snapshots needs the grants for them.
+    let copies = vm.reads().reads_copy();
     let cluster_role = ensure(
         &Api::all(client.clone()),
         &access::driver_cluster_role(op, copies),
