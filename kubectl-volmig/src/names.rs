@@ -43,6 +43,8 @@ pub enum Component {
     /// A snapshot of the source, or a claim restored or cloned from it,
     /// that an attempt's sender reads (issue 24).
     SourceCopy,
+    /// The record of a rehome (issue 19).
+    Rehome,
 }
 
 impl Component {
@@ -57,6 +59,7 @@ impl Component {
             Component::Driver => "driver",
             Component::Operation => "operation",
             Component::SourceCopy => "source-copy",
+            Component::Rehome => "rehome",
         }
     }
 }

@@ -77,6 +77,9 @@ pub enum Command {
     /// Move every node-local claim off NODE, apps included (a cutover of
     /// them all): --to-node N2, or --to-storage-class SC; migrate's flags.
     Drain(Box<DrainArgs>),
+    /// Pin node-local volumes to the node their disks moved to: each PV made
+    /// again with a new node affinity, the app stopped meanwhile; no data moves.
+    Rehome(RehomeArgs),
     /// Show operations in the namespace, or one in detail.
     Status(StatusArgs),
     /// Print the mover logs of an operation's attempt.
@@ -332,6 +335,41 @@ pub struct DrainArgs {
     pub node: String,
     #[command(flatten)]
     pub options: MigrateOptions,
+}
+
+/// `rehome CLAIM|pv/NAME --to-node NODE | --topology KEY=VALUE`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["volume", "all_from_node"])))]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["to_node", "topology"])))]
+pub struct RehomeArgs {
+    /// A claim (in -n's namespace), or a volume as pv/NAME.
+    #[arg(value_name = "CLAIM|pv/NAME")]
+    pub volume: Option<String>,
+    /// Every volume pinned to this node (which may be gone).
+    #[arg(long, value_name = "NODE")]
+    pub all_from_node: Option<String>,
+    /// The node the disks are attached to now.
+    #[arg(long, value_name = "NODE")]
+    pub to_node: Option<String>,
+    /// Pin to a node label instead of a host, such as a pool's own key
+    /// that may move again.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub topology: Option<(String, String)>,
+    /// The ZFS pool or LVM volume group the disks are in on the new node,
+    /// when it has another name there.
+    #[arg(long, value_name = "POOL")]
+    pub pool: Option<String>,
+    /// Print every change (each PV before and after) and make none.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `KEY=VALUE`.
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err("not KEY=VALUE".to_string()),
+    }
 }
 
 /// A duration as `30s`, `2m`, `1m30s` or `PT30S`.

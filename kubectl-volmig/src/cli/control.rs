@@ -137,6 +137,10 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
             return set::resume(cluster, *group, args.force, start_timeout, output).await
         }
         set::Found::One(vm) => set::refuse_member_of_cutover(&vm, "resume")?,
+        set::Found::Rehome(r) if args.detach => {
+            return Err(super::rehome::refuse(&r, "resume --detach"))
+        }
+        set::Found::Rehome(r) => return super::rehome::resume(cluster, *r, args.force).await,
     }
     let me = crate::names::holder();
     loop {
@@ -310,6 +314,7 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
     match set::find(cluster, op).await? {
         set::Found::Set(group) => return set::abort(cluster, *group, output).await,
         set::Found::One(vm) => set::refuse_member_of_cutover(&vm, "abort")?,
+        set::Found::Rehome(r) => return Err(super::rehome::refuse(&r, "abort")),
     }
     let who = crate::names::who(cluster.user.as_deref());
     let vm = crate::driver::abort::abort(&cluster.client, &cluster.namespace, op, &who)
@@ -380,6 +385,7 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
     match set::find(cluster, op).await? {
         set::Found::Set(group) => return set::cleanup(cluster, *group, args.force).await,
         set::Found::One(vm) => set::refuse_member_of_cutover(&vm, "cleanup")?,
+        set::Found::Rehome(r) => return super::rehome::cleanup(cluster, *r, args.force).await,
     }
     let vm = store.get(op).await?;
     let live = incluster::live_holder(&cluster.client, &vm, "").await;

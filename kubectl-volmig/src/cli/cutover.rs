@@ -17,6 +17,7 @@ pub async fn commit(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i
             *vm
         }
         set::Found::Set(group) => return set::commit(cluster, *group, output).await,
+        set::Found::Rehome(r) => return Err(super::rehome::refuse(&r, "commit")),
     };
     let step = vm.status.cutover.as_ref().map(|c| c.step);
     match step {
@@ -89,6 +90,7 @@ pub async fn rollback(
             return set::rollback(cluster, *group, flags, args.force, start_timeout, output).await;
         }
         set::Found::One(vm) => set::refuse_member_of_cutover(&vm, "rollback")?,
+        set::Found::Rehome(r) => return super::rehome::rollback(cluster, *r, args.force).await,
     }
     let vm = request_rollback(
         &cluster.client,

@@ -26,6 +26,7 @@ mod drain;
 mod many;
 mod migrate;
 mod notes;
+mod rehome;
 mod report;
 mod set;
 mod show;
@@ -136,6 +137,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
     match cli.command {
         Command::Migrate(args) => migrate::run(&cluster, *args, output).await,
         Command::Drain(args) => drain::run(&cluster, *args, output).await,
+        Command::Rehome(args) => rehome::run(&cluster, args, output).await,
         Command::Status(args) => show::status(&cluster, args, output).await,
         Command::Logs(args) => show::logs(&cluster, args).await,
         Command::Resume(args) => control::resume(&cluster, args, output).await,

@@ -10,7 +10,8 @@ use super::args::{LogsArgs, Output, Role, StatusArgs};
 use super::{exit, set, CliError};
 use crate::cluster::Cluster;
 use crate::driver::incluster;
-use crate::record::store::{group_view, RecordStore};
+use crate::record::rehome::Rehome;
+use crate::record::store::{group_view, RecordStore, Store};
 use crate::record::{print, Attempt, VolumeMigration};
 use crate::resources::driver::DRIVER_CONTAINER;
 
@@ -34,6 +35,7 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
     if let Some(op) = &args.operation {
         match set::find(cluster, op).await? {
             set::Found::One(vm) => print_one(&vm, output)?,
+            set::Found::Rehome(r) => return super::rehome::status(&r, output),
             set::Found::Set(g) => {
                 let view = group_view(&client, *g).await?;
                 set::print_set(&view, output)?;
@@ -47,14 +49,34 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
         RecordStore::new(client, &cluster.namespace).list().await?
     };
     let sets = set::list_sets(cluster, args.all_namespaces).await?;
+    let rehomes: Vec<Rehome> = if args.all_namespaces {
+        Store::<Rehome>::list_all(cluster.client.clone()).await?
+    } else {
+        Store::<Rehome>::new(cluster.client.clone(), &cluster.namespace)
+            .list()
+            .await?
+    };
+    let now = Timestamp::now();
     let text = match output {
-        Output::Table if ops.is_empty() && sets.is_empty() => {
+        Output::Table if ops.is_empty() && sets.is_empty() && rehomes.is_empty() => {
             let ns = (!args.all_namespaces).then_some(cluster.namespace.as_str());
             say!("{}", empty_status(ns));
             return Ok(exit::OK);
         }
-        Output::Table => print::table_with_sets(&ops, &sets, Timestamp::now(), args.all_namespaces),
-        Output::Json | Output::Yaml if !sets.is_empty() => {
+        Output::Table => {
+            let mut text = String::new();
+            if !ops.is_empty() || !sets.is_empty() {
+                text = print::table_with_sets(&ops, &sets, now, args.all_namespaces);
+            }
+            if !rehomes.is_empty() {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&print::rehome::table(&rehomes, now));
+            }
+            text
+        }
+        Output::Json | Output::Yaml if !sets.is_empty() || !rehomes.is_empty() => {
             let mut items: Vec<serde_json::Value> = sets
                 .iter()
                 .map(crate::record::print::group::set_object)
@@ -62,6 +84,7 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
             for vm in &ops {
                 items.push(serde_json::to_value(vm).map_err(|e| CliError::Print(e.to_string()))?);
             }
+            items.extend(rehomes.iter().map(print::rehome::object));
             let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items,
                 "metadata": {"resourceVersion": ""}});
             match output {
@@ -89,6 +112,7 @@ fn empty_status(namespace: Option<&str>) -> String {
 pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
     let vm = match set::find(cluster, &args.operation).await? {
         set::Found::One(vm) => *vm,
+        set::Found::Rehome(r) => return Err(super::rehome::refuse(&r, "logs")),
         set::Found::Set(g) => {
             let claims: Vec<String> = g
                 .spec

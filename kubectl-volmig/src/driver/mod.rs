@@ -31,6 +31,7 @@ pub mod judge;
 mod lease;
 pub mod logs;
 pub mod objects;
+pub mod rehome;
 mod run;
 mod source_copy;
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod cutover;
 pub mod figures;
 pub mod group;
 pub mod print;
+pub mod rehome;
 pub mod store;
 
 use jiff::Timestamp;

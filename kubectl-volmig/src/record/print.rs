@@ -9,6 +9,7 @@
 mod describe;
 pub(crate) mod format;
 pub mod group;
+pub mod rehome;
 #[cfg(test)]
 mod tests;
 

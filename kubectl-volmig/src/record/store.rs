@@ -15,6 +15,7 @@ use kube::Client;
 
 use super::configmap::RecordError;
 use super::group::{GroupView, MigrationGroup};
+use super::rehome::Rehome;
 use super::{Metadata, VolumeMigration};
 use crate::names;
 
@@ -62,6 +63,24 @@ impl Stored for MigrationGroup {
     }
     fn selector() -> String {
         names::group_selector()
+    }
+}
+
+impl Stored for Rehome {
+    fn to_config_map(&self) -> Result<ConfigMap, RecordError> {
+        super::rehome::to_config_map(self)
+    }
+    fn from_config_map(cm: &ConfigMap) -> Result<Self, RecordError> {
+        super::rehome::from_config_map(cm)
+    }
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
+    }
+    fn selector() -> String {
+        names::component_selector(names::Component::Rehome)
     }
 }
 
@@ -299,6 +318,7 @@ impl<T: Stored> Store<T> {
 pub enum AnyRecord {
     One(Box<VolumeMigration>),
     Set(Box<MigrationGroup>),
+    Rehome(Box<Rehome>),
 }
 
 /// Operation `op` of `namespace`, whichever it is: one read, decoded as
@@ -314,6 +334,9 @@ pub async fn get_any(client: &Client, namespace: &str, op: &str) -> Result<AnyRe
         .labels
         .as_ref()
         .and_then(|l| l.get(names::COMPONENT_KEY));
+    if component.map(String::as_str) == Some(names::Component::Rehome.as_str()) {
+        return Ok(AnyRecord::Rehome(Box::new(Rehome::from_config_map(&cm)?)));
+    }
     if component.map(String::as_str) == Some(names::Component::Operation.as_str()) {
         return Ok(AnyRecord::Set(Box::new(MigrationGroup::from_config_map(
             &cm,

@@ -29,13 +29,13 @@ pub mod machine;
 pub mod owner;
 mod owner_io;
 pub mod rebind;
-mod rebind_io;
+pub(crate) mod rebind_io;
 pub mod request;
 mod rollback;
 mod steps;
 #[cfg(test)]
 mod tests;
-mod volumes;
+pub(crate) mod volumes;
 pub mod workload;
 
 use std::time::Duration;

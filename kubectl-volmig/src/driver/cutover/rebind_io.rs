@@ -4,6 +4,7 @@
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::Client;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -60,8 +61,16 @@ impl Cutover {
                 crash_point(&format!("{side}:{}", action.kind()));
                 crash_point(&format!("{side}:{label}"));
                 crash_point(&format!("{side}:{} {name}", action.kind()));
-                self.apply(&ns, name, meta, spec, &action, seen.target.as_ref())
-                    .await?;
+                apply(
+                    &self.client,
+                    &ns,
+                    name,
+                    meta,
+                    spec,
+                    &action,
+                    seen.target.as_ref(),
+                )
+                .await?;
                 continue;
             }
             let since = match &waiting {
@@ -110,60 +119,6 @@ impl Cutover {
         Ok(seen)
     }
 
-    async fn apply(
-        &self,
-        ns: &str,
-        name: &str,
-        meta: &ClaimShape,
-        spec: &ClaimShape,
-        action: &Action,
-        target: Option<&PersistentVolume>,
-    ) -> Result<(), DriverError> {
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
-        match action {
-            Action::Retain(v) => self.set_policy(v, rebind::RETAIN).await,
-            Action::DeleteClaim { name, uid } => {
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid.clone()),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                match claims.delete(name, &dp).await {
-                    // Gone already; or the uid changed, another claim took
-                    // the name: either way, look again.
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-                    Err(e) => Err(DriverError::kube(format!("delete claim {name}"), e)),
-                }
-            }
-            Action::FreeVolume(v) => {
-                let patch = json!({"spec": {"claimRef": {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "namespace": ns,
-                    "name": name,
-                    "uid": null,
-                    "resourceVersion": null,
-                }}});
-                let what = format!("free for claim {name} the");
-                self.patch_volume(v, &patch, &what).await
-            }
-            Action::CreateClaim => {
-                let target = target
-                    .ok_or_else(|| DriverError::Refused("the target volume is gone".into()))?;
-                let claim = rebind::claim_for(ns, name, meta, spec, target);
-                match claims.create(&PostParams::default(), &claim).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    Err(e) => Err(DriverError::kube(format!("create claim {ns}/{name}"), e)),
-                }
-            }
-            Action::AwaitClaimGone(_) | Action::AwaitBound | Action::Done => Ok(()),
-        }
-    }
-
     /// A wait that did not end: say who holds what.
     async fn stuck(&self, ns: &str, action: &Action) -> DriverError {
         match action {
@@ -186,8 +141,67 @@ impl Cutover {
     }
 }
 
+/// Makes one change of a rebind (of claim `ns/name`, to `target`).
+pub(crate) async fn apply(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    meta: &ClaimShape,
+    spec: &ClaimShape,
+    action: &Action,
+    target: Option<&PersistentVolume>,
+) -> Result<(), DriverError> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    match action {
+        Action::Retain(v) => super::volumes::set_policy(client, v, rebind::RETAIN).await,
+        Action::DeleteClaim { name, uid } => {
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match claims.delete(name, &dp).await {
+                // Gone already; or the uid changed, another claim took
+                // the name: either way, look again.
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+                Err(e) => Err(DriverError::kube(format!("delete claim {name}"), e)),
+            }
+        }
+        Action::FreeVolume(v) => {
+            let patch = json!({"spec": {"claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": ns,
+                "name": name,
+                "uid": null,
+                "resourceVersion": null,
+            }}});
+            let what = format!("free for claim {name} the");
+            super::volumes::patch_volume(client, v, &patch, &what).await
+        }
+        Action::CreateClaim => {
+            let target =
+                target.ok_or_else(|| DriverError::Refused("the target volume is gone".into()))?;
+            let claim = rebind::claim_for(ns, name, meta, spec, target);
+            match claims.create(&PostParams::default(), &claim).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                Err(e) => Err(DriverError::kube(format!("create claim {ns}/{name}"), e)),
+            }
+        }
+        Action::AwaitClaimGone(_) | Action::AwaitBound | Action::Done => Ok(()),
+    }
+}
+
 /// `api.get_opt(name)`, its error saying what was read.
-async fn get_opt<K>(api: &Api<K>, name: &str, what: &str) -> Result<Option<K>, DriverError>
+pub(crate) async fn get_opt<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+) -> Result<Option<K>, DriverError>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {

@@ -3,6 +3,7 @@
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::Client;
 use serde_json::{json, Value};
 
 use super::Cutover;
@@ -10,29 +11,46 @@ use crate::driver::objects;
 use crate::driver::DriverError;
 use crate::names;
 
+/// Merge-patches volume `name`; one already gone is no error.
+pub(crate) async fn patch_volume(
+    client: &Client,
+    name: &str,
+    patch: &Value,
+    what: &str,
+) -> Result<(), DriverError> {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(DriverError::kube(format!("{what} volume {name}"), e)),
+    }
+}
+
+/// Sets volume `volume`'s reclaim policy.
+pub(crate) async fn set_policy(
+    client: &Client,
+    volume: &str,
+    policy: &str,
+) -> Result<(), DriverError> {
+    let patch = json!({"spec": {"persistentVolumeReclaimPolicy": policy}});
+    patch_volume(client, volume, &patch, &format!("set {policy} on")).await
+}
+
 impl Cutover {
-    /// Merge-patches volume `name`; one already gone is no error.
     pub(super) async fn patch_volume(
         &self,
         name: &str,
         patch: &Value,
         what: &str,
     ) -> Result<(), DriverError> {
-        let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(DriverError::kube(format!("{what} volume {name}"), e)),
-        }
+        patch_volume(&self.client, name, patch, what).await
     }
 
     pub(super) async fn set_policy(&self, volume: &str, policy: &str) -> Result<(), DriverError> {
-        let patch = json!({"spec": {"persistentVolumeReclaimPolicy": policy}});
-        self.patch_volume(volume, &patch, &format!("set {policy} on"))
-            .await
+        set_policy(&self.client, volume, policy).await
     }
 
     /// Labels a kept volume with the operation, so it can be found.
