@@ -12,62 +12,12 @@ use common::app::{
     assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, sequence,
     sequence_app, volume, AppWatch,
 };
-use common::{create_bound, env, everything_volmig_made, object, records, volmig, volume_dir};
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::Client;
+use common::nodes::{app_node, local_claim_on, node_of, pinned_to, volumes_on};
+use common::{env, everything_volmig_made, records, volmig, volume_dir};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use volmig::record::Phase;
-
-/// A claim of the `local` class provisioned on `node` (as the scheduler's
-/// selected-node annotation asks); its volume's directory.
-async fn local_claim_on(client: &Client, ns: &str, name: &str, node: &str) -> std::path::PathBuf {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    let pvc: PersistentVolumeClaim = object(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "annotations": {"volume.kubernetes.io/selected-node": node}},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    }));
-    create_bound(&api, pvc).await;
-    volume_dir(client, ns, name).await
-}
-
-/// The hostnames a volume's node affinity pins it to.
-fn pinned_to(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> Vec<String> {
-    let terms = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_affinity.as_ref())
-        .and_then(|a| a.required.as_ref())
-        .map(|r| r.node_selector_terms.clone())
-        .unwrap_or_default();
-    terms
-        .iter()
-        .flat_map(|t| t.match_expressions.clone().unwrap_or_default())
-        .flat_map(|e| e.values.unwrap_or_default())
-        .collect()
-}
-
-async fn app_node(client: &Client, ns: &str) -> String {
-    node_of(client, ns, "app").await
-}
-
-/// The node a running pod of app `app` is on.
-async fn node_of(client: &Client, ns: &str, app: &str) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let list = pods
-        .list(&ListParams::default().labels(&format!("app={app}")))
-        .await
-        .expect("pods");
-    let running = list.items.into_iter().find(|p| {
-        p.metadata.deletion_timestamp.is_none()
-            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-    });
-    running
-        .and_then(|p| p.spec?.node_name)
-        .expect("a running app pod")
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_local_claim_moves_to_another_node_and_its_app_follows() {
@@ -155,19 +105,6 @@ async fn a_node_local_claim_moves_to_another_node_and_its_app_follows() {
     assert!(downtime.is_some());
 }
 
-/// The volumes pinned to `node`'s hostname, by name.
-async fn volumes_on(client: &Client, node: &str) -> Vec<String> {
-    let all = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .expect("volumes");
-    all.items
-        .into_iter()
-        .filter(|pv| pinned_to(pv) == [node])
-        .filter_map(|pv| pv.metadata.name)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn drain_moves_every_node_local_claim_off_a_node() {
     let env = env().await;
@@ -228,6 +165,11 @@ async fn drain_moves_every_node_local_claim_off_a_node() {
     .await
     .expect("volume");
     assert_eq!(pinned_to(&untouched), ["node-2"]);
+    for vm in records(&client, &ns).await {
+        let downtime = vm.status.cutover.as_ref().and_then(|c| c.downtime_seconds);
+        eprintln!("drain: {} downtime {downtime:?} s", vm.spec.source);
+        assert!(downtime.is_some(), "{}: no downtime recorded", vm.spec.source);
+    }
 
     // The old volumes wait for `commit` (a rollback needs them); then none
     // is left on node-1.

@@ -76,7 +76,12 @@ pub fn describe(r: &Rehome, now: Timestamp) -> String {
             pinned(&v.original),
             pinned(&v.rehomed),
             v.policy.clone(),
-            v.change.clone().unwrap_or_else(|| "-".into()),
+            v.change
+                .as_deref()
+                .map_or("-", |c| {
+                    c.strip_suffix(&format!(" {}", v.name)).unwrap_or(c)
+                })
+                .to_string(),
         ]);
     }
     out.push_str(&columns(&table));
@@ -160,7 +165,7 @@ pub fn dry_run(r: &Rehome) -> String {
         out.push_str(&format!("\n# persistentvolume {} before\n", v.name));
         out.push_str(&yaml(&v.original));
         out.push_str(&format!("# persistentvolume {} after\n", v.name));
-        out.push_str(&yaml(&v.rehomed));
+        out.push_str(&yaml(&finally(v)));
     }
     out
 }
@@ -204,6 +209,15 @@ fn volume_steps(v: &VolumeRehome) -> String {
     out
 }
 
+/// The PV as it ends: created Retain, its own policy put back.
+fn finally(v: &VolumeRehome) -> PersistentVolume {
+    let mut pv = v.rehomed.clone();
+    if let Some(spec) = pv.spec.as_mut() {
+        spec.persistent_volume_reclaim_policy = Some(v.policy.clone());
+    }
+    pv
+}
+
 fn yaml(pv: &PersistentVolume) -> String {
     serde_saphyr::to_string(pv).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
 }
@@ -221,7 +235,7 @@ pub fn dry_run_object(r: &Rehome) -> Value {
                 "claim": v.claim,
                 "policy": v.policy,
                 "before": v.original,
-                "after": v.rehomed,
+                "after": finally(v),
                 "driverObjects": v.driver_objects,
             })
         })

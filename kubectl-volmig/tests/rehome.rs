@@ -1,0 +1,290 @@
+//! Rehome (issue 19): node-local volumes whose disks moved to another
+//! node get their PVs made again, pinned there; no data moves. The
+//! sandbox's nodes share one disk, which stands in for disks that moved.
+//!
+//! A Deployment's `local` claim on node-1 is rehomed to node-2 with the
+//! plugin killed in the middle of the PV's re-creation (once before the
+//! delete, once before the create): `resume` finishes it, the app runs on
+//! node-2 on the same data and its sequence has no gap; `rollback` then
+//! restores the original PV, policy and all, and the app runs on node-1
+//! again. `--all-from-node` rehomes every volume pinned to a node and
+//! leaves the others; `--dry-run` changes nothing; `--topology` pins to a
+//! label.
+
+mod common;
+
+use common::app::{
+    assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, policy, sequence,
+    sequence_app, volume,
+};
+use common::nodes::{app_node, local_claim_on, node_of, pinned_to};
+use common::{env, volmig, volmig_with, volume_dir, Env};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use serde_json::json;
+use volmig::driver::cutover::CRASH_AT;
+use volmig::record::rehome::{Rehome, Step};
+use volmig::record::store::Store;
+use volmig::record::Phase;
+
+async fn rehomes(client: &Client, ns: &str) -> Vec<Rehome> {
+    Store::<Rehome>::new(client.clone(), ns)
+        .list()
+        .await
+        .expect("rehome records")
+}
+
+/// A `rehome` killed at crash point `point`: its operation.
+async fn crashed(env: &Env, point: &str, args: &[&str]) -> String {
+    let run = volmig_with(env, &[(CRASH_AT, point)], args).await;
+    assert_ne!(run.code, 0, "killed at {point}: {}", run.stderr);
+    assert!(
+        run.stderr.contains("crash point"),
+        "never reached {point}: {}",
+        run.stderr
+    );
+    let client = env.client().await;
+    let found = rehomes(&client, &env.namespace).await;
+    found[0].metadata.name.clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rehome_killed_mid_way_is_resumed_then_rolled_back() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let dir = local_claim_on(&client, &ns, "data", "node-1").await;
+    sequence_app(&client, &ns, "app", "data").await;
+    await_sequence_past(&dir, 20).await;
+    assert_eq!(app_node(&client, &ns).await, "node-1");
+    let pv_name = bound_volume(&claim_of(&client, &ns, "data").await);
+    let original = volume(&client, &pv_name).await.expect("the volume");
+    let original_policy = policy(&original);
+
+    // Killed after writing the PV's delete ahead, before making it: the
+    // old PV is still there, Retain, its claim gone.
+    let args = ["rehome", "data", "--to-node", "node-2"];
+    let op = crashed(&env, "rehome:DeleteVolume", &args).await;
+    let pv = volume(&client, &pv_name).await.expect("not deleted yet");
+    assert_eq!(policy(&pv), "Retain");
+    let record = &rehomes(&client, &ns).await[0];
+    assert_eq!(record.status.step, Step::Move);
+    let change = record.status.volumes[0].change.clone();
+    assert_eq!(change, Some(format!("DeleteVolume {pv_name}")));
+
+    // Resumed, and killed again between the delete and the create: only
+    // the record holds the PV's spec now.
+    let run = volmig_with(&env, &[(CRASH_AT, "rehome:CreateVolume")], &["resume", &op]).await;
+    assert!(run.stderr.contains("crash point"), "{}", run.stderr);
+    assert!(
+        volume(&client, &pv_name).await.is_none(),
+        "the PV is deleted"
+    );
+
+    let run = volmig(&env, &["resume", &op]).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let pv = volume(&client, &pv_name).await.expect("made again");
+    assert_eq!(pinned_to(&pv), ["node-2"]);
+    assert_eq!(policy(&pv), original_policy, "the policy is put back");
+    assert_eq!(
+        pv.spec.as_ref().and_then(|s| s.local.clone()),
+        original.spec.as_ref().and_then(|s| s.local.clone())
+    );
+    let claim = claim_of(&client, &ns, "data").await;
+    assert_eq!(
+        bound_volume(&claim),
+        pv_name,
+        "the claim is bound to the same volume name"
+    );
+
+    // The app runs on node-2, on the same data, and goes on.
+    await_running(&client, &ns, "app").await;
+    assert_eq!(app_node(&client, &ns).await, "node-2");
+    assert_eq!(volume_dir(&client, &ns, "data").await, dir);
+    let before = sequence(&dir).len();
+    let seq = await_sequence_past(&dir, before + 20).await;
+    assert_gapless(&seq, "the sequence across the rehome");
+    let record = &rehomes(&client, &ns).await[0];
+    assert_eq!(
+        (record.status.step, record.status.phase),
+        (Step::Done, Phase::Succeeded)
+    );
+    eprintln!("rehome: downtime {:?} s", record.status.downtime_seconds);
+
+    // Rollback restores the original PV: affinity, policy, source.
+    let run = volmig(&env, &["rollback", &op]).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let back = volume(&client, &pv_name).await.expect("the original PV");
+    assert_eq!(pinned_to(&back), ["node-1"]);
+    assert_eq!(policy(&back), original_policy);
+    let (was, is) = (
+        original.spec.clone().expect("spec"),
+        back.spec.clone().expect("spec"),
+    );
+    assert_eq!(
+        (was.node_affinity, was.local, was.capacity),
+        (is.node_affinity, is.local, is.capacity)
+    );
+    assert_eq!(bound_volume(&claim_of(&client, &ns, "data").await), pv_name);
+    await_running(&client, &ns, "app").await;
+    assert_eq!(app_node(&client, &ns).await, "node-1");
+    let before = sequence(&dir).len();
+    let seq = await_sequence_past(&dir, before + 20).await;
+    assert_gapless(&seq, "the sequence across the rollback");
+    let record = &rehomes(&client, &ns).await[0];
+    assert_eq!(
+        (record.status.step, record.status.phase),
+        (Step::RolledBack, Phase::RolledBack)
+    );
+
+    // Ended: its record goes with cleanup.
+    let run = volmig(&env, &["cleanup", &op]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(rehomes(&client, &ns).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn all_from_node_rehomes_every_volume_pinned_there_and_dry_run_changes_nothing() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let mut dirs = Vec::new();
+    for (claim, app) in [("data-a", "app-a"), ("data-b", "app-b")] {
+        let dir = local_claim_on(&client, &ns, claim, "node-1").await;
+        sequence_app(&client, &ns, app, claim).await;
+        dirs.push(dir);
+    }
+    local_claim_on(&client, &ns, "elsewhere", "node-2").await;
+    for dir in &dirs {
+        await_sequence_past(dir, 10).await;
+    }
+    let pvs = |claim: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move { bound_volume(&claim_of(&client, &ns, claim).await) }
+    };
+    let (a, b, other) = (
+        pvs("data-a").await,
+        pvs("data-b").await,
+        pvs("elsewhere").await,
+    );
+
+    let args = ["rehome", "--all-from-node", "node-1", "--to-node", "node-3"];
+    let dry = volmig(&env, &[&args[..], &["--dry-run"]].concat()).await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    for pv in [&a, &b] {
+        assert!(
+            dry.stdout
+                .contains(&format!("# persistentvolume {pv} before")),
+            "{}",
+            dry.stdout
+        );
+        assert!(
+            dry.stdout
+                .contains(&format!("# persistentvolume {pv} after")),
+            "{}",
+            dry.stdout
+        );
+    }
+    assert!(!dry.stdout.contains(&other), "{}", dry.stdout);
+    assert!(dry.stdout.contains("scale Deployment"), "{}", dry.stdout);
+    assert!(
+        rehomes(&client, &ns).await.is_empty(),
+        "a dry run records nothing"
+    );
+    assert_eq!(
+        pinned_to(&volume(&client, &a).await.expect("pv")),
+        ["node-1"]
+    );
+
+    let run = volmig(&env, &args).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let op = rehomes(&client, &ns).await[0].metadata.name.clone();
+    let status = volmig(&env, &["status", &op]).await;
+    assert!(
+        status.stdout.contains("Step:        Done"),
+        "{}",
+        status.stdout
+    );
+    let list = volmig(&env, &["status"]).await;
+    assert!(list.stdout.contains(&op), "{}", list.stdout);
+    for (pv, app) in [(&a, "app-a"), (&b, "app-b")] {
+        assert_eq!(
+            pinned_to(&volume(&client, pv).await.expect("pv")),
+            ["node-3"]
+        );
+        await_running(&client, &ns, app).await;
+        assert_eq!(node_of(&client, &ns, app).await, "node-3");
+    }
+    for dir in &dirs {
+        let before = sequence(dir).len();
+        assert_gapless(
+            &await_sequence_past(dir, before + 10).await,
+            "after --all-from-node",
+        );
+    }
+    assert_eq!(
+        pinned_to(&volume(&client, &other).await.expect("pv")),
+        ["node-2"]
+    );
+    let record = &rehomes(&client, &ns).await[0];
+    eprintln!(
+        "rehome --all-from-node (2 volumes): downtime {:?} s",
+        record.status.downtime_seconds
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn topology_pins_a_volume_to_a_label_rather_than_a_host() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    // A label only node-2 carries: the pool's own key.
+    let key = format!("pool.volmig.test/{ns}");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let label = json!({"metadata": {"labels": {key.as_str(): "tank"}}});
+    nodes
+        .patch("node-2", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("label node-2");
+    let dir = local_claim_on(&client, &ns, "data", "node-1").await;
+    sequence_app(&client, &ns, "app", "data").await;
+    await_sequence_past(&dir, 10).await;
+    let pv_name = bound_volume(&claim_of(&client, &ns, "data").await);
+
+    let topology = format!("{key}=tank");
+    let run = volmig(
+        &env,
+        &["rehome", &format!("pv/{pv_name}"), "--topology", &topology],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let pv: PersistentVolume = volume(&client, &pv_name).await.expect("pv");
+    let terms = pv
+        .spec
+        .and_then(|s| s.node_affinity)
+        .and_then(|a| a.required)
+        .expect("required affinity")
+        .node_selector_terms;
+    let requirements: Vec<(String, Vec<String>)> = terms[0]
+        .match_expressions
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.key, r.values.unwrap_or_default()))
+        .collect();
+    assert_eq!(requirements, [(key.clone(), vec!["tank".to_string()])]);
+    await_running(&client, &ns, "app").await;
+    assert_eq!(app_node(&client, &ns).await, "node-2");
+    let before = sequence(&dir).len();
+    assert_gapless(
+        &await_sequence_past(&dir, before + 10).await,
+        "after --topology",
+    );
+    let unlabel = json!({"metadata": {"labels": {key.as_str(): null}}});
+    nodes
+        .patch("node-2", &PatchParams::default(), &Patch::Merge(&unlabel))
+        .await
+        .expect("unlabel node-2");
+}
