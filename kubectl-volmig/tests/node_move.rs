@@ -58,6 +58,29 @@ async fn a_node_local_claim_moves_to_another_node_and_its_app_follows() {
         .await
         .expect("uncordon");
 
+    // The dry run says where the new volume is made, and changes nothing.
+    let dry = volmig(
+        &env,
+        &[
+            "migrate",
+            "data",
+            "--to-node",
+            "node-3",
+            "--cutover",
+            "--dry-run",
+        ],
+    )
+    .await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(dry.stdout.contains("made on node node-3"), "{}", dry.stdout);
+    assert!(
+        dry.stdout
+            .contains(&format!("keep     the old volume {old_volume}")),
+        "{}",
+        dry.stdout
+    );
+    assert!(everything_volmig_made(&client, &ns).await.is_empty());
+
     let watch = AppWatch::start(&client, &ns, "app", "data");
     let args = [
         "migrate",
@@ -168,7 +191,11 @@ async fn drain_moves_every_node_local_claim_off_a_node() {
     for vm in records(&client, &ns).await {
         let downtime = vm.status.cutover.as_ref().and_then(|c| c.downtime_seconds);
         eprintln!("drain: {} downtime {downtime:?} s", vm.spec.source);
-        assert!(downtime.is_some(), "{}: no downtime recorded", vm.spec.source);
+        assert!(
+            downtime.is_some(),
+            "{}: no downtime recorded",
+            vm.spec.source
+        );
     }
 
     // The old volumes wait for `commit` (a rollback needs them); then none

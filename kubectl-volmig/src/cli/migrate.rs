@@ -300,8 +300,14 @@ fn cutover_text(plan: &Plan, c: &CutoverSpec, q: &Quiesce) -> String {
             };
         }
     }
+    // A node move: the new volume is made where the receiver is pinned,
+    // and the app's pods follow its node affinity there.
+    let made_on = match (&plan.spec.destination.node, &plan.placement.receiver.node) {
+        (Some(_), Some(node)) => format!(", made on node {node}, where the app's pods follow it"),
+        _ => String::new(),
+    };
     out += &format!(
-        "  swap     {claim} re-created under its name on the new volume ({}); labels and annotations kept\n",
+        "  swap     {claim} re-created under its name on the new volume ({}{made_on}); labels and annotations kept\n",
         plan.destination.storage_class.as_deref().unwrap_or("default class")
     );
     out += &format!(
