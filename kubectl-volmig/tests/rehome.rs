@@ -288,3 +288,164 @@ async fn topology_pins_a_volume_to_a_label_rather_than_a_host() {
         .await
         .expect("unlabel node-2");
 }
+
+/// Installs the CRD of `fixture` (tests/fixtures/crds) and waits until the
+/// API server serves it.
+async fn install_crd(client: &Client, fixture: &str) -> String {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/crds")
+        .join(fixture);
+    let text = std::fs::read_to_string(&path).expect("the CRD fixture");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("a CRD");
+    let name = crd.metadata.name.clone().expect("named");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.create(&Default::default(), &crd)
+        .await
+        .expect("CRD created");
+    common::wait_until("the CRD is established", || async {
+        let crd = api.get(&name).await.ok()?;
+        let conditions = crd.status?.conditions?;
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    name
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zfs_volume_is_rehomed_with_its_owner_and_pool_rewritten() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    install_crd(&client, "zfsvolume.yaml").await;
+    // The node agent's id of each node, as LocalPV-ZFS labels them.
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in ["node-1", "node-2"] {
+        let label = json!({"metadata": {"labels": {"openebs.io/nodeid": format!("zfs-{n}")}}});
+        nodes
+            .patch(n, &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .expect("label node");
+    }
+    let pv_name = format!("pvc-zfs-{ns}");
+    let pv: PersistentVolume = common::object(json!({
+        "metadata": {"name": pv_name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "zfs",
+                 "csi": {"driver": "zfs.csi.openebs.io", "volumeHandle": pv_name, "fsType": "zfs"},
+                 "claimRef": {"namespace": ns, "name": "zdata"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "openebs.io/nodeid", "operator": "In", "values": ["zfs-node-1"]}]}]}}},
+    }));
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    volumes
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("PV");
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), &ns);
+    common::create_bound(
+        &claims,
+        common::object(json!({
+            "metadata": {"name": "zdata"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "zfs", "volumeName": pv_name,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        })),
+    )
+    .await;
+    let gvk = GroupVersionKind::gvk("zfs.openebs.io", "v1", "ZFSVolume");
+    let zfs: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk(&gvk));
+    let object: DynamicObject = common::object(json!({
+        "apiVersion": "zfs.openebs.io/v1", "kind": "ZFSVolume",
+        "metadata": {"name": pv_name, "labels": {"kubernetes.io/nodename": "node-1"}},
+        "spec": {"ownerNodeID": "zfs-node-1", "poolName": "tank", "capacity": "1073741824",
+                 "fsType": "zfs", "volumeType": "DATASET"},
+    }));
+    zfs.create(&PostParams::default(), &object)
+        .await
+        .expect("ZFSVolume");
+    let owner = |o: &DynamicObject| {
+        (
+            o.data["spec"]["ownerNodeID"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            o.data["spec"]["poolName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    };
+    let key_values = |pv: &PersistentVolume| -> Vec<String> {
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.node_affinity.as_ref())
+            .and_then(|a| a.required.as_ref())
+            .map(|r| {
+                r.node_selector_terms
+                    .iter()
+                    .flat_map(|t| t.match_expressions.clone().unwrap_or_default())
+                    .map(|e| format!("{}={}", e.key, e.values.unwrap_or_default().join("|")))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    let run = volmig(
+        &env,
+        &["rehome", "zdata", "--to-node", "node-2", "--pool", "tank2"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let pv = volume(&client, &pv_name).await.expect("made again");
+    assert_eq!(key_values(&pv), ["openebs.io/nodeid=zfs-node-2"]);
+    assert_eq!(
+        owner(&zfs.get(&pv_name).await.expect("ZFSVolume")),
+        ("zfs-node-2".into(), "tank2".into())
+    );
+    assert_eq!(
+        bound_volume(&claim_of(&client, &ns, "zdata").await),
+        pv_name
+    );
+    let op = rehomes(&client, &ns).await[0].metadata.name.clone();
+    let status = volmig(&env, &["status", &op]).await;
+    assert!(
+        status
+            .stdout
+            .contains("spec.ownerNodeID zfs-node-1 → zfs-node-2"),
+        "{}",
+        status.stdout
+    );
+
+    // Rollback puts the driver's object back too.
+    let run = volmig(&env, &["rollback", &op]).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let pv = volume(&client, &pv_name).await.expect("the original");
+    assert_eq!(key_values(&pv), ["openebs.io/nodeid=zfs-node-1"]);
+    assert_eq!(
+        owner(&zfs.get(&pv_name).await.expect("ZFSVolume")),
+        ("zfs-node-1".into(), "tank".into())
+    );
+    assert_eq!(
+        bound_volume(&claim_of(&client, &ns, "zdata").await),
+        pv_name
+    );
+
+    // Without its ZFSVolume, the volume is refused before anything changes.
+    zfs.delete(&pv_name, &Default::default())
+        .await
+        .expect("delete ZFSVolume");
+    let run = volmig(&env, &["rehome", "zdata", "--to-node", "node-2"]).await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("ZFSVolume") && run.stderr.contains("was not found"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(rehomes(&client, &ns).await.len(), 1, "no second record");
+}
