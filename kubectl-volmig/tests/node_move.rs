@@ -12,7 +12,7 @@ use common::app::{
     assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, sequence,
     sequence_app, volume, AppWatch,
 };
-use common::nodes::{app_node, local_claim_on, node_of, pinned_to, volumes_on};
+use common::nodes::{app_node, local_claim_on, node_of, pinned_to, two_apps_on, volumes_on};
 use common::{env, everything_volmig_made, records, volmig, volume_dir};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -133,17 +133,7 @@ async fn drain_moves_every_node_local_claim_off_a_node() {
     let env = env().await;
     let client = env.client().await;
     let ns = env.namespace.clone();
-    let mut dirs = Vec::new();
-    for (claim, app) in [("data-a", "app-a"), ("data-b", "app-b")] {
-        let dir = local_claim_on(&client, &ns, claim, "node-1").await;
-        sequence_app(&client, &ns, app, claim).await;
-        dirs.push(dir);
-    }
-    // A claim on another node stays where it is.
-    local_claim_on(&client, &ns, "elsewhere", "node-2").await;
-    for dir in &dirs {
-        await_sequence_past(dir, 20).await;
-    }
+    let dirs = two_apps_on(&client, &ns, "node-1", 20).await;
     let on_node_1 = volumes_on(&client, "node-1").await;
     assert_eq!(on_node_1.len(), 2, "{on_node_1:?}");
 

@@ -17,7 +17,7 @@ use common::app::{
     assert_gapless, await_running, await_sequence_past, bound_volume, claim_of, policy, sequence,
     sequence_app, volume,
 };
-use common::nodes::{app_node, local_claim_on, node_of, pinned_to};
+use common::nodes::{app_node, local_claim_on, node_of, pinned_to, two_apps_on};
 use common::{env, volmig, volmig_with, volume_dir, Env};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use kube::api::{Api, Patch, PatchParams};
@@ -149,16 +149,7 @@ async fn all_from_node_rehomes_every_volume_pinned_there_and_dry_run_changes_not
     let env = env().await;
     let client = env.client().await;
     let ns = env.namespace.clone();
-    let mut dirs = Vec::new();
-    for (claim, app) in [("data-a", "app-a"), ("data-b", "app-b")] {
-        let dir = local_claim_on(&client, &ns, claim, "node-1").await;
-        sequence_app(&client, &ns, app, claim).await;
-        dirs.push(dir);
-    }
-    local_claim_on(&client, &ns, "elsewhere", "node-2").await;
-    for dir in &dirs {
-        await_sequence_past(dir, 10).await;
-    }
+    let dirs = two_apps_on(&client, &ns, "node-1", 10).await;
     let pvs = |claim: &'static str| {
         let client = client.clone();
         let ns = ns.clone();

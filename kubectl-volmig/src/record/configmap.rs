@@ -240,6 +240,45 @@ pub(super) fn parts<'a>(
     })
 }
 
+/// The ConfigMap of a whole-record kind (a set's head, a rehome): `spec`
+/// and `status` as JSON within [`MAX_DATA_BYTES`], labelled as
+/// `component` with its `phase` and `extra` labels.
+pub(super) fn whole<S: serde::Serialize, T: serde::Serialize>(
+    metadata: &super::Metadata,
+    component: Component,
+    format: &str,
+    (spec, status): (&S, &T),
+    phase: super::Phase,
+    extra: impl IntoIterator<Item = (String, String)>,
+) -> Result<ConfigMap, RecordError> {
+    let op = &metadata.name;
+    let spec = encode(op, spec)?;
+    let status = encode(op, status)?;
+    let size = spec.len() + status.len();
+    if size > MAX_DATA_BYTES {
+        return Err(RecordError::TooLarge {
+            op: op.clone(),
+            size,
+        });
+    }
+    let mut labels = names::labels(op, component);
+    labels.insert(names::PHASE_KEY.to_string(), phase.as_str().to_string());
+    labels.extend(extra);
+    Ok(stored(metadata, labels, format, spec, status))
+}
+
+/// The metadata, spec and status of a whole-record kind's ConfigMap.
+pub(super) fn whole_from<S: serde::de::DeserializeOwned, T: serde::de::DeserializeOwned>(
+    cm: &ConfigMap,
+    component: Component,
+    format: &str,
+) -> Result<(super::Metadata, S, T), RecordError> {
+    let parts = parts(cm, component, format)?;
+    let spec = decode(&parts.metadata, SPEC_KEY, parts.spec)?;
+    let status = decode(&parts.metadata, STATUS_KEY, parts.status)?;
+    Ok((parts.metadata, spec, status))
+}
+
 /// `text`, the `key` of ConfigMap `metadata`, decoded.
 pub(super) fn decode<T: serde::de::DeserializeOwned>(
     metadata: &super::Metadata,

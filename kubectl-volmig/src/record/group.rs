@@ -20,9 +20,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::{Deserialize, Serialize};
 
-use super::configmap::{
-    decode, encode, parts, stored, RecordError, MAX_DATA_BYTES, SPEC_KEY, STATUS_KEY,
-};
+use super::configmap::{whole, whole_from, RecordError};
 use super::{Driver, Metadata, Phase, VolumeMigration};
 use crate::names::{self, Component};
 use crate::plan::select::Selection;
@@ -232,35 +230,28 @@ impl MigrationGroup {
 
 /// The ConfigMap that stores a head.
 pub fn to_config_map(g: &MigrationGroup) -> Result<ConfigMap, RecordError> {
-    let op = &g.metadata.name;
-    let spec = encode(op, &g.spec)?;
-    let status = encode(op, &g.status)?;
-    let size = spec.len() + status.len();
-    if size > MAX_DATA_BYTES {
-        return Err(RecordError::TooLarge {
-            op: op.clone(),
-            size,
-        });
-    }
-    let mut labels = names::labels(op, Component::Operation);
-    labels.insert(
-        names::PHASE_KEY.to_string(),
-        g.status.phase.as_str().to_string(),
-    );
-    labels.insert(
+    let claims = (
         names::CLAIMS_KEY.to_string(),
         g.spec.claims.len().to_string(),
     );
-    Ok(stored(&g.metadata, labels, FORMAT, spec, status))
+    let parts = (&g.spec, &g.status);
+    whole(
+        &g.metadata,
+        Component::Operation,
+        FORMAT,
+        parts,
+        g.status.phase,
+        [claims],
+    )
 }
 
 /// The head a ConfigMap stores.
 pub fn from_config_map(cm: &ConfigMap) -> Result<MigrationGroup, RecordError> {
-    let parts = parts(cm, Component::Operation, FORMAT)?;
+    let (metadata, spec, status) = whole_from(cm, Component::Operation, FORMAT)?;
     Ok(MigrationGroup {
-        spec: decode(&parts.metadata, SPEC_KEY, parts.spec)?,
-        status: decode(&parts.metadata, STATUS_KEY, parts.status)?,
-        metadata: parts.metadata,
+        metadata,
+        spec,
+        status,
     })
 }
 

@@ -11,18 +11,14 @@
 //! namespace the command ran in, for one volume or many
 //! (`--all-from-node`).
 
-use std::collections::BTreeMap;
-
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
 use serde::{Deserialize, Serialize};
 
-use super::configmap::{
-    decode, encode, parts, stored, RecordError, MAX_DATA_BYTES, SPEC_KEY, STATUS_KEY,
-};
+use super::configmap::{whole, whole_from, RecordError};
 use super::cutover::ClaimShape;
 use super::{Driver, Metadata, Phase};
-use crate::names::{self, Component};
+use crate::names::Component;
 use crate::plan::quiesce::ScaleTarget;
 use crate::plan::rehome::drivers::DriverObject;
 use crate::spec::ClaimRef;
@@ -209,31 +205,24 @@ impl Rehome {
 
 /// The ConfigMap that stores `r`.
 pub fn to_config_map(r: &Rehome) -> Result<ConfigMap, RecordError> {
-    let op = &r.metadata.name;
-    let spec = encode(op, &r.spec)?;
-    let status = encode(op, &r.status)?;
-    let size = spec.len() + status.len();
-    if size > MAX_DATA_BYTES {
-        return Err(RecordError::TooLarge {
-            op: op.clone(),
-            size,
-        });
-    }
-    let mut labels: BTreeMap<String, String> = names::labels(op, Component::Rehome);
-    labels.insert(
-        names::PHASE_KEY.to_string(),
-        r.status.phase.as_str().to_string(),
-    );
-    Ok(stored(&r.metadata, labels, FORMAT, spec, status))
+    let parts = (&r.spec, &r.status);
+    whole(
+        &r.metadata,
+        Component::Rehome,
+        FORMAT,
+        parts,
+        r.status.phase,
+        [],
+    )
 }
 
 /// The rehome a ConfigMap stores.
 pub fn from_config_map(cm: &ConfigMap) -> Result<Rehome, RecordError> {
-    let parts = parts(cm, Component::Rehome, FORMAT)?;
+    let (metadata, spec, status) = whole_from(cm, Component::Rehome, FORMAT)?;
     Ok(Rehome {
-        spec: decode(&parts.metadata, SPEC_KEY, parts.spec)?,
-        status: decode(&parts.metadata, STATUS_KEY, parts.status)?,
-        metadata: parts.metadata,
+        metadata,
+        spec,
+        status,
     })
 }
 
@@ -280,7 +269,7 @@ mod tests {
         };
         let cm = to_config_map(&r).expect("encoded");
         let labels = cm.metadata.labels.clone().unwrap_or_default();
-        assert_eq!(labels[names::COMPONENT_KEY], "rehome");
+        assert_eq!(labels[crate::names::COMPONENT_KEY], "rehome");
         assert_eq!(from_config_map(&cm).expect("decoded"), r);
         // Not a claim's record: the other kinds refuse it.
         assert!(super::super::configmap::from_config_map(&cm).is_err());

@@ -6,6 +6,7 @@ use kube::api::{Api, ListParams};
 use kube::Client;
 use serde_json::json;
 
+use super::app::{await_sequence_past, sequence_app};
 use super::{create_bound, object, volume_dir};
 
 /// A claim of the `local` class provisioned on `node` (as the scheduler's
@@ -74,4 +75,27 @@ pub async fn volumes_on(client: &Client, node: &str) -> Vec<String> {
         .filter(|pv| pinned_to(pv) == [node])
         .filter_map(|pv| pv.metadata.name)
         .collect()
+}
+
+/// Two Deployments, `app-a` and `app-b`, writing sequences to the `local`
+/// claims `data-a` and `data-b` on `node`, and a claim `elsewhere` on
+/// node-2 that must stay where it is; their volumes' directories, once
+/// each sequence is past `n`.
+pub async fn two_apps_on(
+    client: &Client,
+    ns: &str,
+    node: &str,
+    n: usize,
+) -> Vec<std::path::PathBuf> {
+    let mut dirs = Vec::new();
+    for (claim, app) in [("data-a", "app-a"), ("data-b", "app-b")] {
+        let dir = local_claim_on(client, ns, claim, node).await;
+        sequence_app(client, ns, app, claim).await;
+        dirs.push(dir);
+    }
+    local_claim_on(client, ns, "elsewhere", "node-2").await;
+    for dir in &dirs {
+        await_sequence_past(dir, n).await;
+    }
+    dirs
 }
