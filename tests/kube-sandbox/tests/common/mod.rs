@@ -2,6 +2,7 @@
 //! polling for an expected state.
 #![allow(dead_code)]
 
+pub mod crds;
 pub mod k8s;
 pub mod oci;
 
