@@ -198,6 +198,16 @@ async fn patches_keep_preconditions_and_watches_see_them() {
     }
     assert_eq!(seen[0]["ownerNodeID"], "node-b");
     assert_eq!(seen[1]["capacity"], "2147483648");
+
+    // Server-side apply (simplified, as for built-in kinds) creates, then
+    // merges over what others set.
+    let apply = PatchParams::apply("crds-test");
+    let applied = Patch::Apply(volume("pvc-2", "node-c", json!({})));
+    let made = volumes
+        .patch("pvc-2", &apply, &applied)
+        .await
+        .expect("applied");
+    assert_eq!(made.data["spec"]["ownerNodeID"], "node-c");
 }
 
 /// A namespaced kind with a status subresource, written here.

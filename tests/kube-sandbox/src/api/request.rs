@@ -64,7 +64,7 @@ impl Path {
             return Err(not_found());
         }
         if let Some(sub) = &sub {
-            let namespace_finalize = resource.kind == "Namespace" && sub == "finalize";
+            let namespace_finalize = resource.builtin_kind() == "Namespace" && sub == "finalize";
             if !(resource.has_subresource(sub) || namespace_finalize) {
                 return Err(not_found());
             }
