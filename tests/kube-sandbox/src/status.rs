@@ -44,6 +44,14 @@ pub enum ApiError {
     BadRequest(String),
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
+    /// 405 in the server's own words (`NewMethodNotSupported` with its
+    /// message replaced, as for a create while a CRD is terminating).
+    #[error("{0}")]
+    NotAllowed(String),
+    /// 406: nothing the client accepts can be served (a custom resource
+    /// asked for in protobuf only).
+    #[error("only the following media types are accepted: {0}")]
+    NotAcceptable(String),
     #[error("{0}")]
     Gone(String),
     #[error(
@@ -72,7 +80,8 @@ impl ApiError {
             ApiError::Forbidden(_) | ApiError::Denied { .. } => 403,
             ApiError::Unauthorized => 401,
             ApiError::BadRequest(_) => 400,
-            ApiError::MethodNotAllowed => 405,
+            ApiError::MethodNotAllowed | ApiError::NotAllowed(_) => 405,
+            ApiError::NotAcceptable(_) => 406,
             ApiError::Gone(_) => 410,
             ApiError::UnsupportedMediaType(_) => 415,
             ApiError::Internal(_) => 500,
@@ -88,7 +97,8 @@ impl ApiError {
             ApiError::Forbidden(_) | ApiError::Denied { .. } => "Forbidden",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::BadRequest(_) => "BadRequest",
-            ApiError::MethodNotAllowed => "MethodNotAllowed",
+            ApiError::MethodNotAllowed | ApiError::NotAllowed(_) => "MethodNotAllowed",
+            ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::Gone(_) => "Expired",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::Internal(_) => "InternalError",

@@ -626,3 +626,81 @@ async fn protobuf_and_json_bodies_make_the_same_object() {
     assert_eq!(via_protobuf, via_json);
     assert_eq!(via_protobuf["replicas"], 0, "a pointer set to zero stays");
 }
+
+/// kubectl with these space-separated arguments, which must succeed.
+async fn ok(sb: &Sandbox, args: &str) -> String {
+    kubectl_ok(sb, &args.split(' ').collect::<Vec<_>>()).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn custom_resources_print_their_columns_by_plural_and_short_name() {
+    if !common::kubectl_runs() {
+        eprintln!("kubectl does not run here: skipped");
+        return;
+    }
+    let sb = sandbox().await;
+    let crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/crds/zfsvolume.yaml"
+    );
+    let created = ok(&sb, &format!("apply --validate=false -f {crd}")).await;
+    assert_eq!(
+        created.trim(),
+        "customresourcedefinition.apiextensions.k8s.io/zfsvolumes.zfs.openebs.io created"
+    );
+    ok(
+        &sb,
+        "wait --for=condition=Established crd/zfsvolumes.zfs.openebs.io",
+    )
+    .await;
+    ok(&sb, "create namespace openebs").await;
+    let volume = r#"{"apiVersion": "zfs.openebs.io/v1", "kind": "ZFSVolume",
+        "metadata": {"name": "pvc-1", "namespace": "openebs"},
+        "spec": {"ownerNodeID": "node-a", "poolName": "tank", "capacity": "1073741824",
+                 "volumeType": "DATASET", "fsType": "zfs"}}"#;
+    assert_printed(
+        &apply(&sb, volume).await,
+        "zfsvolume.zfs.openebs.io/pvc-1 created",
+    );
+    // A cell whose path finds nothing prints empty, as against a real
+    // server: the state is set first.
+    let ready = r#"{"status":{"state":"Ready"}}"#;
+    let patch = [
+        "patch",
+        "zv",
+        "pvc-1",
+        "-n",
+        "openebs",
+        "--type=merge",
+        "-p",
+        ready,
+    ];
+    kubectl_ok(&sb, &patch).await;
+
+    let table = ok(&sb, "get zfsvolumes -n openebs").await;
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let header = [
+        "NAME",
+        "ZPOOL",
+        "NODEID",
+        "SIZE",
+        "STATUS",
+        "FILESYSTEM",
+        "AGE",
+    ];
+    assert_eq!(rows[0], header, "{table}");
+    let row = ["pvc-1", "tank", "node-a", "1073741824", "Ready", "zfs"];
+    assert_eq!(rows[1][..6], row, "{table}");
+    let name = ok(&sb, "get zfsvol -n openebs -o name").await;
+    assert_eq!(name.trim(), "zfsvolume.zfs.openebs.io/pvc-1");
+    assert!(ok(&sb, "get crds")
+        .await
+        .contains("zfsvolumes.zfs.openebs.io"));
+
+    ok(&sb, "delete crd zfsvolumes.zfs.openebs.io").await;
+    let gone = kubectl(&sb, &["get", "zfsvolumes", "-n", "openebs"], None).await;
+    assert!(!gone.ok, "{}", gone.stdout);
+}

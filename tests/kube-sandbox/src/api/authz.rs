@@ -37,7 +37,7 @@ pub fn attributes(method: &Method, path: &Path, query: &Query) -> Attributes {
         _ => "",
     };
     let mut namespace = path.namespace.clone().unwrap_or_default();
-    if path.resource.plural == "namespaces" && namespace.is_empty() {
+    if path.resource.builtin_kind() == "Namespace" && namespace.is_empty() {
         namespace = path.name.clone().unwrap_or_default();
     }
     Attributes {

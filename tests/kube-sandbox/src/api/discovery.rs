@@ -2,13 +2,20 @@
 //! group version, in the legacy (unaggregated) form. kubectl asks for the
 //! aggregated form first and falls back to this when the answer's
 //! Content-Type says it is a plain list.
+//!
+//! Custom resources are listed once their definition is `Established`,
+//! after the built-in groups, by group name (as the aggregator orders
+//! APIServices of equal priority), each group's versions by Kubernetes'
+//! version priority, the first of them preferred (the apiextensions
+//! discovery controller's `sortGroupDiscoveryByKubeAwareVersion`).
 
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 
 use super::{error, json, Api};
-use crate::registry::{group_versions, RESOURCES};
+use crate::registry::custom::compare_versions;
+use crate::registry::{Served, RESOURCES};
 use crate::status::ApiError;
 
 /// The Kubernetes version the sandbox answers `/version` with.
@@ -20,6 +27,7 @@ pub fn route(api: &Api, method: &Method, path: &str) -> Option<Response> {
     if method != Method::GET {
         return None;
     }
+    let listed = || listed(&|g| api.serves(g), &custom_listed(api));
     let body = match path.trim_end_matches('/') {
         "/version" => version(),
         "/api" => json!({
@@ -27,7 +35,7 @@ pub fn route(api: &Api, method: &Method, path: &str) -> Option<Response> {
             "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": api.addr.to_string()}],
         }),
-        "/apis" => groups(&|g| api.serves(g)),
+        "/apis" => groups(&listed()),
         "/healthz" | "/readyz" | "/livez" => {
             return Some(
                 Response::builder()
@@ -43,20 +51,82 @@ pub fn route(api: &Api, method: &Method, path: &str) -> Option<Response> {
         }
         p => {
             let segments: Vec<&str> = p.trim_matches('/').split('/').collect();
+            let missing = || {
+                Some(error(&ApiError::NoRoute(format!(
+                    "the server could not find the requested resource ({p})"
+                ))))
+            };
             match segments.as_slice() {
-                ["api", "v1"] => resource_list("", "v1")?,
-                ["apis", group, _] | ["apis", group] if !api.serves(group) => {
-                    return Some(error(&ApiError::NoRoute(format!(
-                        "the server could not find the requested resource ({p})"
-                    ))))
-                }
-                ["apis", group, version] => resource_list(group, version)?,
-                ["apis", group] => group_body(group)?,
+                ["api", "v1"] => resource_list(&listed(), "", "v1")?,
+                ["apis", group, version] => match resource_list(&listed(), group, version) {
+                    Some(list) => list,
+                    None if !api.serves(group) || is_custom_group(api, group) => return missing(),
+                    None => return None,
+                },
+                ["apis", group] => match group_body(&listed(), group) {
+                    Some(body) => body,
+                    None if !api.serves(group) || is_custom_group(api, group) => return missing(),
+                    None => return None,
+                },
                 _ => return None,
             }
         }
     };
     Some(json(StatusCode::OK, &body))
+}
+
+/// Whether a definition (established or not) names this group: its paths
+/// are the apiextensions server's, which answers 404 for what it does not
+/// list.
+fn is_custom_group(api: &Api, group: &str) -> bool {
+    let index = api.store.custom_resources();
+    index.resources().iter().any(|r| r.group == group)
+}
+
+/// The custom resources discovery lists: those of established
+/// definitions, by group, each group's versions by priority.
+fn custom_listed(api: &Api) -> Vec<Served> {
+    let index = api.store.custom_resources();
+    let mut listed: Vec<Served> = index
+        .resources()
+        .iter()
+        .filter(|r| r.custom.as_ref().is_some_and(|d| d.established))
+        .filter(|r| {
+            api.resolve(&r.group, &r.version, &r.plural)
+                .is_some_and(|s| matches!(s, Served::Custom(_)))
+        })
+        .cloned()
+        .map(Served::Custom)
+        .collect();
+    listed.sort_by(|a, b| {
+        a.group
+            .cmp(&b.group)
+            .then(compare_versions(&b.version, &a.version))
+    });
+    listed
+}
+
+/// Every resource discovery lists: the built-in ones of the groups
+/// `serves` admits, then `custom`.
+fn listed(serves: &dyn Fn(&str) -> bool, custom: &[Served]) -> Vec<Served> {
+    let mut all: Vec<Served> = RESOURCES
+        .iter()
+        .filter(|r| serves(&r.group))
+        .map(Served::Builtin)
+        .collect();
+    all.extend(custom.iter().cloned());
+    all
+}
+
+/// The group versions of `listed`, in discovery order ("" = core).
+fn group_versions(listed: &[Served]) -> Vec<(&str, &str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for r in listed {
+        if !out.contains(&(&*r.group, &*r.version)) {
+            out.push((&r.group, &r.version));
+        }
+    }
+    out
 }
 
 fn version() -> Value {
@@ -73,18 +143,23 @@ fn version() -> Value {
     })
 }
 
-/// The groups that `serves` admits.
-fn groups(serves: &dyn Fn(&str) -> bool) -> Value {
-    let groups: Vec<Value> = group_versions()
+/// The groups of `listed`.
+fn groups(listed: &[Served]) -> Value {
+    let mut names: Vec<&str> = Vec::new();
+    for (g, _) in group_versions(listed) {
+        if !g.is_empty() && !names.contains(&g) {
+            names.push(g);
+        }
+    }
+    let groups: Vec<Value> = names
         .into_iter()
-        .filter(|(g, _)| !g.is_empty() && serves(g))
-        .filter_map(|(g, _)| group_body(g))
+        .filter_map(|g| group_body(listed, g))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-fn group_body(group: &str) -> Option<Value> {
-    let versions: Vec<Value> = group_versions()
+fn group_body(listed: &[Served], group: &str) -> Option<Value> {
+    let versions: Vec<Value> = group_versions(listed)
         .into_iter()
         .filter(|(g, _)| *g == group)
         .map(|(g, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
@@ -95,9 +170,9 @@ fn group_body(group: &str) -> Option<Value> {
     )
 }
 
-fn resource_list(group: &str, version: &str) -> Option<Value> {
+fn resource_list(listed: &[Served], group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
-    for r in RESOURCES
+    for r in listed
         .iter()
         .filter(|r| r.group == group && r.version == version)
     {
@@ -114,13 +189,16 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
         if !r.categories.is_empty() {
             entry["categories"] = json!(r.categories);
         }
+        if let Some(definition) = &r.custom {
+            entry["storageVersionHash"] = json!(definition.storage_version_hash);
+        }
         resources.push(entry);
-        for sub in r.subresources {
-            let (kind, verbs): (&str, &[&str]) = match *sub {
+        for sub in &r.subresources {
+            let (kind, verbs): (&str, &[&str]) = match &**sub {
                 "log" => ("Pod", &["get"]),
                 "scale" => ("Scale", &["get", "patch", "update"]),
                 "token" => ("TokenRequest", &["create"]),
-                _ => (r.kind, &["get", "patch", "update"]),
+                _ => (&r.kind, &["get", "patch", "update"]),
             };
             let mut entry = json!({
                 "name": format!("{}/{sub}", r.plural),
@@ -129,7 +207,7 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "kind": kind,
                 "verbs": verbs,
             });
-            match *sub {
+            match &**sub {
                 "scale" => {
                     entry["group"] = json!("autoscaling");
                     entry["version"] = json!("v1");
@@ -162,7 +240,8 @@ mod tests {
 
     #[test]
     fn core_list_has_pods_with_their_subresources() {
-        let list = resource_list("", "v1").expect("core served");
+        let all = listed(&|_| true, &[]);
+        let list = resource_list(&all, "", "v1").expect("core served");
         let names: Vec<&str> = list["resources"]
             .as_array()
             .into_iter()
@@ -179,13 +258,13 @@ mod tests {
         ] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }
-        assert!(resource_list("apps", "v2").is_none());
+        assert!(resource_list(&all, "apps", "v2").is_none());
     }
 
     #[test]
     fn groups_list_apps_batch_autoscaling_storage_rbac_authorization_and_snapshots() {
         let names = |serves: &dyn Fn(&str) -> bool| -> Vec<String> {
-            groups(serves)["groups"]
+            groups(&listed(serves, &[]))["groups"]
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -199,12 +278,14 @@ mod tests {
             "storage.k8s.io",
             "rbac.authorization.k8s.io",
             "authorization.k8s.io",
+            "apiextensions.k8s.io",
         ];
         let mut with = without.to_vec();
         with.push("snapshot.storage.k8s.io");
         assert_eq!(names(&|_| true), with);
         assert_eq!(names(&|g| g != crate::registry::SNAPSHOT_GROUP), without);
-        let list = resource_list("snapshot.storage.k8s.io", "v1").expect("served");
+        let list = resource_list(&listed(&|_| true, &[]), "snapshot.storage.k8s.io", "v1")
+            .expect("served");
         let names: Vec<&str> = list["resources"]
             .as_array()
             .into_iter()

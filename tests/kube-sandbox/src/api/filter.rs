@@ -4,13 +4,13 @@
 use serde_json::{json, Value};
 
 use super::request::Query;
-use crate::registry::Resource;
+use crate::registry::{Resource, Served};
 use crate::selector::{FieldSelector, LabelSelector, SelectorError};
 use crate::status::ApiError;
 
 /// Label and field selectors from the query, as one predicate.
 pub struct Filter {
-    resource: &'static Resource,
+    resource: Served,
     labels: LabelSelector,
     fields: FieldSelector,
 }
@@ -19,12 +19,12 @@ impl Filter {
     /// The selectors of a list, watch or deletecollection of `resource`. A
     /// field the resource cannot be selected by is a 400, worded as the
     /// API server's field label conversion words it.
-    pub fn from_query(resource: &'static Resource, query: &Query) -> Result<Filter, ApiError> {
+    pub fn from_query(resource: Served, query: &Query) -> Result<Filter, ApiError> {
         let bad = |e: SelectorError| ApiError::BadRequest(e.to_string());
         let fields =
             FieldSelector::parse(query.get("fieldSelector").unwrap_or_default()).map_err(bad)?;
         for path in fields.paths() {
-            check_field(resource, path)?;
+            check_field(&resource, path)?;
         }
         Ok(Filter {
             resource,
@@ -37,7 +37,7 @@ impl Filter {
     pub fn matches(&self, obj: &Value) -> bool {
         self.labels.matches(&obj["metadata"]["labels"])
             && (self.fields.is_empty()
-                || self.fields.matches(&selectable_fields(self.resource, obj)))
+                || self.fields.matches(&selectable_fields(&self.resource, obj)))
     }
 }
 
@@ -93,7 +93,7 @@ fn kind_fields(kind: &str) -> Option<KindFields> {
 }
 
 fn check_field(resource: &Resource, path: &str) -> Result<(), ApiError> {
-    match kind_fields(resource.kind) {
+    match kind_fields(resource.builtin_kind()) {
         Some((plain, derived)) => {
             let known = path == "metadata.name"
                 || (resource.namespaced && path == "metadata.namespace")
@@ -130,9 +130,9 @@ fn selectable_fields(resource: &Resource, obj: &Value) -> Value {
     if resource.namespaced {
         fields.push(("metadata.namespace", text("metadata.namespace")));
     }
-    let plain = kind_fields(resource.kind).map_or(&[][..], |(plain, _)| plain);
+    let plain = kind_fields(resource.builtin_kind()).map_or(&[][..], |(plain, _)| plain);
     fields.extend(plain.iter().map(|f| (*f, text(f))));
-    match resource.kind {
+    match resource.builtin_kind() {
         "Pod" => {
             let node = text("spec.nodeName");
             fields.push(("spec.host", node.clone()));

@@ -18,7 +18,7 @@ pub async fn serve(req: &Request<'_>) -> Result<Response, ApiError> {
     let pod = req
         .api
         .store
-        .get(req.path.resource, req.path.namespace_or_default(), name)?;
+        .get(&req.path.resource, req.path.namespace_or_default(), name)?;
     let container = container_of(&pod, name, req.query.get("container"))?;
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
     let previous = req.query.flag("previous");

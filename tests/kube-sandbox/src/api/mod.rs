@@ -6,6 +6,7 @@
 mod access_review;
 pub mod audit;
 mod authz;
+mod custom;
 mod discovery;
 pub use discovery::{MAJOR, MINOR};
 pub mod faults;
@@ -38,6 +39,7 @@ pub use faults::{Faults, Tripwire};
 
 use crate::auth::Authority;
 use crate::kubelet::{LogIndex, PodProcesses};
+use crate::registry::Served;
 use crate::status::ApiError;
 use crate::store::Store;
 use crate::task::Owned;
@@ -62,9 +64,22 @@ pub struct Api {
 }
 
 impl Api {
-    /// Whether the resources of `group` are served.
+    /// Whether the built-in resources of `group` are served.
     pub fn serves(&self, group: &str) -> bool {
         self.snapshots || group != crate::registry::SNAPSHOT_GROUP
+    }
+
+    /// The resource a URL names: a built-in one of a group served, else a
+    /// custom resource a definition serves (built-ins win, as the
+    /// apiextensions server only gets what kube-apiserver does not serve).
+    pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<Served> {
+        match crate::registry::find(group, version, plural) {
+            Some(builtin) if self.serves(group) => Some(Served::Builtin(builtin)),
+            _ => self
+                .store
+                .custom_resource(group, version, plural)
+                .map(Served::Custom),
+        }
     }
 }
 
@@ -185,15 +200,7 @@ async fn respond(api: &Api, incoming: Incoming) -> (AuditEntry, Response) {
         api.audit.record(entry.clone());
         return (entry, response);
     }
-    let path = match Path::parse(uri.path()) {
-        Ok(path) if !api.serves(path.resource.group) => {
-            api.audit.record(entry.clone());
-            let missing = ApiError::NoRoute(format!(
-                "the server could not find the requested resource ({})",
-                uri.path()
-            ));
-            return (entry, error(&missing));
-        }
+    let path = match Path::resolve(uri.path(), |g, v, p| api.resolve(g, v, p)) {
         Ok(path) => path,
         Err(e) => {
             api.audit.record(entry.clone());
@@ -211,6 +218,16 @@ async fn respond(api: &Api, incoming: Incoming) -> (AuditEntry, Response) {
     if !decision.allowed {
         let denied = authz::denied(&identity.username(), &attributes, &decision.reason);
         return (entry, error(&denied));
+    }
+    let has_namespace = path.namespace.is_some();
+    if let Err(e) = custom::admit(
+        &path.resource,
+        &attributes.verb,
+        has_namespace,
+        &accept,
+        uri.path(),
+    ) {
+        return (entry, error(&e));
     }
     let request = objects::Request {
         api,

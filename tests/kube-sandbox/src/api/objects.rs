@@ -11,7 +11,7 @@ use super::filter::Filter;
 use super::protobuf::{self, ProtobufError};
 use super::request::{Path, Query};
 use super::table::{self, IncludeObject};
-use super::{json, Api};
+use super::{custom, json, Api};
 use crate::auth::escalation;
 use crate::auth::rbac::RBAC_GROUP;
 use crate::auth::Identity;
@@ -46,6 +46,9 @@ impl Request<'_> {
     /// schema is refused with 415: client-go does not retry it in JSON, so
     /// the message says what to do instead.
     pub(super) fn body_json(&self) -> Result<Value, ApiError> {
+        if self.content_type.contains("protobuf") && self.path.resource.custom.is_some() {
+            return Err(custom::protobuf_body(&self.path.resource, &self.body));
+        }
         if self.content_type.contains("protobuf") {
             return protobuf::decode(&self.body).map_err(|e| match e {
                 ProtobufError::Malformed(why) => ApiError::BadRequest(why),
@@ -65,7 +68,7 @@ impl Request<'_> {
     /// is not base64, a label that is not a string, ...).
     fn body_object(&self) -> Result<Value, ApiError> {
         let obj = self.body_json()?;
-        let res = self.path.resource;
+        let res = &self.path.resource;
         match rules::decode_problem(res, &obj) {
             Some(problem) => Err(ApiError::BadRequest(format!(
                 "{kind} in version \"{version}\" cannot be handled as a {kind}: {problem}",
@@ -91,7 +94,7 @@ impl Request<'_> {
         escalation::check(
             store,
             self.identity,
-            self.path.resource,
+            &self.path.resource,
             self.namespace(),
             object,
             old,
@@ -111,21 +114,23 @@ impl Request<'_> {
     fn respond(&self, code: StatusCode, obj: &Value) -> Response {
         if table::wants_table(&self.accept) {
             let include = IncludeObject::from_query(self.query.get("includeObject"));
-            return json(
-                code,
-                &table::one_row(self.path.resource.plural, obj, include),
-            );
+            return json(code, &table::one_row(&self.path.resource, obj, include));
         }
         json(code, obj)
+    }
+
+    /// An object from the store as the request's version shows it.
+    fn out(&self, obj: Value) -> Value {
+        custom::present(&self.path.resource, obj)
     }
 }
 
 pub fn get(req: &Request) -> Result<Response, ApiError> {
-    let res = req.path.resource;
+    let res = &req.path.resource;
     let Some(name) = &req.path.name else {
         return list(req);
     };
-    let obj = req.api.store.get(res, req.namespace(), name)?;
+    let obj = req.out(req.api.store.get(res, req.namespace(), name)?);
     match req.path.subresource.as_deref() {
         Some("scale") => Ok(json(StatusCode::OK, &scale_of(&obj))),
         _ => Ok(req.respond(StatusCode::OK, &obj)),
@@ -133,13 +138,13 @@ pub fn get(req: &Request) -> Result<Response, ApiError> {
 }
 
 fn list(req: &Request) -> Result<Response, ApiError> {
-    let res = req.path.resource;
+    let res = &req.path.resource;
     let (items, rv) = selected(req)?;
     if table::wants_table(&req.accept) {
         let include = IncludeObject::from_query(req.query.get("includeObject"));
         let meta = json!({"resourceVersion": rv.to_string()});
         let now = OffsetDateTime::now_utc();
-        let table = table::to_table(res.plural, &items, include, meta, now);
+        let table = table::resource_table(res, &items, include, meta, now);
         return Ok(json(StatusCode::OK, &table));
     }
     Ok(json(StatusCode::OK, &list_of(res, rv, items)))
@@ -148,11 +153,15 @@ fn list(req: &Request) -> Result<Response, ApiError> {
 /// The objects the request's path and selectors name, with the version
 /// the list is consistent at.
 fn selected(req: &Request) -> Result<(Vec<Value>, u64), ApiError> {
-    let res = req.path.resource;
-    let filter = Filter::from_query(res, &req.query)?;
+    let res = &req.path.resource;
+    let filter = Filter::from_query(res.clone(), &req.query)?;
     let (items, rv) = req.api.store.list(res, req.path.namespace.as_deref());
     Ok((
-        items.into_iter().filter(|o| filter.matches(o)).collect(),
+        items
+            .into_iter()
+            .filter(|o| filter.matches(o))
+            .map(|o| req.out(o))
+            .collect(),
         rv,
     ))
 }
@@ -160,7 +169,7 @@ fn selected(req: &Request) -> Result<(Vec<Value>, u64), ApiError> {
 /// A `<Kind>List` of `items` at version `rv`.
 fn list_of(res: &Resource, rv: u64, items: Vec<Value>) -> Value {
     json!({
-        "kind": format!("{}List", res.kind),
+        "kind": res.list_kind(),
         "apiVersion": res.api_version(),
         "metadata": {"resourceVersion": rv.to_string()},
         "items": items,
@@ -177,14 +186,14 @@ pub fn create(req: &Request) -> Result<Response, ApiError> {
     let created = req
         .api
         .store
-        .create(req.path.resource, req.namespace(), obj)?;
-    Ok(json(StatusCode::CREATED, &created))
+        .create(&req.path.resource, req.namespace(), obj)?;
+    Ok(json(StatusCode::CREATED, &req.out(created)))
 }
 
 pub fn update(req: &Request) -> Result<Response, ApiError> {
     req.reject_dry_run()?;
     let name = req.name()?;
-    let res = req.path.resource;
+    let res = &req.path.resource;
     if req.path.subresource.as_deref() == Some("scale") {
         let body = req.body_json()?;
         // A PUT carries the version it read: a stale one is a conflict.
@@ -202,15 +211,18 @@ pub fn update(req: &Request) -> Result<Response, ApiError> {
         .api
         .store
         .update(res, req.namespace(), name, body, req.part()?)?;
-    Ok(json(StatusCode::OK, &updated))
+    Ok(json(StatusCode::OK, &req.out(updated)))
 }
 
 pub fn patch(req: &Request) -> Result<Response, ApiError> {
     req.reject_dry_run()?;
     let name = req.name()?.to_string();
-    let res = req.path.resource;
-    let ty = PatchType::from_content_type(&req.content_type)
-        .ok_or_else(|| ApiError::UnsupportedMediaType(PatchType::accepted().to_string()))?;
+    let res = &req.path.resource;
+    let ty = match res.custom {
+        Some(_) => custom::patch_type(&req.content_type)?,
+        None => PatchType::from_content_type(&req.content_type)
+            .ok_or_else(|| ApiError::UnsupportedMediaType(PatchType::accepted().to_string()))?,
+    };
     let patch = req.body_json()?;
     let pinned = !patch["metadata"]["resourceVersion"].is_null();
     if req.path.subresource.as_deref() == Some("scale") {
@@ -228,11 +240,12 @@ pub fn patch(req: &Request) -> Result<Response, ApiError> {
                 undecodable_patch(res, &obj, &patch)?;
                 req.confirm_no_escalation(&obj, None)?;
                 let created = req.api.store.create(res, req.namespace(), obj)?;
-                return Ok(json(StatusCode::CREATED, &created));
+                return Ok(json(StatusCode::CREATED, &req.out(created)));
             }
             other => other?,
         };
-        let mut new = patch::apply_patch(res.kind, &current, &patch, ty).map_err(patch_error)?;
+        let mut new =
+            patch::apply_patch(res.builtin_kind(), &current, &patch, ty).map_err(patch_error)?;
         undecodable_patch(res, &new, &patch)?;
         req.confirm_no_escalation(&new, Some(&current))?;
         if !pinned {
@@ -240,7 +253,7 @@ pub fn patch(req: &Request) -> Result<Response, ApiError> {
         }
         match req.api.store.update(res, req.namespace(), &name, new, part) {
             Err(ApiError::Conflict(_)) if !pinned => continue,
-            result => return Ok(json(StatusCode::OK, &result?)),
+            result => return Ok(json(StatusCode::OK, &req.out(result?))),
         }
     }
     Err(ApiError::Conflict(format!(
@@ -277,7 +290,7 @@ fn patch_error(e: patch::PatchError) -> ApiError {
 /// write is a 409, as the scale storage moves both onto the object.
 fn scale(req: &Request, wanted: Value, pinned: bool) -> Result<Response, ApiError> {
     let name = req.name()?;
-    let res = req.path.resource;
+    let res = &req.path.resource;
     let replicas = match &wanted["spec"]["replicas"] {
         Value::Null => 0,
         Value::Number(n) => match n.as_i64() {
@@ -303,7 +316,7 @@ fn scale(req: &Request, wanted: Value, pinned: bool) -> Result<Response, ApiErro
     let updated = req.api.store.modify(res, req.namespace(), name, |obj| {
         let meta = &obj["metadata"];
         if let Some(uid) = uid.filter(|u| meta["uid"] != json!(u)) {
-            let resource = match res.group {
+            let resource = match &*res.group {
                 "" => format!("{}/scale", res.plural),
                 group => format!("{}/scale.{group}", res.plural),
             };
@@ -367,7 +380,7 @@ fn scale_of(obj: &Value) -> Value {
 pub fn delete(req: &Request) -> Result<Response, ApiError> {
     req.reject_dry_run()?;
     let opts = delete_options(req)?;
-    let res = req.path.resource;
+    let res = &req.path.resource;
     let Some(name) = &req.path.name else {
         return delete_collection(req, &opts);
     };
@@ -379,13 +392,13 @@ pub fn delete(req: &Request) -> Result<Response, ApiError> {
         Deleted::Gone(obj) if !returns_deleted_object(res) => {
             Ok(json(StatusCode::OK, &deleted_status(res, &obj)))
         }
-        Deleted::Gone(obj) => Ok(json(StatusCode::OK, &obj)),
+        Deleted::Gone(obj) => Ok(json(StatusCode::OK, &req.out(obj))),
         // 202 when the client asked for dependents to be deleted first (the
         // deprecated `orphanDependents: false`) and the object stays.
         Deleted::Terminating(obj) if opts.orphan_dependents == Some(false) => {
-            Ok(json(StatusCode::ACCEPTED, &obj))
+            Ok(json(StatusCode::ACCEPTED, &req.out(obj)))
         }
-        Deleted::Terminating(obj) => Ok(json(StatusCode::OK, &obj)),
+        Deleted::Terminating(obj) => Ok(json(StatusCode::OK, &req.out(obj))),
     }
 }
 
@@ -393,16 +406,17 @@ pub fn delete(req: &Request) -> Result<Response, ApiError> {
 /// removes one at once answers with the object; the others answer with a
 /// Success Status naming what went.
 fn returns_deleted_object(res: &Resource) -> bool {
-    matches!(
-        res.plural,
-        "pods"
-            | "services"
-            | "persistentvolumeclaims"
-            | "persistentvolumes"
-            | "namespaces"
-            | "serviceaccounts"
-            | "storageclasses"
-    )
+    res.custom.is_none()
+        && matches!(
+            &*res.plural,
+            "pods"
+                | "services"
+                | "persistentvolumeclaims"
+                | "persistentvolumes"
+                | "namespaces"
+                | "serviceaccounts"
+                | "storageclasses"
+        )
 }
 
 /// The registry's `finalizeDelete` Status: `details.kind` is the resource
@@ -428,7 +442,7 @@ fn deleted_status(res: &Resource, obj: &Value) -> Value {
 /// DELETE of a collection: the objects selected (as listed, before their
 /// deletion), as a list.
 fn delete_collection(req: &Request, opts: &Deletion) -> Result<Response, ApiError> {
-    let res = req.path.resource;
+    let res = &req.path.resource;
     let (items, rv) = selected(req)?;
     let mut deleted = Vec::new();
     for obj in items {

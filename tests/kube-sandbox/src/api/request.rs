@@ -3,13 +3,13 @@
 
 use std::collections::HashMap;
 
-use crate::registry::{self, Resource};
+use crate::registry::Served;
 use crate::status::ApiError;
 
 /// A resource path, parsed.
 #[derive(Debug, Clone)]
 pub struct Path {
-    pub resource: &'static Resource,
+    pub resource: Served,
     /// The namespace from the URL, when it has one.
     pub namespace: Option<String>,
     pub name: Option<String>,
@@ -18,8 +18,19 @@ pub struct Path {
 
 impl Path {
     /// `/api/v1[/namespaces/NS]/RESOURCE[/NAME[/SUB]]` or the same under
-    /// `/apis/GROUP/VERSION`.
+    /// `/apis/GROUP/VERSION`, of a built-in resource.
+    #[cfg(test)]
     pub fn parse(path: &str) -> Result<Path, ApiError> {
+        Path::resolve(path, |g, v, p| {
+            crate::registry::find(g, v, p).map(Served::Builtin)
+        })
+    }
+
+    /// A path, its resource found by `lookup(group, version, plural)`.
+    pub fn resolve(
+        path: &str,
+        lookup: impl FnOnce(&str, &str, &str) -> Option<Served>,
+    ) -> Result<Path, ApiError> {
         let not_found = || {
             ApiError::NoRoute(format!(
                 "the server could not find the requested resource ({path})"
@@ -48,12 +59,12 @@ impl Path {
             [plural, name, sub] => (*plural, Some(name.to_string()), Some(sub.to_string())),
             _ => return Err(not_found()),
         };
-        let resource = registry::find(group, version, plural).ok_or_else(not_found)?;
+        let resource = lookup(group, version, plural).ok_or_else(not_found)?;
         if namespace.is_some() && !resource.namespaced {
             return Err(not_found());
         }
         if let Some(sub) = &sub {
-            let namespace_finalize = resource.kind == "Namespace" && sub == "finalize";
+            let namespace_finalize = resource.builtin_kind() == "Namespace" && sub == "finalize";
             if !(resource.has_subresource(sub) || namespace_finalize) {
                 return Err(not_found());
             }
@@ -146,7 +157,7 @@ mod tests {
         let p = Path::parse("/api/v1/namespaces/default/pods/app-0/log").expect("parses");
         assert_eq!(
             (
-                p.resource.plural,
+                &*p.resource.plural,
                 p.namespace.as_deref(),
                 p.name.as_deref(),
                 p.subresource.as_deref()
@@ -154,10 +165,10 @@ mod tests {
             ("pods", Some("default"), Some("app-0"), Some("log"))
         );
         let p = Path::parse("/apis/apps/v1/statefulsets").expect("parses");
-        assert_eq!((p.resource.kind, p.namespace), ("StatefulSet", None));
+        assert_eq!((&*p.resource.kind, p.namespace), ("StatefulSet", None));
         let p = Path::parse("/api/v1/namespaces/team-a").expect("parses");
         assert_eq!(
-            (p.resource.plural, p.name.as_deref()),
+            (&*p.resource.plural, p.name.as_deref()),
             ("namespaces", Some("team-a"))
         );
         let p = Path::parse("/api/v1/namespaces/team-a/finalize").expect("parses");

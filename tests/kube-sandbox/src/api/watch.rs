@@ -14,10 +14,11 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::custom;
 use super::filter::Filter;
 use super::objects::Request;
 use super::table::{self, IncludeObject};
-use crate::registry::Resource;
+use crate::registry::{Resource, Served, Text};
 use crate::status::ApiError;
 use crate::store::{Change, ChangeType, Subscription};
 
@@ -26,7 +27,9 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
 
 /// Who reads the events and how they are to be rendered.
 struct Watcher {
-    resource: &'static Resource,
+    resource: Served,
+    /// The store's name of the resource's objects.
+    key: Text,
     filter: Filter,
     table: Option<IncludeObject>,
     bookmarks: bool,
@@ -34,7 +37,7 @@ struct Watcher {
 }
 
 pub fn serve(req: &Request) -> Result<Response, ApiError> {
-    let filter = Filter::from_query(req.path.resource, &req.query)?;
+    let filter = Filter::from_query(req.path.resource.clone(), &req.query)?;
     let since = match req.query.get("resourceVersion") {
         None | Some("" | "0") => None,
         Some(v) => Some(
@@ -44,7 +47,8 @@ pub fn serve(req: &Request) -> Result<Response, ApiError> {
     };
     let timeout = req.query.number("timeoutSeconds")?.filter(|t| *t > 0);
     let watcher = Watcher {
-        resource: req.path.resource,
+        resource: req.path.resource.clone(),
+        key: req.path.resource.store_key(),
         filter,
         table: table::wants_table(&req.accept)
             .then(|| IncludeObject::from_query(req.query.get("includeObject"))),
@@ -55,7 +59,7 @@ pub fn serve(req: &Request) -> Result<Response, ApiError> {
     match req
         .api
         .store
-        .watch(req.path.resource, req.path.namespace.as_deref(), since)
+        .watch(&req.path.resource, req.path.namespace.as_deref(), since)
     {
         Ok(sub) => {
             tokio::spawn(pump(watcher, sub, tx, timeout));
@@ -112,7 +116,7 @@ async fn pump(
             () = tx.closed() => return,
             _ = closed.changed() => return,
             _ = bookmark.tick(), if watcher.bookmarks => {
-                let line = event_line("BOOKMARK", &bookmark_object(watcher.resource, last_rv));
+                let line = event_line("BOOKMARK", &bookmark_object(&watcher.resource, last_rv));
                 if tx.send(Ok(line)).await.is_err() {
                     return;
                 }
@@ -141,9 +145,10 @@ async fn send(
     let Some((kind, object)) = visible(watcher, change) else {
         return true;
     };
+    let object = custom::present(&watcher.resource, object.clone());
     let object = match watcher.table {
-        Some(include) => table::one_row(watcher.resource.plural, object, include),
-        None => object.clone(),
+        Some(include) => table::one_row(&watcher.resource, &object, include),
+        None => object,
     };
     tx.send(Ok(event_line(kind.as_str(), &object)))
         .await
@@ -153,7 +158,7 @@ async fn send(
 /// How a change looks through this watch's selectors: a change into the
 /// selection is ADDED, out of it DELETED, outside it nothing.
 fn visible<'c>(watcher: &Watcher, change: &'c Change) -> Option<(ChangeType, &'c Value)> {
-    if change.resource != watcher.resource.plural {
+    if change.resource != watcher.key {
         return None;
     }
     let named = |o: &Value| {

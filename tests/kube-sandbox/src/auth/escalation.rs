@@ -49,7 +49,7 @@ pub fn check(
         return Ok(());
     }
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    match resource.plural {
+    match &*resource.plural {
         "roles" | "clusterroles" => {
             // The request's own name: none on a create.
             let requested = if old.is_some() { name } else { "" };
@@ -57,7 +57,7 @@ pub fn check(
                 store,
                 identity,
                 "escalate",
-                resource.plural,
+                &resource.plural,
                 namespace,
                 requested,
             ) {

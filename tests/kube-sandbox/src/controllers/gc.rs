@@ -6,7 +6,6 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use super::{is_terminating, log_err, Ctx};
-use crate::registry;
 use crate::store::DeleteOptions;
 
 pub fn reconcile(ctx: &Ctx) {
@@ -27,12 +26,16 @@ pub fn reconcile(ctx: &Ctx) {
         let orphaned = owners
             .iter()
             .all(|o| o["uid"].as_str().is_none_or(|uid| !live.contains(uid)));
-        if orphaned {
-            let res = registry::get(key.resource);
+        // A custom resource whose definition is gone has no resource left:
+        // the definition's finalizer deletes such objects.
+        let resource = orphaned
+            .then(|| ctx.store.resource_for_key(&key.resource))
+            .flatten();
+        if let Some(res) = resource {
             log_err(
                 "garbage collection",
                 ctx.store
-                    .delete(res, &key.namespace, &key.name, &DeleteOptions::default()),
+                    .delete(&res, &key.namespace, &key.name, &DeleteOptions::default()),
             );
         }
     }

@@ -5,6 +5,7 @@
 //! objects a test makes, that is cheap and cannot miss an event.
 
 pub mod autoscaler;
+pub mod crds;
 pub mod daemonsets;
 pub mod endpoints;
 pub mod gc;
@@ -107,6 +108,7 @@ pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
         spawn("namespaces", ctx.clone(), namespaces::reconcile),
         spawn("root-ca-cert-publisher", ctx.clone(), root_ca::reconcile),
         spawn("garbage-collector", ctx.clone(), gc::reconcile),
+        spawn("apiextensions-controllers", ctx.clone(), crds::reconcile),
         spawn("persistentvolume-binder", ctx.clone(), volumes::reconcile),
         spawn("snapshot-controller", ctx.clone(), snapshots::reconcile),
         spawn("scheduler", ctx.clone(), scheduler::reconcile),

@@ -32,7 +32,11 @@ pub fn reconcile(ctx: &Ctx) {
 /// lets the namespace go.
 fn finish(ctx: &Ctx, namespace: &str) {
     let mut left = 0;
-    for res in RESOURCES.iter().filter(|r| r.namespaced) {
+    // Every namespaced resource; a custom resource once, whatever its
+    // versions (they share their objects).
+    let custom = ctx.store.custom_resources().stored();
+    let all = RESOURCES.iter().chain(custom.iter().map(|r| &**r));
+    for res in all.filter(|r| r.namespaced) {
         let (items, _) = ctx.store.list(res, Some(namespace));
         for item in items {
             left += 1;

@@ -123,7 +123,7 @@ fn value_from(store: &Store, pod: &Value, from: &Value) -> Result<Option<String>
                 .find(|(k, _)| k == wanted)
                 .map(|(_, v)| v)
                 .ok_or_else(|| {
-                    let kind = registry::get(plural).singular;
+                    let kind = &registry::get(plural).singular;
                     format!("couldn't find key {wanted} in {kind} {ns}/{name}")
                 })
         });

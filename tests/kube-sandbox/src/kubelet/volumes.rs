@@ -238,7 +238,7 @@ pub(super) fn write_keys(
         Ok(obj) => obj,
         Err(_) if source["optional"] == Value::Bool(true) => return make_dir(dir, volume),
         Err(_) => {
-            let kind = res.singular;
+            let kind = &res.singular;
             return Err(mount_failed(volume, format!("{kind} \"{name}\" not found")));
         }
     };

@@ -1,28 +1,46 @@
 //! The resources the sandbox serves: names, kinds, scopes and verbs as
 //! discovery reports them, and the per-kind rules the API server applies on
 //! write (defaults, validation, immutable fields).
+//!
+//! Built-in kinds come from a static table ([`RESOURCES`]); the kinds of
+//! CustomResourceDefinitions are made from the stored definitions
+//! ([`custom`]) and owned by the store, which rebuilds them on every write
+//! of a definition. Both are one [`Resource`]: its names are `Cow`s,
+//! borrowed from the table for built-ins and owned for custom resources,
+//! so a definition that goes frees what it took.
 
+pub mod custom;
 pub mod rules;
 
-pub use rules::{admit, default_object, validate_create, validate_update};
+use std::borrow::Cow;
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock};
+
+pub use rules::{admit, default_object, prepare_create, validate_create, validate_update};
+
+/// A name: borrowed from the static table, or owned by a custom resource.
+pub type Text = Cow<'static, str>;
 
 /// One served resource type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resource {
     /// "" for the core group.
-    pub group: &'static str,
-    pub version: &'static str,
-    pub plural: &'static str,
-    pub singular: &'static str,
-    pub kind: &'static str,
-    pub short_names: &'static [&'static str],
+    pub group: Text,
+    pub version: Text,
+    pub plural: Text,
+    pub singular: Text,
+    pub kind: Text,
+    pub short_names: Vec<Text>,
     pub namespaced: bool,
     /// Subresources besides the object itself ("status", "log", "scale").
-    pub subresources: &'static [&'static str],
-    pub categories: &'static [&'static str],
+    pub subresources: Vec<Text>,
+    pub categories: Vec<Text>,
     /// The verbs discovery lists ([`VERBS`] for stored kinds; `create`
     /// only for reviews, which are answered, never stored).
-    pub verbs: &'static [&'static str],
+    pub verbs: Vec<Text>,
+    /// The definition a custom resource is served from; None for the
+    /// built-in kinds.
+    pub custom: Option<Arc<custom::Definition>>,
 }
 
 impl Resource {
@@ -36,7 +54,89 @@ impl Resource {
     }
 
     pub fn has_subresource(&self, sub: &str) -> bool {
-        self.subresources.contains(&sub)
+        self.subresources.iter().any(|s| s == sub)
+    }
+
+    /// The kind, for the rules that apply to built-in kinds only: "" for a
+    /// custom resource, so that a CRD whose kind is `Pod` in its own group
+    /// gets none of a Pod's defaults, validation or printing.
+    pub fn builtin_kind(&self) -> &str {
+        match self.custom {
+            None => &self.kind,
+            Some(_) => "",
+        }
+    }
+
+    /// `<Kind>List`, or a custom resource's `listKind`.
+    pub fn list_kind(&self) -> String {
+        match &self.custom {
+            Some(def) => def.list_kind.clone(),
+            None => format!("{}List", self.kind),
+        }
+    }
+
+    /// What the store files the objects under: the plural for built-ins,
+    /// `plural.group` (the definition's name) for custom resources, whose
+    /// versions share one storage and whose plurals may repeat a
+    /// built-in's in another group.
+    pub fn store_key(&self) -> Text {
+        match &self.custom {
+            None => self.plural.clone(),
+            Some(def) => Cow::Owned(def.name.clone()),
+        }
+    }
+}
+
+/// A resource a request names: one of the static table's, or a custom
+/// resource the store's definitions serve (shared, not copied).
+#[derive(Debug, Clone)]
+pub enum Served {
+    Builtin(&'static Resource),
+    Custom(Arc<Resource>),
+}
+
+impl Deref for Served {
+    type Target = Resource;
+
+    fn deref(&self) -> &Resource {
+        match self {
+            Served::Builtin(r) => r,
+            Served::Custom(r) => r,
+        }
+    }
+}
+
+/// A row of the static table: a built-in kind as discovery lists it.
+struct Spec {
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    short_names: &'static [&'static str],
+    namespaced: bool,
+    subresources: &'static [&'static str],
+    categories: &'static [&'static str],
+    verbs: &'static [&'static str],
+}
+
+impl Spec {
+    fn resource(&self) -> Resource {
+        let names =
+            |list: &'static [&'static str]| list.iter().map(|s| Cow::Borrowed(*s)).collect();
+        Resource {
+            group: Cow::Borrowed(self.group),
+            version: Cow::Borrowed(self.version),
+            plural: Cow::Borrowed(self.plural),
+            singular: Cow::Borrowed(self.singular),
+            kind: Cow::Borrowed(self.kind),
+            short_names: names(self.short_names),
+            namespaced: self.namespaced,
+            subresources: names(self.subresources),
+            categories: names(self.categories),
+            verbs: names(self.verbs),
+            custom: None,
+        }
     }
 }
 
@@ -60,8 +160,8 @@ const fn core(
     short_names: &'static [&'static str],
     namespaced: bool,
     subresources: &'static [&'static str],
-) -> Resource {
-    Resource {
+) -> Spec {
+    Spec {
         group: "",
         version: "v1",
         plural,
@@ -81,8 +181,8 @@ const fn apps(
     singular: &'static str,
     kind: &'static str,
     short_names: &'static [&'static str],
-) -> Resource {
-    Resource {
+) -> Spec {
+    Spec {
         group: "apps",
         categories: ALL,
         ..core(
@@ -98,8 +198,11 @@ const fn apps(
 
 const ALL: &[&str] = &["all"];
 
-/// Every resource served, in discovery order.
-pub static RESOURCES: &[Resource] = &[
+/// Every built-in resource served, in discovery order.
+pub static RESOURCES: LazyLock<Vec<Resource>> =
+    LazyLock::new(|| TABLE.iter().map(Spec::resource).collect());
+
+static TABLE: &[Spec] = &[
     core(
         "namespaces",
         "namespace",
@@ -109,11 +212,11 @@ pub static RESOURCES: &[Resource] = &[
         &["status"],
     ),
     core("nodes", "node", "Node", &["no"], false, &["status"]),
-    Resource {
+    Spec {
         categories: ALL,
         ..core("pods", "pod", "Pod", &["po"], true, &["status", "log"])
     },
-    Resource {
+    Spec {
         categories: ALL,
         ..core(
             "services",
@@ -153,7 +256,7 @@ pub static RESOURCES: &[Resource] = &[
         false,
         &["status"],
     ),
-    Resource {
+    Spec {
         categories: ALL,
         ..core(
             "replicationcontrollers",
@@ -168,11 +271,11 @@ pub static RESOURCES: &[Resource] = &[
     apps("statefulsets", "statefulset", "StatefulSet", &["sts"]),
     apps("replicasets", "replicaset", "ReplicaSet", &["rs"]),
     // A DaemonSet has no scale subresource: its size is the nodes'.
-    Resource {
+    Spec {
         subresources: &["status"],
         ..apps("daemonsets", "daemonset", "DaemonSet", &["ds"])
     },
-    Resource {
+    Spec {
         group: "batch",
         version: "v1",
         plural: "jobs",
@@ -184,7 +287,7 @@ pub static RESOURCES: &[Resource] = &[
         categories: ALL,
         verbs: VERBS,
     },
-    Resource {
+    Spec {
         group: "autoscaling",
         version: "v2",
         plural: "horizontalpodautoscalers",
@@ -196,7 +299,7 @@ pub static RESOURCES: &[Resource] = &[
         categories: ALL,
         verbs: VERBS,
     },
-    Resource {
+    Spec {
         group: "storage.k8s.io",
         version: "v1",
         plural: "storageclasses",
@@ -217,7 +320,7 @@ pub static RESOURCES: &[Resource] = &[
         "ClusterRoleBinding",
         false,
     ),
-    Resource {
+    Spec {
         group: "authorization.k8s.io",
         verbs: &["create"],
         ..core(
@@ -228,6 +331,20 @@ pub static RESOURCES: &[Resource] = &[
             false,
             &[],
         )
+    },
+    // CustomResourceDefinitions (apiextensions.k8s.io/v1), whose served
+    // versions become resources ([`custom`]).
+    Spec {
+        group: custom::CRD_GROUP,
+        version: "v1",
+        plural: custom::CRD_PLURAL,
+        singular: "customresourcedefinition",
+        kind: custom::CRD_KIND,
+        short_names: &["crd", "crds"],
+        namespaced: false,
+        subresources: &["status"],
+        categories: &[],
+        verbs: VERBS,
     },
     // The kinds of the external-snapshotter's CRDs (`client/config/crd`):
     // no categories, a status subresource on snapshots and contents.
@@ -268,8 +385,8 @@ const fn snapshot(
     short_names: &'static [&'static str],
     namespaced: bool,
     subresources: &'static [&'static str],
-) -> Resource {
-    Resource {
+) -> Spec {
+    Spec {
         group: SNAPSHOT_GROUP,
         ..core(
             plural,
@@ -292,8 +409,8 @@ const fn rbac(
     singular: &'static str,
     kind: &'static str,
     namespaced: bool,
-) -> Resource {
-    Resource {
+) -> Spec {
+    Spec {
         group: "rbac.authorization.k8s.io",
         ..core(plural, singular, kind, &[], namespaced, &[])
     }
@@ -302,9 +419,9 @@ const fn rbac(
 /// The group versions served, in discovery order ("" = core).
 pub fn group_versions() -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&str, &str)> = Vec::new();
-    for r in RESOURCES {
-        if !out.contains(&(r.group, r.version)) {
-            out.push((r.group, r.version));
+    for r in RESOURCES.iter() {
+        if !out.contains(&(&*r.group, &*r.version)) {
+            out.push((&r.group, &r.version));
         }
     }
     out
@@ -339,8 +456,12 @@ mod tests {
 
     #[test]
     fn plurals_and_short_names_are_unique() {
-        let mut names: Vec<&str> = RESOURCES.iter().map(|r| r.plural).collect();
-        names.extend(RESOURCES.iter().flat_map(|r| r.short_names.iter().copied()));
+        let mut names: Vec<&str> = RESOURCES.iter().map(|r| &*r.plural).collect();
+        names.extend(
+            RESOURCES
+                .iter()
+                .flat_map(|r| r.short_names.iter().map(|s| &**s)),
+        );
         let before = names.len();
         names.sort_unstable();
         names.dedup();
@@ -352,7 +473,7 @@ mod tests {
         let pods = find("", "v1", "pods").expect("pods served");
         assert_eq!(pods.api_version(), "v1");
         assert_eq!(
-            by_kind("apps/v1", "StatefulSet").map(|r| r.plural),
+            by_kind("apps/v1", "StatefulSet").map(|r| &*r.plural),
             Some("statefulsets")
         );
         assert!(by_kind("v1", "StatefulSet").is_none());
@@ -363,5 +484,14 @@ mod tests {
             Some(false)
         );
         assert_eq!(get(SELF_SUBJECT_ACCESS_REVIEWS).verbs, ["create"]);
+        let crds = find("apiextensions.k8s.io", "v1", "customresourcedefinitions");
+        assert_eq!(
+            crds.map(|r| (r.namespaced, r.store_key(), r.builtin_kind())),
+            Some((
+                false,
+                "customresourcedefinitions".into(),
+                "CustomResourceDefinition"
+            ))
+        );
     }
 }

@@ -97,7 +97,7 @@ pub fn prepare_create(res: &Resource, namespace: &str, obj: &mut Value) -> Resul
 
 /// An object's apiVersion/kind, when given, must be this resource's.
 fn check_type(res: &Resource, obj: &Value) -> Result<(), ApiError> {
-    let kind = obj["kind"].as_str().unwrap_or(res.kind);
+    let kind = obj["kind"].as_str().unwrap_or(&res.kind);
     let api_version = obj["apiVersion"]
         .as_str()
         .map(str::to_string)
@@ -143,6 +143,12 @@ pub fn prepare_update(
         Part::Status => {
             let mut new = old.clone();
             new["status"] = obj["status"].take();
+            // A custom resource's status strategy keeps no `status: null`.
+            if res.custom.is_some() && new["status"].is_null() {
+                if let Some(map) = new.as_object_mut() {
+                    map.remove("status");
+                }
+            }
             new
         }
         Part::Main => {
@@ -177,10 +183,16 @@ pub fn prepare_update(
             ));
         }
     }
-    if res.kind == "Service" {
+    if res.builtin_kind() == "Service" {
         keep_allocated(old, &mut new);
     }
-    bump_generation(old, &mut new);
+    // A custom resource without the status subresource counts changes of
+    // its status too (the custom resource strategy's `PrepareForUpdate`).
+    if res.custom.is_some() && !res.has_subresource("status") {
+        bump_generation_with(old, &mut new, &["metadata"]);
+    } else {
+        bump_generation(old, &mut new);
+    }
     Ok(new)
 }
 
@@ -204,10 +216,16 @@ fn finalizers(obj: &Value) -> impl Iterator<Item = &Value> {
 /// `metadata.generation` counts changes to everything but metadata and
 /// status, as controllers' `observedGeneration` expects.
 pub fn bump_generation(old: &Value, new: &mut Value) {
+    bump_generation_with(old, new, &["metadata", "status"]);
+}
+
+/// [`bump_generation`] ignoring the top-level fields `ignored`.
+fn bump_generation_with(old: &Value, new: &mut Value, ignored: &[&str]) {
     let strip = |v: &Value| {
         let mut m = v.as_object().cloned().unwrap_or_default();
-        m.remove("metadata");
-        m.remove("status");
+        for field in ignored {
+            m.remove(*field);
+        }
         m
     };
     if strip(old) != strip(new) {
@@ -255,7 +273,7 @@ pub enum Deletion {
 /// Decides a DELETE: gone now, or marked terminating (deletionTimestamp)
 /// while finalizers or a running pod's grace period hold it.
 pub fn deletion(res: &Resource, obj: &mut Value, opts: &DeleteOptions) -> Deletion {
-    let grace = match res.kind {
+    let grace = match res.builtin_kind() {
         "Pod" => pod_grace(obj, opts),
         _ => 0,
     };
@@ -263,15 +281,18 @@ pub fn deletion(res: &Resource, obj: &mut Value, opts: &DeleteOptions) -> Deleti
     let already = !meta["deletionTimestamp"].is_null();
     let current = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
     // A second DELETE may shorten a pod's grace period, never lengthen it.
-    if !already || (res.kind == "Pod" && grace < current) {
+    if !already || (res.builtin_kind() == "Pod" && grace < current) {
         let when = time::OffsetDateTime::now_utc() + time::Duration::seconds(grace);
         obj["metadata"]["deletionTimestamp"] = json!(crate::time::format(when));
         obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
     }
-    if !already && res.kind == "Namespace" {
+    if !already && res.builtin_kind() == "Namespace" {
         obj["status"]["phase"] = json!("Terminating");
     }
-    if still_held(res.plural, obj) {
+    if !already && res.builtin_kind() == "CustomResourceDefinition" {
+        crate::registry::rules::mark_terminating(obj);
+    }
+    if still_held(&res.store_key(), obj) {
         Deletion::Held
     } else {
         Deletion::Now

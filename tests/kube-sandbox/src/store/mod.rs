@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
+use crate::registry::custom::{self, CRD_PLURAL};
 use crate::registry::rules::{pod_security, service_accounts};
-use crate::registry::{self, Resource};
+use crate::registry::{self, Resource, Served, Text};
 use crate::status::ApiError;
 
 pub use meta::{controller_uid, generate_suffix, new_uid, remove_owner};
@@ -27,7 +28,9 @@ pub const DEFAULT_BLOCK: u8 = 96;
 /// Where an object lives. `namespace` is "" for cluster-scoped resources.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key {
-    pub resource: &'static str,
+    /// [`Resource::store_key`]: the plural, or a custom resource's
+    /// `plural.group`.
+    pub resource: Text,
     pub namespace: String,
     pub name: String,
 }
@@ -54,7 +57,8 @@ impl ChangeType {
 #[derive(Debug, Clone)]
 pub struct Change {
     pub kind: ChangeType,
-    pub resource: &'static str,
+    /// The [`Key::resource`] of the object.
+    pub resource: Text,
     pub namespace: String,
     pub rv: u64,
     pub object: Value,
@@ -124,6 +128,9 @@ struct Inner {
     compacted: u64,
     /// The sandbox's loopback block `127.B.0.0/16` (Service addresses).
     block: u8,
+    /// The custom resources the stored definitions serve, rebuilt with
+    /// every write of a definition.
+    custom: Arc<custom::Index>,
 }
 
 impl Store {
@@ -144,6 +151,7 @@ impl Store {
                 history_limit: history_limit.max(1),
                 compacted: 0,
                 block,
+                custom: Arc::default(),
             }),
             changes,
             version,
@@ -170,6 +178,32 @@ impl Store {
 
     pub fn resource_version(&self) -> u64 {
         self.lock().rv
+    }
+
+    /// The custom resource `plural` of `group`/`version`, while a
+    /// definition serves it.
+    pub fn custom_resource(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<Resource>> {
+        self.lock().custom.find(group, version, plural)
+    }
+
+    /// The custom resources served now, every version of each.
+    pub fn custom_resources(&self) -> Arc<custom::Index> {
+        self.lock().custom.clone()
+    }
+
+    /// The resource whose objects are filed under `key` (a [`Key`]'s
+    /// resource): a built-in kind's, or the storage version of a custom
+    /// resource still served.
+    pub fn resource_for_key(&self, key: &str) -> Option<Served> {
+        if let Some(builtin) = registry::RESOURCES.iter().find(|r| r.plural == key) {
+            return Some(Served::Builtin(builtin));
+        }
+        self.lock().custom.storage_of(key).map(Served::Custom)
     }
 
     pub fn get(&self, res: &Resource, namespace: &str, name: &str) -> Result<Value, ApiError> {
@@ -209,12 +243,14 @@ impl Store {
 
     pub fn create(
         &self,
-        res: &'static Resource,
+        res: &Resource,
         namespace: &str,
         mut obj: Value,
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
+        inner.still_served(res)?;
         meta::prepare_create(res, namespace, &mut obj)?;
+        registry::prepare_create(res, &mut obj);
         if res.namespaced {
             let ns = key(registry::get("namespaces"), "", namespace);
             match inner.objects.get(&ns) {
@@ -232,19 +268,19 @@ impl Store {
         let default_class = inner.default_class();
         registry::default_object(res, &mut obj, default_class.as_deref());
         registry::admit(res, &mut obj);
-        if res.kind == "Pod" {
+        if res.builtin_kind() == "Pod" {
             let accounts = registry::get("serviceaccounts");
             service_accounts::admit_pod(&mut obj, |name| {
                 inner.objects.get(&key(accounts, namespace, name)).cloned()
             })?;
         }
-        if res.kind == "Service" {
+        if res.builtin_kind() == "Service" {
             inner.allocate_cluster_ip(&mut obj);
         }
         registry::validate_create(res, &obj)?;
         // The validating admission plugins run on the object as it would
         // be stored, its name generated.
-        match res.kind {
+        match res.builtin_kind() {
             "Pod" => {
                 let ns = key(registry::get("namespaces"), "", namespace);
                 if let Some(ns) = inner.objects.get(&ns) {
@@ -260,10 +296,13 @@ impl Store {
             .to_string();
         let key = key(res, namespace, &name);
         if inner.objects.contains_key(&key) {
-            return Err(ApiError::AlreadyExists {
-                kind: res.plural.to_string(),
-                name,
-            });
+            // Custom resources are named with their group, as a real
+            // server names every resource.
+            let kind = match res.custom {
+                Some(_) => qualified(res),
+                None => res.plural.to_string(),
+            };
+            return Err(ApiError::AlreadyExists { kind, name });
         }
         Ok(self.commit(&mut inner, key, ChangeType::Added, obj))
     }
@@ -272,7 +311,7 @@ impl Store {
     /// that is not the stored one is a 409 Conflict.
     pub fn update(
         &self,
-        res: &'static Resource,
+        res: &Resource,
         namespace: &str,
         name: &str,
         obj: Value,
@@ -289,9 +328,12 @@ impl Store {
         if new == old {
             return Ok(old);
         }
+        if part == Part::Status {
+            registry::rules::validate_status(res, &new)?;
+        }
         if part == Part::Main {
             registry::validate_update(res, &old, &new)?;
-            match res.kind {
+            match res.builtin_kind() {
                 "Pod" if pod_security::significant_update(&old, &new) => {
                     let ns = self::key(registry::get("namespaces"), "", namespace);
                     if let Some(ns) = inner.objects.get(&ns) {
@@ -309,7 +351,7 @@ impl Store {
     /// `edit` returns false to leave the object alone.
     pub fn modify(
         &self,
-        res: &'static Resource,
+        res: &Resource,
         namespace: &str,
         name: &str,
         edit: impl FnOnce(&mut Value) -> bool,
@@ -334,10 +376,10 @@ impl Store {
     /// when nothing was adopted.
     pub fn adopt(
         &self,
-        res: &'static Resource,
+        res: &Resource,
         namespace: &str,
         name: &str,
-        owner_res: &'static Resource,
+        owner_res: &Resource,
         owner: &Value,
         reference: Value,
     ) -> Result<Option<Value>, ApiError> {
@@ -368,7 +410,7 @@ impl Store {
 
     pub fn delete(
         &self,
-        res: &'static Resource,
+        res: &Resource,
         namespace: &str,
         name: &str,
         opts: &DeleteOptions,
@@ -401,8 +443,9 @@ impl Store {
         since: Option<u64>,
     ) -> Result<Subscription, ApiError> {
         let inner = self.lock();
+        let resource = res.store_key();
         let wanted =
-            |c: &Change| c.resource == res.plural && namespace.is_none_or(|ns| c.namespace == ns);
+            |c: &Change| c.resource == resource && namespace.is_none_or(|ns| c.namespace == ns);
         let backlog = match since {
             Some(since) if since < inner.compacted => {
                 return Err(ApiError::Gone(format!(
@@ -421,7 +464,7 @@ impl Store {
                 .map(|(k, v)| {
                     Arc::new(Change {
                         kind: ChangeType::Added,
-                        resource: res.plural,
+                        resource: resource.clone(),
                         namespace: k.namespace.clone(),
                         rv: inner.rv,
                         object: v.clone(),
@@ -442,7 +485,7 @@ impl Store {
     /// removes it instead when it is terminating and its last finalizer went.
     fn write(&self, inner: &mut Inner, key: Key, obj: Value) -> Value {
         let terminating = !obj["metadata"]["deletionTimestamp"].is_null();
-        if terminating && !meta::still_held(key.resource, &obj) {
+        if terminating && !meta::still_held(&key.resource, &obj) {
             return self.remove(inner, key, obj);
         }
         self.commit(inner, key, ChangeType::Modified, obj)
@@ -451,6 +494,7 @@ impl Store {
     /// Removes the object, publishing its last state under a new version.
     fn remove(&self, inner: &mut Inner, key: Key, mut obj: Value) -> Value {
         inner.objects.remove(&key);
+        inner.reindex_if_definition(&key);
         let rv = inner.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         self.publish(inner, ChangeType::Deleted, key, rv, obj.clone(), None);
@@ -461,6 +505,7 @@ impl Store {
         let rv = inner.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         let previous = inner.objects.insert(key.clone(), obj.clone());
+        inner.reindex_if_definition(&key);
         self.publish(inner, kind, key, rv, obj.clone(), previous);
         obj
     }
@@ -495,6 +540,39 @@ impl Store {
 }
 
 impl Inner {
+    /// After a write of a CustomResourceDefinition: the custom resources
+    /// served now.
+    fn reindex_if_definition(&mut self, key: &Key) {
+        if key.resource == CRD_PLURAL {
+            let definitions = self
+                .objects
+                .iter()
+                .filter(|(k, _)| k.resource == CRD_PLURAL)
+                .map(|(_, v)| v);
+            self.custom = Arc::new(custom::Index::build(definitions));
+        }
+    }
+
+    /// For a custom resource, that its definition still serves it and is
+    /// not being deleted (it may have changed since the request found it).
+    fn still_served(&self, res: &Resource) -> Result<(), ApiError> {
+        if res.custom.is_none() {
+            return Ok(());
+        }
+        match self.custom.find(&res.group, &res.version, &res.plural) {
+            None => Err(ApiError::NoRoute(format!(
+                "the server could not find the requested resource ({})",
+                qualified(res)
+            ))),
+            Some(now) if now.custom.as_ref().is_some_and(|d| d.terminating) => {
+                Err(ApiError::NotAllowed(
+                    "create not allowed while custom resource definition is terminating".into(),
+                ))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
     /// The object at `key` (of `res`), or a 404 naming it.
     fn stored(&self, res: &Resource, key: &Key) -> Result<Value, ApiError> {
         self.objects
@@ -509,8 +587,9 @@ impl Inner {
         res: &'a Resource,
         namespace: Option<&'a str>,
     ) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
+        let resource = res.store_key();
         self.objects.iter().filter(move |(k, _)| {
-            k.resource == res.plural && namespace.is_none_or(|ns| k.namespace == ns)
+            k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns)
         })
     }
 
@@ -574,7 +653,7 @@ impl Inner {
 
 fn key(res: &Resource, namespace: &str, name: &str) -> Key {
     Key {
-        resource: res.plural,
+        resource: res.store_key(),
         namespace: if res.namespaced {
             namespace.to_string()
         } else {

@@ -2,6 +2,7 @@
 //! polling for an expected state.
 #![allow(dead_code)]
 
+pub mod crds;
 pub mod k8s;
 pub mod oci;
 
@@ -41,6 +42,14 @@ pub fn mover_binary() -> PathBuf {
 
 pub fn kubectl_program() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".to_string())
+}
+
+/// Whether kubectl runs here (for tests that skip without it).
+pub fn kubectl_runs() -> bool {
+    std::process::Command::new(kubectl_program())
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// The host's kubectl, by absolute path (a pod's `PATH` is the runtime's

@@ -76,8 +76,8 @@ pub fn omits_zero(message: &str, field: &str) -> bool {
 pub fn supported_kinds() -> Vec<String> {
     let mut kinds: Vec<String> = RESOURCES
         .iter()
-        .filter(|r| message_of(&r.api_version(), r.kind).is_some())
-        .map(|r| match r.group {
+        .filter(|r| message_of(&r.api_version(), &r.kind).is_some())
+        .map(|r| match &*r.group {
             "" => r.kind.to_string(),
             group => format!("{group}/{}", r.kind),
         })
@@ -87,9 +87,15 @@ pub fn supported_kinds() -> Vec<String> {
     kinds
 }
 
-/// Decodes a protobuf body into the object's JSON, `apiVersion` and `kind`
-/// included.
-pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
+/// The `apiVersion` and `kind` a protobuf body's envelope names (empty
+/// when it names none), without decoding the object.
+pub fn type_meta(body: &[u8]) -> Result<(String, String), ProtobufError> {
+    envelope(body).map(|(_, api_version, kind)| (api_version, kind))
+}
+
+/// The `runtime.Unknown` of a protobuf body, with its typeMeta's
+/// apiVersion and kind.
+fn envelope(body: &[u8]) -> Result<(DynamicMessage, String, String), ProtobufError> {
     let malformed = |why: String| ProtobufError::Malformed(why);
     let rest = body.strip_prefix(MAGIC).ok_or_else(|| {
         malformed("the protobuf body does not start with the magic \"k8s\\x00\"".into())
@@ -108,6 +114,14 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
         _ => String::new(),
     };
     let (api_version, kind) = (text("apiVersion"), text("kind"));
+    Ok((unknown, api_version, kind))
+}
+
+/// Decodes a protobuf body into the object's JSON, `apiVersion` and `kind`
+/// included.
+pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
+    let malformed = |why: String| ProtobufError::Malformed(why);
+    let (unknown, api_version, kind) = envelope(body)?;
     if let Some(Field::String(encoding)) = unknown.get_field_by_name("contentEncoding").as_deref() {
         if !encoding.is_empty() {
             return Err(malformed(format!(

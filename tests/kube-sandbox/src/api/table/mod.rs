@@ -14,6 +14,8 @@ use serde_json::{json, Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime, UtcOffset};
 
+use crate::registry::Resource;
+
 use self::core_v1::{
     config_map_cells, endpoints_cells, event_cells, namespace_cells, node_cells, secret_cells,
     service_account_cells, service_cells, CONFIG_MAP_COLUMNS, ENDPOINTS_COLUMNS, EVENT_COLUMNS,
@@ -90,11 +92,26 @@ pub fn to_table(
     })
 }
 
+/// The Table of `items` of a served resource: a built-in kind's printer,
+/// or a custom resource's printer columns ([`custom`]).
+pub fn resource_table(
+    res: &Resource,
+    items: &[Value],
+    include: IncludeObject,
+    list_metadata: Value,
+    now: OffsetDateTime,
+) -> Value {
+    match &res.custom {
+        Some(definition) => custom::table(&definition.columns, items, include, &list_metadata, now),
+        None => to_table(&res.plural, items, include, list_metadata, now),
+    }
+}
+
 /// A one-row Table for a single object, its ages measured from now.
-pub fn one_row(plural: &str, obj: &Value, include: IncludeObject) -> Value {
+pub fn one_row(res: &Resource, obj: &Value, include: IncludeObject) -> Value {
     let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
     let now = OffsetDateTime::now_utc();
-    to_table(plural, std::slice::from_ref(obj), include, meta, now)
+    resource_table(res, std::slice::from_ref(obj), include, meta, now)
 }
 
 /// Whether an Accept header asks for a Table (as=Table;g=meta.k8s.io with v=v1 or v1beta1).
@@ -247,6 +264,7 @@ macro_rules! cells {
 // The printers, one module per resource family, each with its column lists and one cell
 // per column, in order. Declared after `cells!`, which they use.
 mod core_v1;
+mod custom;
 mod jobs;
 mod pods;
 mod rbac;

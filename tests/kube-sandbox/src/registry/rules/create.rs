@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use super::metadata::{annotation_causes, invalid_value, label_causes, meta_causes};
 use super::quantity::quantity_sign;
 use super::secrets::{config_map_causes, secret_causes};
-use crate::registry::Resource;
+use crate::registry::{custom, Resource};
 use crate::status::ApiError;
 
 /// Checks a new object as a real server's validation would, for the rules
@@ -14,7 +14,10 @@ use crate::status::ApiError;
 /// found is a cause of one 422, as Kubernetes reports them all at once.
 pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
     let mut causes = meta_causes(res, &obj["metadata"], true);
-    match res.kind {
+    if let Some(definition) = &res.custom {
+        causes.extend(custom::schema_causes(&definition.schema, obj));
+    }
+    match res.builtin_kind() {
         "Pod" => causes.extend(validate_pod_spec(&obj["spec"])),
         "PersistentVolumeClaim" => causes.extend(claim_spec_causes(&obj["spec"])),
         "PersistentVolume" => {
@@ -38,15 +41,16 @@ pub fn validate_create(res: &Resource, obj: &Value) -> Result<(), ApiError> {
                 "spec.template.metadata.annotations",
                 &template["annotations"],
             ));
-            causes.extend(validate_workload(res.kind, &obj["spec"]));
+            causes.extend(validate_workload(res.builtin_kind(), &obj["spec"]));
         }
         "HorizontalPodAutoscaler" => causes.extend(autoscaler_causes(&obj["spec"])),
         "Job" => causes.extend(super::jobs::job_causes(&obj["spec"])),
         "Secret" => causes.extend(secret_causes(obj)),
         "ConfigMap" => causes.extend(config_map_causes(obj)),
         "VolumeSnapshot" | "VolumeSnapshotContent" | "VolumeSnapshotClass" => {
-            causes.extend(super::snapshots::create_causes(res.kind, obj));
+            causes.extend(super::snapshots::create_causes(res.builtin_kind(), obj));
         }
+        "CustomResourceDefinition" => causes.extend(super::crds::create_causes(obj)),
         _ => {}
     }
     invalid_if_any(res, obj, causes)
@@ -61,7 +65,7 @@ pub(super) fn invalid_if_any(
         return Ok(());
     }
     // `NewInvalid` names the kind with its group: `StatefulSet.apps`.
-    let kind = match res.group {
+    let kind = match &*res.group {
         "" => res.kind.to_string(),
         group => format!("{}.{group}", res.kind),
     };

@@ -34,7 +34,7 @@ pub fn decode_problem(res: &Resource, obj: &Value) -> Option<String> {
             }
         }
     }
-    let binary = match res.kind {
+    let binary = match res.builtin_kind() {
         "Secret" => Some(("data", "Secret.data")),
         "ConfigMap" => Some(("binaryData", "ConfigMap.binaryData")),
         _ => None,
@@ -55,7 +55,7 @@ pub fn decode_problem(res: &Resource, obj: &Value) -> Option<String> {
             }
         }
     }
-    let quantities: &[&str] = match res.kind {
+    let quantities: &[&str] = match res.builtin_kind() {
         "PersistentVolumeClaim" => &["/spec/resources/requests", "/spec/resources/limits"],
         "PersistentVolume" => &["/spec/capacity"],
         _ => &[],

@@ -4,12 +4,12 @@
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 use serde_json::{json, Map, Value};
 
-use crate::registry::Resource;
+use crate::registry::{custom, Resource};
 
 /// What admission plugins add to a new object: the storage-object-in-use
 /// protection finalizers on claims and volumes.
 pub fn admit(res: &Resource, obj: &mut Value) {
-    let finalizer = match res.kind {
+    let finalizer = match res.builtin_kind() {
         "PersistentVolumeClaim" => "kubernetes.io/pvc-protection",
         "PersistentVolume" => "kubernetes.io/pv-protection",
         _ => return,
@@ -29,7 +29,7 @@ pub fn admit(res: &Resource, obj: &mut Value) {
 /// fields a client cleared). `default_class` is the default StorageClass's
 /// name, which the admission plugin writes into claims that name none.
 pub fn default_object(res: &Resource, obj: &mut Value, default_class: Option<&str>) {
-    match res.kind {
+    match res.builtin_kind() {
         "Pod" => default_pod_spec(&mut obj["spec"]),
         "PersistentVolumeClaim" => {
             set_default(&mut obj["spec"], "volumeMode", json!("Filesystem"));
@@ -109,7 +109,31 @@ pub fn default_object(res: &Resource, obj: &mut Value, default_class: Option<&st
         }
         "DaemonSet" => default_daemon_set(&mut obj["spec"]),
         "HorizontalPodAutoscaler" => default_autoscaler(&mut obj["spec"]),
+        "CustomResourceDefinition" => super::crds::defaults(obj),
         _ => {}
+    }
+    if let Some(definition) = &res.custom {
+        // What the apiextensions server's decoder does to a custom
+        // resource: structural pruning (unless the definition preserves
+        // unknown fields), then the schema's defaults.
+        if !definition.preserve_unknown_fields {
+            custom::prune(&definition.schema, obj);
+        }
+        custom::default_fields(&definition.schema, obj);
+    }
+}
+
+/// What a kind's strategy (`PrepareForCreate`) resets on a new object: a
+/// CustomResourceDefinition's status, and a custom resource's status
+/// when it has the status subresource (status is written there).
+pub fn prepare_create(res: &Resource, obj: &mut Value) {
+    if res.builtin_kind() == "CustomResourceDefinition" {
+        super::crds::reset_status(obj);
+    }
+    if res.custom.is_some() && res.has_subresource("status") {
+        if let Some(map) = obj.as_object_mut() {
+            map.remove("status");
+        }
     }
 }
 

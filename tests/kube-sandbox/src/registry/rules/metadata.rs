@@ -64,7 +64,7 @@ fn dns1123_label_errors(s: &str) -> Vec<String> {
 }
 
 /// `IsDNS1123Subdomain`: most object names, and label key prefixes.
-fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
+pub(super) fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
     Rule {
         max: 253,
         message: "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
@@ -75,7 +75,7 @@ fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
 }
 
 /// `IsDNS1035Label`: Service names (they become DNS names and env vars).
-fn dns1035_label_errors(s: &str) -> Vec<String> {
+pub(super) fn dns1035_label_errors(s: &str) -> Vec<String> {
     Rule {
         max: 63,
         message: "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
@@ -215,7 +215,7 @@ pub(super) fn meta_causes(res: &Resource, meta: &Value, create: bool) -> Vec<Str
     if create {
         let generate = meta["generateName"].as_str().unwrap_or_default();
         if !generate.is_empty() {
-            for e in name_errors(res.kind, generate, true) {
+            for e in name_errors(res.builtin_kind(), generate, true) {
                 causes.push(invalid_value("metadata.generateName", generate, &e));
             }
         }
@@ -223,7 +223,7 @@ pub(super) fn meta_causes(res: &Resource, meta: &Value, create: bool) -> Vec<Str
         if name.is_empty() {
             causes.push("metadata.name: Required value: name or generateName is required".into());
         } else {
-            for e in name_errors(res.kind, name, false) {
+            for e in name_errors(res.builtin_kind(), name, false) {
                 causes.push(invalid_value("metadata.name", name, &e));
             }
         }

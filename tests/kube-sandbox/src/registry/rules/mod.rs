@@ -5,6 +5,7 @@
 //! the fields the controllers here need), and on update the immutability
 //! rules that volmig can trip over. Messages are apimachinery's.
 
+mod crds;
 mod create;
 mod decode;
 mod defaults;
@@ -19,8 +20,9 @@ mod snapshots;
 mod tests;
 mod update;
 
+pub use crds::{mark_terminating, set_condition};
 pub use create::validate_create;
 pub use decode::{decode_problem, go_base64_decode};
-pub use defaults::{admit, default_object};
+pub use defaults::{admit, default_object, prepare_create};
 pub use quantity::parse_quantity;
-pub use update::validate_update;
+pub use update::{validate_status, validate_update};

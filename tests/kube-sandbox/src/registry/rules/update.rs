@@ -6,14 +6,17 @@ use super::create::invalid_if_any;
 use super::metadata::{invalid_value, meta_causes};
 use super::quantity::parse_quantity;
 use super::secrets::{config_map_causes, secret_causes};
-use crate::registry::Resource;
+use crate::registry::{custom, Resource};
 use crate::status::ApiError;
 
 /// Checks an update against the fields Kubernetes forbids changing, and the
 /// new object's labels, annotations and (Secrets, ConfigMaps) data.
 pub fn validate_update(res: &Resource, old: &Value, new: &Value) -> Result<(), ApiError> {
     let mut causes = meta_causes(res, &new["metadata"], false);
-    let problem = match res.kind {
+    if let Some(definition) = &res.custom {
+        causes.extend(custom::schema_causes(&definition.schema, new));
+    }
+    let problem = match res.builtin_kind() {
         "Pod" => pod_update_problem(&old["spec"], &new["spec"]),
         "PersistentVolumeClaim" => claim_update_problem(&old["spec"], &new["spec"]),
         "PersistentVolume" => volume_update_problem(&old["spec"], &new["spec"]),
@@ -35,7 +38,7 @@ pub fn validate_update(res: &Resource, old: &Value, new: &Value) -> Result<(), A
         _ => None,
     };
     causes.extend(problem);
-    match res.kind {
+    match res.builtin_kind() {
         "Secret" => {
             if old["type"] != new["type"] {
                 let ty = new["type"].as_str().unwrap_or_default();
@@ -49,11 +52,28 @@ pub fn validate_update(res: &Resource, old: &Value, new: &Value) -> Result<(), A
             causes.extend(config_map_causes(new));
         }
         "VolumeSnapshot" | "VolumeSnapshotContent" | "VolumeSnapshotClass" => {
-            causes.extend(super::snapshots::update_causes(res.kind, old, new));
+            causes.extend(super::snapshots::update_causes(
+                res.builtin_kind(),
+                old,
+                new,
+            ));
         }
+        "CustomResourceDefinition" => causes.extend(super::crds::update_causes(old, new)),
         _ => {}
     }
     invalid_if_any(res, old, causes)
+}
+
+/// A write of a custom resource's status subresource: the status
+/// against the schema's `status` property, the rest being the stored
+/// object's (the status strategy's `ValidateStatusUpdate`).
+pub fn validate_status(res: &Resource, new: &Value) -> Result<(), ApiError> {
+    let Some(definition) = &res.custom else {
+        return Ok(());
+    };
+    let status_only = json!({"properties": {"status": definition.schema["properties"]["status"]}});
+    let causes = custom::schema_causes(&status_only, &json!({"status": new["status"]}));
+    invalid_if_any(res, new, causes)
 }
 
 /// Once `immutable: true`, it stays, and so does the data.
