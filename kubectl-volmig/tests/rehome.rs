@@ -387,11 +387,13 @@ async fn a_zfs_volume_is_rehomed_with_its_owner_and_pool_rewritten() {
             .unwrap_or_default()
     };
 
-    let run = volmig(
-        &env,
-        &["rehome", "zdata", "--to-node", "node-2", "--pool", "tank2"],
-    )
-    .await;
+    // Killed after writing the rewrite ahead, before making it: resume
+    // makes it.
+    let args = ["rehome", "zdata", "--to-node", "node-2", "--pool", "tank2"];
+    let op = crashed(&env, "rehome:RewriteDriver", &args).await;
+    let before = owner(&zfs.get(&pv_name).await.expect("ZFSVolume"));
+    assert_eq!(before, ("zfs-node-1".into(), "tank".into()));
+    let run = volmig(&env, &["resume", &op]).await;
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let pv = volume(&client, &pv_name).await.expect("made again");
     assert_eq!(key_values(&pv), ["openebs.io/nodeid=zfs-node-2"]);
@@ -403,7 +405,6 @@ async fn a_zfs_volume_is_rehomed_with_its_owner_and_pool_rewritten() {
         bound_volume(&claim_of(&client, &ns, "zdata").await),
         pv_name
     );
-    let op = rehomes(&client, &ns).await[0].metadata.name.clone();
     let status = volmig(&env, &["status", &op]).await;
     assert!(
         status
