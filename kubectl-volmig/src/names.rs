@@ -45,6 +45,9 @@ pub enum Component {
     SourceCopy,
     /// The record of a rehome (issue 19).
     Rehome,
+    /// A destination claim given up for a fresh one (issue 20), kept until
+    /// `cleanup`.
+    AbandonedDestination,
 }
 
 impl Component {
@@ -60,6 +63,7 @@ impl Component {
             Component::Operation => "operation",
             Component::SourceCopy => "source-copy",
             Component::Rehome => "rehome",
+            Component::AbandonedDestination => "abandoned-destination",
         }
     }
 }

@@ -219,6 +219,27 @@ pub struct RetryPolicy {
     pub backoff_limit: u32,
     /// First delay between attempts; it doubles, up to 5 minutes.
     pub backoff_seconds: u32,
+    /// `--reuse-wait`: how long a destination whose node is away is waited
+    /// for before a fresh one is made.
+    #[serde(default = "default_reuse_wait")]
+    pub reuse_wait_seconds: u64,
+    /// `--reuse-limit`: attempts in a row that may fail on the
+    /// destination's data before it is emptied.
+    #[serde(default = "default_reuse_limit")]
+    pub reuse_limit: u32,
+}
+
+/// `--reuse-wait` by default: long enough for a node to reboot.
+pub const DEFAULT_REUSE_WAIT_SECONDS: u64 = 600;
+/// `--reuse-limit` by default.
+pub const DEFAULT_REUSE_LIMIT: u32 = 3;
+
+fn default_reuse_wait() -> u64 {
+    DEFAULT_REUSE_WAIT_SECONDS
+}
+
+fn default_reuse_limit() -> u32 {
+    DEFAULT_REUSE_LIMIT
 }
 
 impl Default for RetryPolicy {
@@ -226,6 +247,8 @@ impl Default for RetryPolicy {
         RetryPolicy {
             backoff_limit: DEFAULT_BACKOFF_LIMIT,
             backoff_seconds: 10,
+            reuse_wait_seconds: DEFAULT_REUSE_WAIT_SECONDS,
+            reuse_limit: DEFAULT_REUSE_LIMIT,
         }
     }
 }

@@ -230,6 +230,14 @@ pub struct MigrateOptions {
     /// Delay before the first retry, in seconds; it doubles up to 5 minutes.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     pub backoff: u32,
+    /// How long to wait for a destination whose node is away (NotReady,
+    /// unreachable) before making a fresh one and copying in full.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub reuse_wait: std::time::Duration,
+    /// Attempts in a row that may fail on the destination's data (verification
+    /// differences, I/O errors) before it is emptied and filled afresh.
+    #[arg(long, value_name = "N", default_value_t = spec::DEFAULT_REUSE_LIMIT)]
+    pub reuse_limit: u32,
     /// How long a mover pod may take to start, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     pub start_timeout: u64,

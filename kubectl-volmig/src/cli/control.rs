@@ -404,11 +404,12 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
         vm.spec.source.namespace.as_str(),
     ];
     let removed = objects::cleanup(&cluster.client, op, &namespaces, vm.reads()).await?;
+    let abandoned = objects::remove_abandoned(&cluster.client, &vm).await?;
     incluster::remove(&cluster.client, &vm).await?;
     store.delete(op).await?;
     // The command's result, on stdout like `kubectl delete`'s.
     super::out(&format!(
-        "removed operation {op}: {} pods, {} services, {} secrets{} and the record; \
+        "removed operation {op}: {} pods, {} services, {} secrets{}{} and the record; \
          kept the destination claim {}/{}\n",
         removed.pods,
         removed.services,
@@ -417,8 +418,15 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
             0 => String::new(),
             n => format!(", {n} snapshots and claims of the source"),
         },
+        match abandoned.as_slice() {
+            [] => String::new(),
+            names => format!(", the given-up destination claim(s) {}", names.join(", ")),
+        },
         vm.spec.destination.namespace,
-        vm.spec.destination.name
+        vm.status
+            .destination
+            .as_ref()
+            .map_or(vm.spec.destination.name.as_str(), |d| d.name.as_str())
     ));
     Ok(exit::OK)
 }

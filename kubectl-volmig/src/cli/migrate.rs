@@ -202,6 +202,8 @@ pub fn spec_of(args: &MigrateArgs, source: &ClaimRef, to: Option<&str>) -> Migra
         retry: RetryPolicy {
             backoff_limit: args.backoff_limit,
             backoff_seconds: args.backoff,
+            reuse_wait_seconds: args.reuse_wait.as_secs(),
+            reuse_limit: args.reuse_limit,
         },
         mover: MoverOptions {
             image: args.mover_image.clone(),

@@ -58,7 +58,7 @@ pub async fn show(mode: Mode, budget: Budget, mut updates: UnboundedReceiver<Upd
                 }
             )),
             Update::AttemptEnded(a) => Some(ended(a)),
-            Update::Cutover(text) => Some(text.clone()),
+            Update::Cutover(text) | Update::Destination(text) => Some(text.clone()),
             Update::Backoff { next, delay } => Some(backoff(*next, *delay)),
             Update::Progress { attempt, progress } => {
                 match &bar {
@@ -150,7 +150,7 @@ pub async fn show_set(mode: Mode, mut updates: UnboundedReceiver<GroupUpdate>) {
                 Update::Backoff { next, delay } => {
                     print(format!("{claim}: {}", backoff(next, delay)))
                 }
-                Update::AttemptStarted { .. } | Update::Cutover(_) => {}
+                Update::AttemptStarted { .. } | Update::Cutover(_) | Update::Destination(_) => {}
             },
         }
     }

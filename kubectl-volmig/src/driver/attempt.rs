@@ -12,6 +12,7 @@ use super::judge::{judge, AttemptView, PodView, Verdict};
 use super::logs::LogDigest;
 use super::objects;
 use super::run::{AttemptEnd, Driver, Live, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
+use super::destination::Prepared;
 use super::source_copy;
 use super::DriverError;
 use crate::names::{self, Component};
@@ -21,6 +22,13 @@ use crate::resources;
 
 impl Driver {
     pub(super) async fn start_attempt(&mut self, number: u32) -> Result<State, DriverError> {
+        let (wipe, destination_note) = match self.prepare_destination(number).await? {
+            Prepared::Go { wipe, note } => (wipe, note),
+            Prepared::Wait(next) => {
+                self.heartbeat().await?;
+                return Ok(next);
+            }
+        };
         let sender_placement = self.current_sender_placement().await?;
         // The receiver goes where the plan said; why is told anew, as the
         // destination is now (an earlier attempt may have bound it to a node).
@@ -42,6 +50,8 @@ impl Driver {
             },
             start_time: Some(Timestamp::now()),
             source,
+            wipe,
+            destination_note,
             ..Attempt::default()
         };
         let plan_placement = self.plan.placement.clone();
@@ -64,7 +74,11 @@ impl Driver {
         let sender_placement = self.recorded_sender_placement();
         let live = self.live_attempt(number, sender_placement.clone());
         objects::route_to_attempt(&self.client, &self.plan, number).await?;
-        let pod = resources::receiver_pod(&self.plan, number);
+        let mut pod = resources::receiver_pod(&self.plan, number);
+        let attempt = self.record.status.attempts.iter().find(|a| a.number == number);
+        if attempt.is_some_and(|a| a.wipe) {
+            resources::wipe_first(&mut pod);
+        }
         objects::create_or_get(&self.receiver_pods, &pod).await?;
         self.live = Some(live);
         let _ = self.updates.send(Update::AttemptStarted {
@@ -136,7 +150,7 @@ impl Driver {
         Ok(placement.reason)
     }
 
-    async fn nodes(&self) -> Result<Vec<Node>, DriverError> {
+    pub(super) async fn nodes(&self) -> Result<Vec<Node>, DriverError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         Ok(nodes
             .list(&ListParams::default())
@@ -245,6 +259,7 @@ impl Driver {
                 live.receiver, live.receiver, self.plan.destination.namespace
             )),
             retryable: Some(false),
+            destination_fault: false,
         })
     }
 
@@ -260,6 +275,7 @@ impl Driver {
                         .to_string()
                 }),
                 retryable: None,
+                destination_fault: false,
             }),
             failed @ Verdict::Failed { .. } => failed.failure(),
         }
@@ -321,6 +337,7 @@ impl Driver {
             phase: AttemptPhase::Replaced,
             reason: Some(reason),
             retryable: Some(true),
+            destination_fault: false,
         }))
     }
 

@@ -114,6 +114,7 @@ impl Driver {
             if let Some(a) = vm.status.attempts.iter_mut().find(|a| a.number == number) {
                 let (reason, retryable) = (end.reason.clone(), end.retryable);
                 figures::close(a, end.phase, reason, retryable, &seen, Timestamp::now());
+                a.destination_fault = end.destination_fault;
                 ended = Some(a.clone());
             }
             vm.status.elapsed_seconds = figures::recorded_elapsed(&vm.status.attempts);
@@ -136,7 +137,9 @@ impl Driver {
                 message: None,
             },
             AttemptPhase::Replaced => State::StartAttempt { number: number + 1 },
-            _ if end.retryable == Some(false) => State::Finish {
+            // A destination that could not be emptied is replaced by the
+            // next attempt, not the end of the operation.
+            _ if end.retryable == Some(false) && !self.wipe_failed(number, &end) => State::Finish {
                 phase: Phase::Failed,
                 message: Some(format!(
                     "attempt {number} failed and a retry cannot fix it: {reason}"
@@ -167,6 +170,14 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Whether attempt `number` was one that emptied the destination and
+    /// could not.
+    fn wipe_failed(&self, number: u32, end: &AttemptEnd) -> bool {
+        let attempt = self.record.status.attempts.iter().find(|a| a.number == number);
+        let why = end.reason.as_deref().unwrap_or_default();
+        attempt.is_some_and(|a| a.wipe) && end.destination_fault && why.contains("cannot wipe")
     }
 
     /// A cutover pass ended: the phase stays for the cutover to decide,

@@ -156,6 +156,8 @@ pub enum Verdict {
     Failed {
         reason: String,
         retryable: bool,
+        /// The receiver failed on the destination's data or state.
+        destination: bool,
     },
 }
 
@@ -164,10 +166,15 @@ impl Verdict {
     /// another attempt may mend it. `None` for any other verdict.
     pub(super) fn failure(self) -> Option<super::run::AttemptEnd> {
         match self {
-            Verdict::Failed { reason, retryable } => Some(super::run::AttemptEnd {
+            Verdict::Failed {
+                reason,
+                retryable,
+                destination,
+            } => Some(super::run::AttemptEnd {
                 phase: crate::record::AttemptPhase::Failed,
                 reason: Some(reason),
                 retryable: Some(retryable),
+                destination_fault: destination,
             }),
             _ => None,
         }
@@ -223,12 +230,14 @@ pub fn judge(view: &AttemptView<'_>) -> Verdict {
                     pod.role, pod.name
                 ),
                 retryable: true,
+                destination: false,
             };
         }
         if let Some(reason) = pod.stuck() {
             return Verdict::Failed {
                 reason,
                 retryable: false,
+                destination: false,
             };
         }
     }
@@ -270,6 +279,7 @@ pub fn judge(view: &AttemptView<'_>) -> Verdict {
                     view.one_side_finished_for.as_secs()
                 ),
                 retryable: true,
+                destination: false,
             };
         }
     }
@@ -297,6 +307,7 @@ pub fn judge(view: &AttemptView<'_>) -> Verdict {
                 view.start_timeout.as_secs()
             ),
             retryable: true,
+            destination: false,
         };
     }
     Verdict::Wait
@@ -352,9 +363,13 @@ fn failure(pod: &PodView, said: Said<'_>) -> Verdict {
         text.push_str("; ");
         text.push_str(advice);
     }
+    // The receiver's own local I/O error, or entries it could not write,
+    // replace or verify: the destination's data or state, not the link.
+    let destination = pod.role == "receiver" && matches!(code, 11 | 23);
     Verdict::Failed {
         reason: text,
         retryable,
+        destination,
     }
 }
 

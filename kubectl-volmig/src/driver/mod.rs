@@ -22,6 +22,7 @@
 pub mod abort;
 mod attempt;
 pub mod cutover;
+mod destination;
 mod ending;
 pub mod follow;
 pub mod gather;
@@ -32,6 +33,7 @@ mod lease;
 pub mod logs;
 pub mod objects;
 pub mod rehome;
+pub mod reuse;
 mod run;
 mod source_copy;
 #[cfg(test)]

@@ -209,6 +209,32 @@ pub async fn cleanup(
     remove(client, op, namespaces, Some(reads)).await
 }
 
+/// Deletes the destination claims `vm` gave up for fresh ones (issue 20),
+/// by the names its record keeps, if they are still the operation's;
+/// their names.
+pub async fn remove_abandoned(
+    client: &Client,
+    vm: &crate::record::VolumeMigration,
+) -> Result<Vec<String>, DriverError> {
+    let ns = &vm.spec.destination.namespace;
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let mut removed = Vec::new();
+    for a in &vm.status.abandoned_destinations {
+        let claim = api
+            .get_opt(&a.name)
+            .await
+            .map_err(|e| DriverError::kube(format!("get claim {}", a.name), e))?;
+        let ours = claim.and_then(|c| c.metadata.labels).is_some_and(|l| {
+            l.get(names::OPERATION_KEY) == Some(&vm.metadata.name)
+        });
+        if ours {
+            delete_if_there(&api, &a.name, &DeleteParams::default(), "claim").await?;
+            removed.push(format!("{ns}/{}", a.name));
+        }
+    }
+    Ok(removed)
+}
+
 /// Removes the operation's pods only: a cutover's next pass runs behind
 /// the same Service with the same keys.
 pub async fn remove_pods(

@@ -64,6 +64,8 @@ pub enum Update {
     },
     /// A cutover step began or ended, in words.
     Cutover(String),
+    /// The destination is waited for, emptied or replaced, in words.
+    Destination(String),
 }
 
 /// How a run ended.
@@ -126,6 +128,8 @@ pub struct AttemptEnd {
     pub phase: AttemptPhase,
     pub reason: Option<String>,
     pub retryable: Option<bool>,
+    /// The failure was the destination's data or state.
+    pub destination_fault: bool,
 }
 
 /// The running attempt.
@@ -386,6 +390,7 @@ impl Driver {
                     phase: AttemptPhase::Failed,
                     reason: Some("its pods were gone when the driver came back".into()),
                     retryable: Some(true),
+                    destination_fault: false,
                 },
             });
         }

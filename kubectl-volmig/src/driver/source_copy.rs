@@ -115,6 +115,7 @@ impl Driver {
                             copy.claim
                         )),
                         retryable: Some(false),
+                        destination_fault: false,
                     },
                 })
             }
@@ -197,6 +198,7 @@ impl Driver {
                         self.options.start_timeout.as_secs()
                     )),
                     retryable: Some(true),
+                    destination_fault: false,
                 },
             });
         }

@@ -40,7 +40,9 @@ fn view(receiver: PodView, sender: Option<PodView>) -> AttemptView<'static> {
 
 fn failed(v: &AttemptView<'_>) -> (String, bool) {
     match judge(v) {
-        Verdict::Failed { reason, retryable } => (reason, retryable),
+        Verdict::Failed {
+            reason, retryable, ..
+        } => (reason, retryable),
         other => panic!("expected a failure, got {other:?}"),
     }
 }
@@ -66,6 +68,21 @@ fn a_killed_sender_is_the_cause_and_retryable() {
     assert!(reason.starts_with("sender exited 137 (Error)"), "{reason}");
     assert!(reason.contains("SIGKILL"), "{reason}");
     assert!(retryable);
+}
+
+/// Whether the verdict blames the destination's data.
+fn blames_destination(v: &AttemptView<'_>) -> bool {
+    matches!(judge(v), Verdict::Failed { destination: true, .. })
+}
+
+#[test]
+fn only_the_receivers_own_write_failures_count_against_the_destination() {
+    // The receiver could not write or verify entries: its data.
+    assert!(blames_destination(&view(exited("receiver", 23), Some(exited("sender", 13)))));
+    assert!(blames_destination(&view(exited("receiver", 11), Some(exited("sender", 13)))));
+    // A dropped link or a killed sender says nothing about it.
+    assert!(!blames_destination(&view(exited("receiver", 10), Some(exited("sender", 137)))));
+    assert!(!blames_destination(&view(exited("receiver", 13), Some(exited("sender", 11)))));
 }
 
 #[test]

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
+    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
 };
 
 /// Why a pod cannot run on a node, in words.
@@ -140,6 +140,18 @@ fn taint_text(t: &Taint) -> String {
         Some(v) => format!("{}={v}:{}", t.key, t.effect),
         None => format!("{}:{}", t.key, t.effect),
     }
+}
+
+/// Whether `node` is one a node selector (a PV's required node affinity)
+/// allows: any of its terms matches.
+pub fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
+    let empty = BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    selector
+        .node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, labels, name))
 }
 
 /// A term matches when all its requirements do; a term with none matches

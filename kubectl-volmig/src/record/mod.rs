@@ -198,6 +198,30 @@ pub struct MigrationStatus {
     /// `--detach`: the driver runs in the cluster, as a Job's pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_cluster: Option<InCluster>,
+    /// Since when the destination's node has been away (NotReady,
+    /// unreachable, gone), while the driver waits for it (`--reuse-wait`)
+    /// instead of spending attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_unavailable_since: Option<Timestamp>,
+    /// Why, in words: `node node-2 (destination volume) is unreachable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_unavailable: Option<String>,
+    /// Destination claims given up for a fresh one, kept (labelled) until
+    /// the operation ends; `cleanup` removes them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub abandoned_destinations: Vec<AbandonedDestination>,
+}
+
+/// A destination claim the driver stopped using, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AbandonedDestination {
+    pub name: String,
+    pub reason: String,
+    /// The first attempt on its replacement.
+    pub replaced_before_attempt: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Timestamp>,
 }
 
 /// The in-cluster driver of a detached operation, recorded before any of
@@ -258,6 +282,19 @@ pub struct Attempt {
     /// The snapshot or clone the sender read, when it read a copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceCopy>,
+    /// It failed because of the destination's data or state (the
+    /// receiver's local I/O error, entries it could not write or replace,
+    /// verification differences): counted against `--reuse-limit`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub destination_fault: bool,
+    /// Its receiver emptied the destination first (`--wipe`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wipe: bool,
+    /// What it did with the destination other than reuse it, and why:
+    /// `wiped: 3 attempts in a row failed on its data`, `fresh claim
+    /// data-migrated-2: its node node-2 has been unreachable for 10m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_note: Option<String>,
 }
 
 /// The copy of the source an attempt read: written ahead, before the

@@ -47,6 +47,16 @@ const SENDER_CAPABILITIES: &[&str] = &["DAC_OVERRIDE"];
 /// The receiver pod of `attempt`, in the destination namespace, on the
 /// destination claim (read-write), where `plan.placement.receiver` says. It
 /// listens on [`names::MOVER_PORT`] of its pod IP.
+/// Makes `receiver` empty its destination before it serves (`mover
+/// receive --wipe`): an attempt after `--reuse-limit` failures on the
+/// destination's data.
+pub fn wipe_first(receiver: &mut Pod) {
+    let containers = receiver.spec.as_mut().map(|s| &mut s.containers);
+    for c in containers.into_iter().flatten().filter(|c| c.name == CONTAINER) {
+        c.args.get_or_insert_with(Vec::new).push("--wipe".to_string());
+    }
+}
+
 pub fn receiver_pod(plan: &Plan, attempt: u32) -> Pod {
     let listen = format!("$(POD_IP):{}", names::MOVER_PORT);
     let mut container = container(

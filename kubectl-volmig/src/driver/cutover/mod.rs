@@ -318,6 +318,11 @@ impl Cutover {
             Outcome::Finished(vm) => (**vm).clone(),
             Outcome::PassEnded { record, .. } => (**record).clone(),
         };
+        // A pass may have given the destination up for a fresh claim: the
+        // next passes and the swap use that one.
+        if let Some(d) = &self.record.status.destination {
+            self.plan.destination = d.clone();
+        }
         Ok(outcome)
     }
 

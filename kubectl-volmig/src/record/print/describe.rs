@@ -58,6 +58,13 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
     }
     out.field(0, "Source", source(vm));
     out.field(0, "Destination", destination(vm));
+    for a in &status.abandoned_destinations {
+        let text = format!(
+            "{} (before attempt {}: {}); removed by kubectl volmig cleanup",
+            a.name, a.replaced_before_attempt, a.reason
+        );
+        out.field(1, "Given up", text);
+    }
     if let Some(m) = status
         .source_method
         .as_ref()
@@ -315,7 +322,7 @@ fn attempts(vm: &VolumeMigration, now: Timestamp) -> String {
             bytes_compact(a.bytes_prior),
             bytes_compact(done),
             rate(rate_now).replace(' ', ""),
-            a.reason.clone().unwrap_or_else(dash),
+            reason_cell(a),
         ];
         if copies {
             row.insert(2, a.source.as_ref().map_or_else(dash, read_cell));
@@ -323,6 +330,19 @@ fn attempts(vm: &VolumeMigration, now: Timestamp) -> String {
         rows.push(row);
     }
     columns(&rows)
+}
+
+/// Why an attempt ended, after what it did with the destination when it
+/// did not just reuse it (`wiped: ...; receiver exited 23 ...`).
+fn reason_cell(a: &Attempt) -> String {
+    let parts: Vec<&str> = [a.destination_note.as_deref(), a.reason.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    match parts.is_empty() {
+        true => "-".to_string(),
+        false => parts.join("; "),
+    }
 }
 
 /// `snapshot, ready in 1.2s`, `clone, not ready`: what an attempt's

@@ -1,0 +1,295 @@
+//! Whether the next attempt reuses the destination, waits for it, empties
+//! it or replaces it (issue 20), pure: the trade-off Longhorn makes with a
+//! failed replica. Reusing a destination's data is far cheaper than a full
+//! copy, so a destination whose node is away is waited for, a while; data
+//! that keeps failing attempts is not reused forever; and nothing blocks
+//! the copy: when the destination cannot be reused, a fresh one is made.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+
+use crate::plan::fit;
+
+/// The node a node-local destination volume is pinned to, as seen now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationNode {
+    pub name: String,
+    /// `None` while it is up; else why not ("NotReady", "unreachable",
+    /// "gone").
+    pub away: Option<String>,
+}
+
+/// What the decision is made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// The destination volume's node, when it is pinned to one.
+    pub node: Option<DestinationNode>,
+    /// Since when the record says the destination has been unavailable.
+    pub unavailable_since: Option<Timestamp>,
+    pub now: Timestamp,
+    /// Whether an attempt has written to the destination (a receiver ran
+    /// on it): a destination never written holds nothing worth waiting for.
+    pub written: bool,
+    /// The attempts that failed in a row because of the destination's
+    /// data or state (since the last wipe or replacement).
+    pub destination_failures: u32,
+    /// The last attempt was a wipe that failed: the data cannot be removed.
+    pub wipe_failed: bool,
+    /// `--reuse-wait`.
+    pub wait: Duration,
+    /// `--reuse-limit`.
+    pub limit: u32,
+}
+
+/// What the next attempt does with the destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Start the attempt on it: it resumes from the checkpoint.
+    Reuse,
+    /// Its node is away: spend no attempt; look again later.
+    Wait {
+        node: String,
+        why: String,
+        waited: Duration,
+        left: Duration,
+    },
+    /// Start the attempt with a receiver that empties it first.
+    Wipe { why: String },
+    /// Make a fresh destination claim (the old one is kept, labelled,
+    /// until the operation ends) and copy in full.
+    Replace { why: String },
+}
+
+/// The next attempt's way with the destination.
+pub fn decide(f: &Facts) -> Decision {
+    if let Some(DestinationNode {
+        name,
+        away: Some(why),
+    }) = &f.node
+    {
+        if !f.written {
+            return Decision::Replace {
+                why: format!(
+                    "its node {name} is {why}, and nothing was written to it: nothing to wait for"
+                ),
+            };
+        }
+        let since = f.unavailable_since.unwrap_or(f.now);
+        let waited = Duration::try_from(f.now.duration_since(since)).unwrap_or_default();
+        if waited < f.wait {
+            return Decision::Wait {
+                node: name.clone(),
+                why: why.clone(),
+                waited,
+                left: f.wait - waited,
+            };
+        }
+        return Decision::Replace {
+            why: format!(
+                "its node {name} has been {why} for {} (--reuse-wait {})",
+                human(waited),
+                human(f.wait)
+            ),
+        };
+    }
+    if f.wipe_failed {
+        return Decision::Replace {
+            why: "its data could not be removed".to_string(),
+        };
+    }
+    if f.destination_failures >= f.limit {
+        return Decision::Wipe {
+            why: format!(
+                "{} attempts in a row failed on its data (--reuse-limit {})",
+                f.destination_failures, f.limit
+            ),
+        };
+    }
+    Decision::Reuse
+}
+
+/// The taint the node lifecycle controller puts on a node that stopped
+/// reporting.
+const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+/// The node `volume` is pinned to, as `nodes` show it: `None` for a volume
+/// any node may mount; up when some node its affinity allows is Ready and
+/// reachable; else away, named by the first node it allows (or by its
+/// first `In` value, when no node it allows exists any more).
+pub fn destination_node(volume: &PersistentVolume, nodes: &[Node]) -> Option<DestinationNode> {
+    let selector = crate::plan::rehome::affinity(volume)?;
+    let allowed: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| fit::selector_matches(selector, n))
+        .collect();
+    let name = |n: &Node| n.metadata.name.clone().unwrap_or_default();
+    if let Some(up) = allowed.iter().find(|n| away(n).is_none()) {
+        return Some(DestinationNode {
+            name: name(up),
+            away: None,
+        });
+    }
+    match allowed.first() {
+        Some(n) => Some(DestinationNode {
+            name: name(n),
+            away: away(n),
+        }),
+        None => {
+            let first = selector.node_selector_terms.iter().find_map(|t| {
+                t.match_expressions
+                    .iter()
+                    .flatten()
+                    .find(|r| r.operator == "In")
+                    .and_then(|r| r.values.as_ref()?.first().cloned())
+            });
+            Some(DestinationNode {
+                name: first.unwrap_or_else(|| "<none>".into()),
+                away: Some("gone (no such node)".into()),
+            })
+        }
+    }
+}
+
+/// Why a node cannot run the receiver now, if it cannot.
+fn away(node: &Node) -> Option<String> {
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
+    if taints.unwrap_or_default().iter().any(|t| t.key == UNREACHABLE) {
+        return Some("unreachable".into());
+    }
+    (!fit::ready(node)).then(|| "NotReady".into())
+}
+
+/// `3m`, `10m`, `1m30s`, `45s`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 60, s % 60) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> Facts {
+        Facts {
+            node: Some(DestinationNode {
+                name: "node-2".into(),
+                away: None,
+            }),
+            unavailable_since: None,
+            now: "2026-11-26T12:00:00Z".parse().expect("time"),
+            written: true,
+            destination_failures: 0,
+            wipe_failed: false,
+            wait: Duration::from_secs(600),
+            limit: 3,
+        }
+    }
+
+    fn away(f: &mut Facts, minutes_ago: i64) {
+        f.node.as_mut().expect("node").away = Some("NotReady".into());
+        f.unavailable_since = Some(f.now - jiff::SignedDuration::from_mins(minutes_ago));
+    }
+
+    fn node(name: &str, ready: bool, unreachable: bool) -> Node {
+        let taints = if unreachable {
+            serde_json::json!([{"key": UNREACHABLE, "effect": "NoSchedule"}])
+        } else {
+            serde_json::json!([])
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "Unknown" }}]},
+        }))
+        .expect("node")
+    }
+
+    #[test]
+    fn the_destination_node_is_the_one_its_volume_is_pinned_to() {
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv"},
+            "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-2"]}]}]}}},
+        }))
+        .expect("pv");
+        let up = [node("node-1", true, false), node("node-2", true, false)];
+        let at = |nodes: &[Node]| destination_node(&pv, nodes).expect("pinned");
+        assert_eq!(at(&up).away, None);
+        assert_eq!(at(&up).name, "node-2");
+        let down = [node("node-1", true, false), node("node-2", false, true)];
+        assert_eq!(at(&down).away.as_deref(), Some("unreachable"));
+        let not_ready = [node("node-2", false, false)];
+        assert_eq!(at(&not_ready).away.as_deref(), Some("NotReady"));
+        let gone = [node("node-1", true, false)];
+        assert_eq!((at(&gone).name.as_str(), at(&gone).away.as_deref()), ("node-2", Some("gone (no such node)")));
+        let mut anywhere = pv.clone();
+        anywhere.spec = None;
+        assert_eq!(destination_node(&anywhere, &up), None);
+    }
+
+    #[test]
+    fn a_destination_whose_node_is_up_is_reused() {
+        assert_eq!(decide(&facts()), Decision::Reuse);
+        let mut unpinned = facts();
+        unpinned.node = None;
+        assert_eq!(decide(&unpinned), Decision::Reuse);
+    }
+
+    #[test]
+    fn an_away_node_is_waited_for_then_the_destination_is_replaced() {
+        let mut f = facts();
+        away(&mut f, 3);
+        assert_eq!(
+            decide(&f),
+            Decision::Wait {
+                node: "node-2".into(),
+                why: "NotReady".into(),
+                waited: Duration::from_secs(180),
+                left: Duration::from_secs(420),
+            }
+        );
+        // The first look: nothing recorded yet, the wait starts now.
+        f.unavailable_since = None;
+        assert!(matches!(decide(&f), Decision::Wait { left, .. } if left == f.wait));
+        away(&mut f, 10);
+        assert_eq!(
+            decide(&f),
+            Decision::Replace {
+                why: "its node node-2 has been NotReady for 10m (--reuse-wait 10m)".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_destination_never_written_is_not_waited_for() {
+        let mut f = facts();
+        away(&mut f, 0);
+        f.written = false;
+        assert!(matches!(decide(&f), Decision::Replace { why } if why.contains("nothing was written")));
+    }
+
+    #[test]
+    fn data_that_keeps_failing_is_wiped_then_replaced_if_it_cannot_be() {
+        let mut f = facts();
+        f.destination_failures = 2;
+        assert_eq!(decide(&f), Decision::Reuse);
+        f.destination_failures = 3;
+        assert_eq!(
+            decide(&f),
+            Decision::Wipe {
+                why: "3 attempts in a row failed on its data (--reuse-limit 3)".into()
+            }
+        );
+        f.wipe_failed = true;
+        assert!(matches!(decide(&f), Decision::Replace { .. }));
+        // An away node comes first: its data cannot even be looked at.
+        away(&mut f, 1);
+        assert!(matches!(decide(&f), Decision::Wait { .. }));
+    }
+}
