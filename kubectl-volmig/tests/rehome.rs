@@ -441,3 +441,32 @@ async fn a_zfs_volume_is_rehomed_with_its_owner_and_pool_rewritten() {
     );
     assert_eq!(rehomes(&client, &ns).await.len(), 1, "no second record");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owner_deleted_while_the_rehome_was_stopped_does_not_block_it() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let dir = local_claim_on(&client, &ns, "data", "node-1").await;
+    sequence_app(&client, &ns, "app", "data").await;
+    await_sequence_past(&dir, 5).await;
+    let args = ["rehome", "data", "--to-node", "node-2"];
+    let op = crashed(&env, "rehome:CreateVolume", &args).await;
+    // Someone removes the app meanwhile.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .delete("app", &Default::default())
+        .await
+        .expect("delete the Deployment");
+    let run = volmig(&env, &["resume", &op]).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("is gone: not scaled"), "{}", run.stderr);
+    let pv = volume(
+        &client,
+        &bound_volume(&claim_of(&client, &ns, "data").await),
+    )
+    .await
+    .expect("made again");
+    assert_eq!(pinned_to(&pv), ["node-2"]);
+}

@@ -13,6 +13,7 @@ use crate::driver::cutover::rebind;
 use crate::driver::rehome::gather::{self, Chosen};
 use crate::driver::rehome::{request_rollback, Rehomer};
 use crate::names;
+use crate::plan::quantity;
 use crate::plan::rehome::check::{self, Want};
 use crate::record::print::rehome as print;
 use crate::record::rehome::{
@@ -23,6 +24,10 @@ use crate::record::{Metadata, Phase};
 use crate::spec::ClaimRef;
 
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
+/// The most a rehome's record may hold when it starts: two thirds of what a
+/// ConfigMap may.
+const MAX_RECORD_BYTES: usize = 600 * 1024;
 
 pub async fn run(cluster: &Cluster, args: RehomeArgs, output: Output) -> Result<i32, CliError> {
     let chosen = match (&args.volume, &args.all_from_node) {
@@ -112,6 +117,18 @@ pub async fn run(cluster: &Cluster, args: RehomeArgs, output: Output) -> Result<
         super::out(&text);
         return Ok(exit::OK);
     }
+    // Room left for what the steps add (stops planned again, messages, a
+    // rollback): a record that could not be written midway would stop the
+    // rehome where only the record knows a PV.
+    let size = crate::record::rehome::encoded_size(&record)
+        .map_err(crate::record::store::StoreError::from)?;
+    if size > MAX_RECORD_BYTES {
+        return Err(CliError::Usage(format!(
+            "the record of these {} volumes would be {size} bytes, more than the {MAX_RECORD_BYTES} \
+             a rehome starts with: rehome them in smaller groups (a claim, or pv/NAME, at a time)",
+            record.spec.volumes.len()
+        )));
+    }
     let store: Store<Rehome> = Store::new(cluster.client.clone(), &cluster.namespace);
     let record = store.create(&record).await?;
     say!(
@@ -148,12 +165,25 @@ pub fn record_of(
                 .claim
                 .as_ref()
                 .and_then(|c| c.metadata.annotations.as_ref()?.get(SELECTED_NODE).cloned());
+            let mut shape = p.claim.as_ref().map(rebind::shape_of);
+            // A claim whose expansion failed asks for more than its volume
+            // holds; made again so, it would never bind.
+            if let (Some(shape), Some(capacity)) = (shape.as_mut(), capacity(&p.original)) {
+                let bytes = |q: &str| quantity::parse(q).ok();
+                if bytes(&shape.request) > bytes(&capacity) {
+                    shape.request = capacity;
+                }
+            }
+            let mut original = p.original.clone();
+            // What the API server owns is not needed to make it again.
+            original.metadata.managed_fields = None;
+            original.status = None;
             VolumeRehome {
                 name: p.original.metadata.name.clone().unwrap_or_default(),
                 claim,
-                claim_shape: p.claim.as_ref().map(rebind::shape_of),
+                claim_shape: shape,
                 selected_node: selected,
-                original: p.original.clone(),
+                original,
                 rehomed: p.rehomed.clone(),
                 policy: rebind::policy(&p.original).to_string(),
                 driver_objects: p.driver_objects.clone(),
@@ -190,10 +220,24 @@ pub fn record_of(
     }
 }
 
+/// A volume's capacity, as a quantity.
+fn capacity(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> Option<String> {
+    let capacity = pv.spec.as_ref()?.capacity.as_ref()?;
+    capacity.get("storage").map(|q| q.0.clone())
+}
+
 /// Drives `record` in this process until it ends.
 async fn drive(cluster: &Cluster, record: Rehome) -> Result<i32, CliError> {
     let rehomer = Rehomer::new(cluster.client.clone(), record, &names::holder(), say_line);
-    let done = rehomer.run().await?;
+    let done = match rehomer.run().await {
+        Ok(done) => done,
+        // Stopped midway: the message says how to go on; the exit says it
+        // did not finish, as a failed migration's does.
+        Err(e) => {
+            say!("error: {e}");
+            return Ok(exit::FAILED);
+        }
+    };
     super::out(&format!(
         "{}\n",
         done.status.message.clone().unwrap_or_default()
@@ -250,15 +294,31 @@ pub async fn resume(cluster: &Cluster, r: Rehome, force: bool) -> Result<i32, Cl
 /// `rollback OP` of a rehome: every volume back to its original PV.
 pub async fn rollback(cluster: &Cluster, r: Rehome, force: bool) -> Result<i32, CliError> {
     let store: Store<Rehome> = Store::new(cluster.client.clone(), &r.metadata.namespace);
+    let op = r.metadata.name.clone();
+    if r.status.step == Step::RolledBack {
+        say!("rehome {op} is rolled back already");
+        return Ok(exit::OK);
+    }
     let reason = format!("rollback asked by {}", names::holder());
-    let r = request_rollback(&store, &r.metadata.name, &reason)
+    let mut r = request_rollback(&store, &op, &reason)
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
-    if let (Some(holder), false) = (driven_by(&r), force) {
+    // Another client drives it: follow until it is rolled back, or take
+    // it over once that client stops.
+    while let (Some(holder), false) = (driven_by(&r), force) {
+        if r.status.step == Step::RolledBack {
+            say!("rehome {op} is rolled back (by {holder})");
+            return Ok(exit::OK);
+        }
         say!(
-            "rollback asked; {holder} drives rehome {} and takes it up",
-            r.metadata.name
+            "rollback asked; {holder} drives rehome {op}: waiting ({})",
+            r.status.step.as_str()
         );
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        r = store.get(&op).await?;
+    }
+    if r.status.step == Step::RolledBack {
+        say!("rehome {op} is rolled back");
         return Ok(exit::OK);
     }
     match drive(cluster, r).await? {
@@ -277,6 +337,25 @@ pub async fn cleanup(cluster: &Cluster, r: Rehome, force: bool) -> Result<i32, C
             r.status.step.as_str(),
             op = r.metadata.name
         )));
+    }
+    if !ended {
+        // Forced midway: never while a PV exists only in the record.
+        let volumes: kube::Api<k8s_openapi::api::core::v1::PersistentVolume> =
+            kube::Api::all(cluster.client.clone());
+        for v in &r.status.volumes {
+            let there = volumes
+                .get_opt(&v.name)
+                .await
+                .map_err(|e| CliError::kube(format!("get volume {}", v.name), e))?;
+            if there.is_none() {
+                return Err(CliError::Usage(format!(
+                    "persistentvolume {} exists only in the record of rehome {op} now; \
+                     resume or rollback it first, even with --force",
+                    v.name,
+                    op = r.metadata.name
+                )));
+            }
+        }
     }
     control::refuse_driven(&r.metadata.name, driven_by(&r).as_deref(), force)?;
     let store: Store<Rehome> = Store::new(cluster.client.clone(), &r.metadata.namespace);

@@ -72,7 +72,7 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
                 if !text.is_empty() {
                     text.push('\n');
                 }
-                text.push_str(&print::rehome::table(&rehomes, now));
+                text.push_str(&print::rehome::table(&rehomes, now, args.all_namespaces));
             }
             text
         }

@@ -7,12 +7,12 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use kube::api::{Api, ListParams};
 use tokio::time::Instant;
 
+use super::destination::Prepared;
 use super::follow::Follower;
 use super::judge::{judge, AttemptView, PodView, Verdict};
 use super::logs::LogDigest;
 use super::objects;
 use super::run::{AttemptEnd, Driver, Live, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
-use super::destination::Prepared;
 use super::source_copy;
 use super::DriverError;
 use crate::names::{self, Component};
@@ -75,7 +75,12 @@ impl Driver {
         let live = self.live_attempt(number, sender_placement.clone());
         objects::route_to_attempt(&self.client, &self.plan, number).await?;
         let mut pod = resources::receiver_pod(&self.plan, number);
-        let attempt = self.record.status.attempts.iter().find(|a| a.number == number);
+        let attempt = self
+            .record
+            .status
+            .attempts
+            .iter()
+            .find(|a| a.number == number);
         if attempt.is_some_and(|a| a.wipe) {
             resources::wipe_first(&mut pod);
         }

@@ -34,7 +34,10 @@ const NAME_MAX: usize = 253;
 
 impl Driver {
     /// Decides, and does what is needed before attempt `number` may start.
-    pub(super) async fn prepare_destination(&mut self, number: u32) -> Result<Prepared, DriverError> {
+    pub(super) async fn prepare_destination(
+        &mut self,
+        number: u32,
+    ) -> Result<Prepared, DriverError> {
         let facts = self.destination_facts(number).await?;
         let reusing_users = self.plan.destination.action == ClaimAction::Reuse;
         match reuse::decide(&facts) {
@@ -148,7 +151,9 @@ impl Driver {
         let wipe_failed = last.is_some_and(|a| {
             a.wipe
                 && a.destination_fault
-                && a.reason.as_deref().is_some_and(|r| r.contains("cannot wipe"))
+                && a.reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("cannot wipe"))
         });
         // Failures on the destination's data in a row since it was last
         // emptied: a transient failure in between tells nothing either way.
@@ -201,7 +206,12 @@ impl Driver {
             at: Some(Timestamp::now()),
         };
         self.write(|vm| {
-            if !vm.status.abandoned_destinations.iter().any(|a| a.name == old) {
+            if !vm
+                .status
+                .abandoned_destinations
+                .iter()
+                .any(|a| a.name == old)
+            {
                 vm.status.abandoned_destinations.push(abandoned.clone());
             }
             if let Some(d) = vm.status.destination.as_mut() {

@@ -175,7 +175,12 @@ impl Driver {
     /// Whether attempt `number` was one that emptied the destination and
     /// could not.
     fn wipe_failed(&self, number: u32, end: &AttemptEnd) -> bool {
-        let attempt = self.record.status.attempts.iter().find(|a| a.number == number);
+        let attempt = self
+            .record
+            .status
+            .attempts
+            .iter()
+            .find(|a| a.number == number);
         let why = end.reason.as_deref().unwrap_or_default();
         attempt.is_some_and(|a| a.wipe) && end.destination_fault && why.contains("cannot wipe")
     }

@@ -150,9 +150,7 @@ pub enum Verdict {
     /// Both sides completed. With `live_source`, the source changed during
     /// the copy (exit 24): the destination holds what was sent, which is a
     /// copy's best, not a failure that another attempt would mend.
-    Succeeded {
-        live_source: bool,
-    },
+    Succeeded { live_source: bool },
     Failed {
         reason: String,
         retryable: bool,

@@ -224,9 +224,9 @@ pub async fn remove_abandoned(
             .get_opt(&a.name)
             .await
             .map_err(|e| DriverError::kube(format!("get claim {}", a.name), e))?;
-        let ours = claim.and_then(|c| c.metadata.labels).is_some_and(|l| {
-            l.get(names::OPERATION_KEY) == Some(&vm.metadata.name)
-        });
+        let ours = claim
+            .and_then(|c| c.metadata.labels)
+            .is_some_and(|l| l.get(names::OPERATION_KEY) == Some(&vm.metadata.name));
         if ours {
             delete_if_there(&api, &a.name, &DeleteParams::default(), "claim").await?;
             removed.push(format!("{ns}/{}", a.name));

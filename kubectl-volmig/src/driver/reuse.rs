@@ -155,7 +155,11 @@ pub fn destination_node(volume: &PersistentVolume, nodes: &[Node]) -> Option<Des
 /// Why a node cannot run the receiver now, if it cannot.
 fn away(node: &Node) -> Option<String> {
     let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
-    if taints.unwrap_or_default().iter().any(|t| t.key == UNREACHABLE) {
+    if taints
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == UNREACHABLE)
+    {
         return Some("unreachable".into());
     }
     (!fit::ready(node)).then(|| "NotReady".into())
@@ -227,7 +231,10 @@ mod tests {
         let not_ready = [node("node-2", false, false)];
         assert_eq!(at(&not_ready).away.as_deref(), Some("NotReady"));
         let gone = [node("node-1", true, false)];
-        assert_eq!((at(&gone).name.as_str(), at(&gone).away.as_deref()), ("node-2", Some("gone (no such node)")));
+        assert_eq!(
+            (at(&gone).name.as_str(), at(&gone).away.as_deref()),
+            ("node-2", Some("gone (no such node)"))
+        );
         let mut anywhere = pv.clone();
         anywhere.spec = None;
         assert_eq!(destination_node(&anywhere, &up), None);
@@ -271,7 +278,9 @@ mod tests {
         let mut f = facts();
         away(&mut f, 0);
         f.written = false;
-        assert!(matches!(decide(&f), Decision::Replace { why } if why.contains("nothing was written")));
+        assert!(
+            matches!(decide(&f), Decision::Replace { why } if why.contains("nothing was written"))
+        );
     }
 
     #[test]

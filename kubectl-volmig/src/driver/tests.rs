@@ -72,17 +72,35 @@ fn a_killed_sender_is_the_cause_and_retryable() {
 
 /// Whether the verdict blames the destination's data.
 fn blames_destination(v: &AttemptView<'_>) -> bool {
-    matches!(judge(v), Verdict::Failed { destination: true, .. })
+    matches!(
+        judge(v),
+        Verdict::Failed {
+            destination: true,
+            ..
+        }
+    )
 }
 
 #[test]
 fn only_the_receivers_own_write_failures_count_against_the_destination() {
     // The receiver could not write or verify entries: its data.
-    assert!(blames_destination(&view(exited("receiver", 23), Some(exited("sender", 13)))));
-    assert!(blames_destination(&view(exited("receiver", 11), Some(exited("sender", 13)))));
+    assert!(blames_destination(&view(
+        exited("receiver", 23),
+        Some(exited("sender", 13))
+    )));
+    assert!(blames_destination(&view(
+        exited("receiver", 11),
+        Some(exited("sender", 13))
+    )));
     // A dropped link or a killed sender says nothing about it.
-    assert!(!blames_destination(&view(exited("receiver", 10), Some(exited("sender", 137)))));
-    assert!(!blames_destination(&view(exited("receiver", 13), Some(exited("sender", 11)))));
+    assert!(!blames_destination(&view(
+        exited("receiver", 10),
+        Some(exited("sender", 137))
+    )));
+    assert!(!blames_destination(&view(
+        exited("receiver", 13),
+        Some(exited("sender", 11))
+    )));
 }
 
 #[test]

@@ -216,6 +216,17 @@ pub fn to_config_map(r: &Rehome) -> Result<ConfigMap, RecordError> {
     )
 }
 
+/// How many bytes `r` takes in its ConfigMap.
+pub fn encoded_size(r: &Rehome) -> Result<usize, RecordError> {
+    let cm = to_config_map(r)?;
+    Ok(cm
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum())
+}
+
 /// The rehome a ConfigMap stores.
 pub fn from_config_map(cm: &ConfigMap) -> Result<Rehome, RecordError> {
     let (metadata, spec, status) = whole_from(cm, Component::Rehome, FORMAT)?;

@@ -52,8 +52,14 @@ const SENDER_CAPABILITIES: &[&str] = &["DAC_OVERRIDE"];
 /// destination's data.
 pub fn wipe_first(receiver: &mut Pod) {
     let containers = receiver.spec.as_mut().map(|s| &mut s.containers);
-    for c in containers.into_iter().flatten().filter(|c| c.name == CONTAINER) {
-        c.args.get_or_insert_with(Vec::new).push("--wipe".to_string());
+    for c in containers
+        .into_iter()
+        .flatten()
+        .filter(|c| c.name == CONTAINER)
+    {
+        c.args
+            .get_or_insert_with(Vec::new)
+            .push("--wipe".to_string());
     }
 }
 

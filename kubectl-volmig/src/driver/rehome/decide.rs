@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde_json::Value;
 
 use crate::driver::cutover::rebind::{self, Observed, RETAIN};
-use crate::plan::rehome::{affinity, as_before, drivers};
+use crate::plan::rehome::{as_before, drivers, same_affinity};
 use crate::record::rehome::VolumeRehome;
 
 /// Which end a volume is walked to.
@@ -117,6 +117,11 @@ pub enum Blocked {
         holds: String,
         volume: String,
     },
+    #[error(
+        "persistentvolume {0} had no claim when the rehome was planned, and a claim has bound \
+         it since: look at it, then resume or rollback"
+    )]
+    BoundMeanwhile(String),
     #[error("{0} is gone: its driver cannot serve the volume without it")]
     DriverObjectGone(String),
     #[error(transparent)]
@@ -154,8 +159,8 @@ pub fn next(v: &VolumeRehome, toward: Toward, seen: &Seen) -> Result<Action, Blo
     if pv.metadata.deletion_timestamp.is_some() {
         return Ok(Action::AwaitVolumeGone);
     }
-    if affinity(pv) != affinity(&want) {
-        if affinity(pv) != affinity(&other) {
+    if !same_affinity(pv, &want) {
+        if !same_affinity(pv, &other) {
             return Err(Blocked::StrangerVolume(v.name.clone()));
         }
         if rebind::policy(pv) != RETAIN {
@@ -163,6 +168,10 @@ pub fn next(v: &VolumeRehome, toward: Toward, seen: &Seen) -> Result<Action, Blo
         }
         if let Some(claim) = &seen.claim {
             return claim_goes(v, claim);
+        }
+        // A volume recorded without a claim that some claim bound since.
+        if v.claim.is_none() && phase(pv) == "Bound" {
+            return Err(Blocked::BoundMeanwhile(v.name.clone()));
         }
         let uid = pv.metadata.uid.clone().unwrap_or_default();
         return Ok(Action::DeleteVolume { uid });
@@ -176,6 +185,19 @@ pub fn next(v: &VolumeRehome, toward: Toward, seen: &Seen) -> Result<Action, Blo
         }
     }
     if let Some(claim) = &v.claim {
+        // A claim of the name bound to another volume is someone else's:
+        // never deleted to make room.
+        let holds = seen
+            .claim
+            .as_ref()
+            .and_then(|c| c.spec.as_ref()?.volume_name.clone());
+        if let Some(other) = holds.filter(|h| *h != v.name) {
+            return Err(Blocked::StrangerClaim {
+                claim: format!("{}/{}", claim.namespace, claim.name),
+                holds: other,
+                volume: v.name.clone(),
+            });
+        }
         let seen_claim = Observed {
             claim: seen.claim.clone(),
             remove: Vec::new(),
@@ -192,6 +214,13 @@ pub fn next(v: &VolumeRehome, toward: Toward, seen: &Seen) -> Result<Action, Blo
         return Ok(Action::RestorePolicy);
     }
     Ok(Action::Done)
+}
+
+fn phase(pv: &PersistentVolume) -> &str {
+    pv.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default()
 }
 
 /// The claim in the way of deleting the PV: deleted, if it is the one

@@ -38,6 +38,8 @@ pub struct Inputs {
 /// Reads what the rehome of `chosen` is planned from.
 pub async fn inputs(client: &Client, chosen: &Chosen) -> Result<Inputs, DriverError> {
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    // `--all-from-node` leaves out, with a word, what it cannot rehome.
+    let mut skippable = false;
     let nodes: Vec<Node> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -79,6 +81,7 @@ pub async fn inputs(client: &Client, chosen: &Chosen) -> Result<Inputs, DriverEr
                 .find(|n| n.metadata.name.as_deref() == Some(node.as_str()));
             let mut pinned = check::pinned_to(&all, node, found);
             pinned.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            skippable = true;
             pinned
         }
     };
@@ -97,6 +100,7 @@ pub async fn inputs(client: &Client, chosen: &Chosen) -> Result<Inputs, DriverEr
             volume,
             claim,
             driver_object,
+            skippable,
         });
     }
     Ok(Inputs {
@@ -152,6 +156,19 @@ async fn driver_object(
     let api = driver_api(client, &probe);
     let params = ListParams::default().fields(&format!("metadata.name={name}"));
     match api.list(&params).await {
+        Ok(list) if list.items.len() > 1 => {
+            let at: Vec<String> = list
+                .items
+                .iter()
+                .map(|o| o.metadata.namespace.clone().unwrap_or_default())
+                .collect();
+            Err(DriverError::Refused(format!(
+                "{} objects named {name} exist, in namespaces {}: which one the driver uses is \
+                 not known; remove the stale one",
+                kind.kind,
+                at.join(", ")
+            )))
+        }
         Ok(list) => Ok(Some(
             list.items
                 .into_iter()

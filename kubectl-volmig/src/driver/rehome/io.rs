@@ -19,6 +19,9 @@ use crate::plan::rehome::drivers::{self, DriverObject};
 use crate::record::cutover::ClaimShape;
 use crate::record::rehome::{RehomeTarget, VolumeRehome};
 
+/// How often one change may be made again before the walk stops.
+const MAX_REPEATS: u32 = 10;
+
 /// The annotation the scheduler puts on a claim of a WaitForFirstConsumer
 /// class; TopoLVM and local-path read it.
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
@@ -28,7 +31,13 @@ impl Rehomer {
     /// time.
     pub(super) async fn walk(&mut self, name: &str, toward: Toward) -> Result<(), DriverError> {
         let mut waiting: Option<(Action, Instant)> = None;
+        // The same change made again and again (a controller that puts a
+        // field back, a conflict each time) stops the walk.
+        let mut repeated: (String, u32) = (String::new(), 0);
         loop {
+            if toward == Toward::New && self.record.status.rollback.is_some() {
+                return Ok(());
+            }
             let v =
                 self.record.volume(name).cloned().ok_or_else(|| {
                     DriverError::Refused(format!("the record has no volume {name}"))
@@ -42,6 +51,19 @@ impl Rehomer {
             if action.changes_the_cluster() {
                 waiting = None;
                 let label = format!("{} {name}", action.kind());
+                repeated = match repeated {
+                    (last, n) if last == label => (last, n + 1),
+                    _ => (label.clone(), 1),
+                };
+                if repeated.1 > MAX_REPEATS {
+                    return Err(DriverError::Refused(format!(
+                        "{label} was made {MAX_REPEATS} times and the cluster keeps showing it \
+                         undone: something changes it back; look at it, then resume or rollback"
+                    )));
+                }
+                if repeated.1 > 1 {
+                    tokio::time::sleep(POLL * repeated.1).await;
+                }
                 self.write(|r| {
                     if let Some(v) = r.volume_mut(name) {
                         v.change = Some(label.clone());

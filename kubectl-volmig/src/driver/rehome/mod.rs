@@ -122,10 +122,20 @@ impl Rehomer {
                     tokio::time::sleep(POLL * 2).await;
                 }
                 Err(e) => {
-                    let msg = format!("{} stopped: {e}", step.as_str());
-                    let _ = self.write(|r| r.status.message = Some(msg.clone())).await;
+                    let op = self.record.metadata.name.clone();
+                    let msg = format!(
+                        "{} stopped: {e}; the app may be down: kubectl volmig resume {op} \
+                         finishes the rehome, kubectl volmig rollback {op} undoes it",
+                        step.as_str()
+                    );
+                    let _ = self
+                        .write(|r| {
+                            r.status.message = Some(msg.clone());
+                            r.status.phase = Phase::Failed;
+                        })
+                        .await;
                     let _ = self.release().await;
-                    return Err(e);
+                    return Err(DriverError::Refused(msg));
                 }
             }
         }
@@ -262,7 +272,7 @@ impl Rehomer {
     async fn stop_app(&mut self) -> Result<(), DriverError> {
         crash_point("rehome:ScaleDown");
         for s in self.record.status.stops.clone() {
-            workload::scale(&self.client, &s.namespace, &s.target, 0).await?;
+            self.scale(&s, 0).await?;
         }
         for claim in self.claims() {
             let what = format!("pods still mount {claim}");
@@ -278,6 +288,24 @@ impl Rehomer {
         Ok(())
     }
 
+    /// Scales a recorded owner; `false` when it is gone (deleted
+    /// meanwhile: there is nothing to stop or start), said once.
+    async fn scale(&mut self, s: &Stop, replicas: i32) -> Result<bool, DriverError> {
+        match workload::scale(&self.client, &s.namespace, &s.target, replicas).await {
+            Ok(()) => Ok(true),
+            Err(DriverError::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(e) if e.code == 404) =>
+            {
+                let msg = format!(
+                    "{:?} {}/{} is gone: not scaled to {replicas}",
+                    s.target.kind, s.namespace, s.target.name
+                );
+                self.post(Severity::Warning, "RehomeOwnerGone", &msg).await;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Walks every volume `toward` an end, then goes to `next`.
     async fn move_volumes(&mut self, toward: Toward, next: Step) -> Result<(), DriverError> {
         if toward == Toward::New && self.record.status.rollback.is_some() {
@@ -285,6 +313,9 @@ impl Rehomer {
         }
         for name in self.record.spec.volumes.clone() {
             self.walk(&name, toward).await?;
+            if toward == Toward::New && self.record.status.rollback.is_some() {
+                return self.advance(Step::RollingBack, |_| {}).await;
+            }
             let msg = match toward {
                 Toward::New => format!(
                     "persistentvolume {name} is pinned to {} now",
@@ -304,10 +335,13 @@ impl Rehomer {
             return self.advance(Step::RollingBack, |_| {}).await;
         }
         crash_point("rehome:ScaleUp");
+        let mut present = Vec::new();
         for s in self.record.status.stops.clone() {
-            workload::scale(&self.client, &s.namespace, &s.target, s.target.replicas).await?;
+            if self.scale(&s, s.target.replicas).await? {
+                present.push(s);
+            }
         }
-        for s in self.record.status.stops.clone() {
+        for s in present {
             let what = format!(
                 "{:?} {}/{} Ready",
                 s.target.kind, s.namespace, s.target.name
@@ -339,18 +373,40 @@ impl Rehomer {
             ),
         };
         self.advance(next, |r| {
-            r.status.phase = phase;
-            r.status.completion_time = Some(now);
-            r.status.message = Some(msg.clone());
+            // A rollback asked meanwhile goes on instead.
+            if r.status.rollback.is_none() || next == Step::RolledBack {
+                r.status.phase = phase;
+                r.status.completion_time = Some(now);
+                r.status.message = Some(msg.clone());
+            }
         })
         .await?;
-        self.post(Severity::Normal, "RehomeDone", &msg).await;
+        if self.record.status.step == next {
+            self.post(Severity::Normal, "RehomeDone", &msg).await;
+        }
         Ok(())
     }
 
     /// Stops the app again (it may have run on the rehomed volumes), walks
     /// every volume back, restores the app.
     async fn roll_back(&mut self) -> Result<(), DriverError> {
+        let touched = self
+            .record
+            .status
+            .volumes
+            .iter()
+            .any(|v| v.change.is_some());
+        if self.record.status.quiesced_at.is_none() && !touched {
+            // Nothing was stopped or changed: nothing to undo.
+            let msg = "rolled back before anything changed".to_string();
+            return self
+                .advance(Step::RolledBack, |r| {
+                    r.status.phase = Phase::RolledBack;
+                    r.status.completion_time = Some(Timestamp::now());
+                    r.status.message = Some(msg.clone());
+                })
+                .await;
+        }
         if self.record.status.quiesced_at.is_none() {
             // Nothing was stopped or changed: the stops are planned now.
             let stops = self.plan_stops().await?;

@@ -242,6 +242,21 @@ fn top_owner(pod: &Pod, w: &Workloads) -> Result<ScaleTarget, Unstoppable> {
                 .iter()
                 .find(|s| name(&s.metadata) == owner.name)
                 .ok_or_else(|| missing("StatefulSet", &owner.name))?;
+            // Scaled to zero, it would delete the claims of the replicas it
+            // removes, and with them a Delete volume and its data.
+            let deletes_claims = s
+                .spec
+                .as_ref()
+                .and_then(|s| s.persistent_volume_claim_retention_policy.as_ref())
+                .and_then(|p| p.when_scaled.as_deref())
+                == Some("Delete");
+            if deletes_claims {
+                return Err(refuse(
+                    format!("StatefulSet {}", owner.name),
+                    "its persistentVolumeClaimRetentionPolicy.whenScaled is Delete: scaled to zero, it would delete its claims".to_string(),
+                    "set whenScaled to Retain first (kubectl patch statefulset NAME -p '{\"spec\":{\"persistentVolumeClaimRetentionPolicy\":{\"whenScaled\":\"Retain\"}}}'), then try again",
+                ));
+            }
             match controller(&s.metadata) {
                 None => Ok(target(ScalableKind::StatefulSet, &s.metadata, s.spec.as_ref().and_then(|s| s.replicas))),
                 Some(up) => Err(refuse(

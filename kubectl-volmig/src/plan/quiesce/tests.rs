@@ -268,3 +268,28 @@ fn every_unstoppable_consumer_is_listed_once_and_nothing_is_planned() {
     let consumers: Vec<String> = refused(&w).into_iter().map(|u| u.consumer).collect();
     assert_eq!(consumers, ["DaemonSet agent", "Pod debug"]);
 }
+
+#[test]
+fn a_statefulset_that_deletes_its_claims_when_scaled_is_refused() {
+    let mut deleting = stateful_set("db", 2);
+    deleting
+        .spec
+        .as_mut()
+        .expect("spec")
+        .persistent_volume_claim_retention_policy = Some(object(
+        json!({"whenScaled": "Delete", "whenDeleted": "Retain"}),
+    ));
+    let w = Workloads {
+        pods: vec![pod("db-0", Some(("StatefulSet", "db")), CLAIM, "Running")],
+        stateful_sets: vec![deleting],
+        ..Workloads::default()
+    };
+    let refused = plan(CLAIM, &w).expect_err("refused");
+    assert_eq!(refused[0].consumer, "StatefulSet db");
+    assert!(
+        refused[0].why.contains("whenScaled is Delete"),
+        "{}",
+        refused[0].why
+    );
+    assert!(refused[0].what_to_do.contains("\"whenScaled\":\"Retain\""));
+}

@@ -29,6 +29,10 @@ pub struct Candidate {
     /// Its driver's object, when the driver keeps one and its CRD is
     /// served: `None` inside when the object was not found.
     pub driver_object: Option<Option<Value>>,
+    /// Found by `--all-from-node`: a volume that cannot be rehomed as it is
+    /// (its claim gone, being deleted) is left out with a warning rather
+    /// than refusing the rest.
+    pub skippable: bool,
 }
 
 /// One volume planned.
@@ -76,6 +80,21 @@ pub enum Refusal {
     },
     #[error("cannot stop every consumer of {claim}: {list}")]
     Unstoppable { claim: String, list: String },
+    #[error(
+        "persistentvolume {volume:?} is {state}: its claim {claim} is gone, and made again it \
+         would wait for any new claim of that name; delete it, or bind it first"
+    )]
+    ClaimGone {
+        volume: String,
+        claim: String,
+        state: String,
+    },
+    #[error("persistentvolume {0:?} is being deleted")]
+    Terminating(String),
+    #[error(
+        "no schedulable node has the label {key}={value}: the app's pods could not run anywhere"
+    )]
+    NoNodeWithLabel { key: String, value: String },
     #[error("pod {pod} could not run on node {node:?}: {why}")]
     Misfit {
         pod: String,
@@ -129,11 +148,28 @@ pub fn plan(
         (Want::Node(_), Some(n)) => Target::Node(n),
         (Want::Node(name), None) => return Err(vec![Refusal::NodeNotFound(name.clone())]),
     };
+    if let Want::Topology { key, value } = want {
+        let labelled = nodes.iter().any(|n| {
+            let labels = n.metadata.labels.as_ref();
+            labels.and_then(|l| l.get(key)) == Some(value) && !fit::cordoned(n)
+        });
+        if !labelled {
+            refusals.push(Refusal::NoNodeWithLabel {
+                key: key.clone(),
+                value: value.clone(),
+            });
+        }
+    }
     let mut planned = Vec::new();
     let mut stops: Vec<(String, ScaleTarget)> = Vec::new();
+    let mut warnings = Vec::new();
     for c in candidates {
         match volume(c, &target, pool) {
             Ok(p) => planned.push(p),
+            Err(r @ (Refusal::ClaimGone { .. } | Refusal::Terminating(_))) if c.skippable => {
+                warnings.push(format!("left out: {r}"));
+                continue;
+            }
             Err(r) => refusals.push(r),
         }
         let Some(claim) = &c.claim else { continue };
@@ -177,7 +213,6 @@ pub fn plan(
     if !refusals.is_empty() {
         return Err(refusals);
     }
-    let mut warnings = Vec::new();
     if let Some(n) = node.filter(|n| !fit::ready(n)) {
         warnings.push(format!(
             "node {} is not Ready: the app's pods wait for it",
@@ -195,6 +230,25 @@ pub fn plan(
 fn volume(c: &Candidate, target: &Target<'_>, pool: Option<&str>) -> Result<Planned, Refusal> {
     let pv = &c.volume;
     let name = pv.metadata.name.clone().unwrap_or_default();
+    if pv.metadata.deletion_timestamp.is_some() {
+        return Err(Refusal::Terminating(name));
+    }
+    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    if let (Some(r), None) = (claim_ref, &c.claim) {
+        return Err(Refusal::ClaimGone {
+            volume: name,
+            claim: format!(
+                "{}/{}",
+                r.namespace.clone().unwrap_or_default(),
+                r.name.clone().unwrap_or_default()
+            ),
+            state: pv
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_else(|| "Released".into()),
+        });
+    }
     if let Some(claim) = &c.claim {
         let phase = claim
             .status
@@ -260,8 +314,15 @@ pub fn pinned_to(
     let labels = node
         .and_then(|n| n.metadata.labels.clone())
         .unwrap_or_default();
-    let names_it =
-        |key: &str, value: &str| labels.get(key).map_or(value == name, |own| own == value);
+    // Only keys that name one node: the hostname, and the node keys of
+    // the drivers volmig knows (a zone names many).
+    let node_key = |key: &str| {
+        key == crate::plan::placement::HOSTNAME_LABEL
+            || super::drivers::KINDS.iter().any(|k| k.owner_label == key)
+    };
+    let names_it = |key: &str, value: &str| {
+        node_key(key) && labels.get(key).map_or(value == name, |own| own == value)
+    };
     volumes
         .iter()
         .filter(|pv| {

@@ -83,6 +83,7 @@ pub fn rehomed(
         })?;
     for term in &mut required.node_selector_terms {
         repoint(term, target, &volume)?;
+        tidy(term);
     }
     Ok(made_again(&pv.metadata, spec))
 }
@@ -120,6 +121,30 @@ fn made_again(meta: &ObjectMeta, mut spec: PersistentVolumeSpec) -> PersistentVo
 /// The volume's required node affinity, the part a rehome changes.
 pub fn affinity(pv: &PersistentVolume) -> Option<&NodeSelector> {
     pv.spec.as_ref()?.node_affinity.as_ref()?.required.as_ref()
+}
+
+/// Whether two volumes are pinned alike: their required affinities equal
+/// once empty lists count as absent (the API server drops them).
+pub fn same_affinity(a: &PersistentVolume, b: &PersistentVolume) -> bool {
+    affinity(a).map(normalized) == affinity(b).map(normalized)
+}
+
+fn normalized(s: &NodeSelector) -> NodeSelector {
+    let mut s = s.clone();
+    for t in &mut s.node_selector_terms {
+        tidy(t);
+    }
+    s
+}
+
+/// `term` without empty lists.
+fn tidy(term: &mut NodeSelectorTerm) {
+    if term.match_expressions.as_ref().is_some_and(Vec::is_empty) {
+        term.match_expressions = None;
+    }
+    if term.match_fields.as_ref().is_some_and(Vec::is_empty) {
+        term.match_fields = None;
+    }
 }
 
 /// One term of the affinity, re-pointed at `target`.

@@ -260,26 +260,34 @@ pub fn object(r: &Rehome) -> Value {
     })
 }
 
-/// `status`'s rows of rehomes (NAME, KIND, TO, STEP, PHASE, VOLUMES,
-/// AGE), after the migrations' table.
-pub fn table(rehomes: &[Rehome], now: Timestamp) -> String {
-    let mut rows = vec![vec![
+/// `status`'s rows of rehomes (NAMESPACE with `-A`, NAME, TO, STEP,
+/// PHASE, VOLUMES, AGE), after the migrations' table.
+pub fn table(rehomes: &[Rehome], now: Timestamp, all_namespaces: bool) -> String {
+    let mut header = vec![
         "REHOME".to_string(),
         "TO".into(),
         "STEP".into(),
         "PHASE".into(),
         "VOLUMES".into(),
         "AGE".into(),
-    ]];
+    ];
+    if all_namespaces {
+        header.insert(0, "NAMESPACE".into());
+    }
+    let mut rows = vec![header];
     for r in rehomes {
-        rows.push(vec![
+        let mut row = vec![
             r.metadata.name.clone(),
             r.spec.target.to_string(),
             r.status.step.as_str().into(),
             r.status.phase.as_str().into(),
             r.spec.volumes.len().to_string(),
             age(r.metadata.creation_timestamp, now),
-        ]);
+        ];
+        if all_namespaces {
+            row.insert(0, r.metadata.namespace.clone());
+        }
+        rows.push(row);
     }
     columns(&rows)
 }

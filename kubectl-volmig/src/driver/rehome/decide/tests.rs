@@ -135,7 +135,10 @@ impl World {
                 self.seen.volume = None;
             }
             Action::CreateVolume => {
-                let mut pv = wanted(v, toward);
+                // As the API server stores it: empty lists dropped.
+                let mut json = serde_json::to_value(wanted(v, toward)).expect("json");
+                drop_empty_lists(&mut json);
+                let mut pv: PersistentVolume = serde_json::from_value(json).expect("pv");
                 pv.metadata.uid = Some(self.uid("pv"));
                 self.seen.volume = Some(pv);
             }
@@ -173,6 +176,17 @@ impl World {
     }
 }
 
+fn drop_empty_lists(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|_, x| !matches!(x, Value::Array(a) if a.is_empty()));
+            map.values_mut().for_each(drop_empty_lists);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_empty_lists),
+        _ => {}
+    }
+}
+
 fn json_patch_merge(target: &mut Value, patch: &Value) {
     match (target, patch) {
         (Value::Object(t), Value::Object(p)) => {
@@ -204,7 +218,7 @@ fn walk(world: &mut World, v: &VolumeRehome, toward: Toward) -> Vec<&'static str
 
 fn assert_at(world: &World, v: &VolumeRehome, toward: Toward, owner: &str, pool: &str) {
     let pv = world.seen.volume.as_ref().expect("a PV");
-    assert_eq!(affinity(pv), affinity(&wanted(v, toward)));
+    assert!(same_affinity(pv, &wanted(v, toward)));
     assert_eq!(rebind::policy(pv), "Delete", "the policy is put back");
     let claim = world.seen.claim.as_ref().expect("the claim");
     let bound_uid = pv
@@ -314,4 +328,75 @@ fn waits_are_named_and_strangers_stop_the_walk() {
         next(&v, Toward::New, &gone.seen),
         Err(Blocked::DriverObjectGone(_))
     ));
+}
+
+#[test]
+fn a_volume_pinned_by_topology_alone_is_recognised_once_stored() {
+    // Rehomed to a label, the hostname requirement is dropped; a term of
+    // only that requirement would be left empty, and the API server drops
+    // empty lists: the walk must still know its own volume.
+    let mut v = rehome();
+    let terms = json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]);
+    let spec = v.original.spec.as_mut().expect("spec");
+    spec.node_affinity = Some(
+        serde_json::from_value(json!({"required": {"nodeSelectorTerms": terms}}))
+            .expect("affinity"),
+    );
+    let target = Target::Topology {
+        key: "openebs.io/nodeid",
+        value: "pool-a",
+    };
+    v.rehomed = rehomed(&v.original, &target).expect("rehomed");
+    let term = &crate::plan::rehome::affinity(&v.rehomed)
+        .expect("pinned")
+        .node_selector_terms[0];
+    assert_eq!(term.match_fields, None, "no empty list is sent");
+    v.driver_objects.clear();
+    let mut world = World::start();
+    world.seen.volume = Some(v.original.clone());
+    walk(&mut world, &v, Toward::New);
+    walk(&mut world, &v, Toward::Old);
+    assert!(same_affinity(
+        world.seen.volume.as_ref().expect("pv"),
+        &v.original
+    ));
+}
+
+#[test]
+fn a_claim_of_the_name_bound_elsewhere_is_never_deleted() {
+    let v = rehome();
+    let mut world = World::start();
+    for _ in 0..4 {
+        let action = next(&v, Toward::New, &world.seen).expect("not blocked");
+        world.apply(&v, Toward::New, &action);
+    }
+    // The PV is made again; meanwhile someone made a claim of the name on
+    // a volume of its own.
+    let mut stranger = claim();
+    stranger.metadata.uid = Some("someone".into());
+    stranger.spec.as_mut().expect("spec").volume_name = Some("pvc-other".into());
+    world.seen.driver_objects[0] =
+        Some(json!({"spec": {"ownerNodeID": "node-2", "poolName": "tank2"}}));
+    world.seen.claim = Some(stranger);
+    assert!(matches!(
+        next(&v, Toward::New, &world.seen),
+        Err(Blocked::StrangerClaim { .. })
+    ));
+    assert!(matches!(
+        next(&v, Toward::Old, &world.seen),
+        Err(Blocked::StrangerClaim { .. })
+    ));
+}
+
+#[test]
+fn a_claimless_volume_bound_meanwhile_is_not_deleted() {
+    let mut v = rehome();
+    v.claim = None;
+    let mut world = World::start();
+    world.seen.claim = None;
+    world.apply(&v, Toward::New, &Action::Retain);
+    assert_eq!(
+        next(&v, Toward::New, &world.seen),
+        Err(Blocked::BoundMeanwhile("pvc-1".into()))
+    );
 }

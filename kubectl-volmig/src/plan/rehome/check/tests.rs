@@ -67,6 +67,7 @@ fn candidate(pv: PersistentVolume, claim: Option<PersistentVolumeClaim>) -> Cand
         volume: pv,
         claim,
         driver_object: None,
+        skippable: false,
     }
 }
 
@@ -199,6 +200,7 @@ fn driver_objects_are_rewritten_and_a_missing_one_is_refused() {
         volume: pv.clone(),
         claim: None,
         driver_object: Some(Some(object)),
+        skippable: false,
     }];
     let p = plan(
         &c,
@@ -228,6 +230,7 @@ fn driver_objects_are_rewritten_and_a_missing_one_is_refused() {
         volume: pv.clone(),
         claim: None,
         driver_object: Some(None),
+        skippable: false,
     }];
     let r = refused(&missing, Want::Node("node-2".into()), &BTreeMap::new());
     assert!(r[0].starts_with("ZFSVolume pv-z was not found"), "{r:?}");
@@ -237,6 +240,7 @@ fn driver_objects_are_rewritten_and_a_missing_one_is_refused() {
         volume: pv,
         claim: None,
         driver_object: Some(Some(object)),
+        skippable: false,
     }];
     let r = refused(
         &c,
@@ -247,7 +251,8 @@ fn driver_objects_are_rewritten_and_a_missing_one_is_refused() {
         &BTreeMap::new(),
     );
     assert!(
-        r[0].contains("use --to-node, or --topology openebs.io/nodeid=NODE-ID"),
+        r.iter()
+            .any(|r| r.contains("use --to-node, or --topology openebs.io/nodeid=NODE-ID")),
         "{r:?}"
     );
 }
@@ -269,4 +274,54 @@ fn all_from_node_finds_the_volumes_pinned_there_even_when_the_node_is_gone() {
         json!({"metadata": {"labels": {"kubernetes.io/hostname": "host-1"}}}),
     );
     assert!(pinned_to(&volumes, "node-1", Some(&renamed)).is_empty());
+}
+
+#[test]
+fn a_volume_whose_claim_is_gone_is_refused_or_left_out_by_all_from_node() {
+    let released = local_pv("pv-r", "node-1", Some("gone"));
+    let explicit = [candidate(released.clone(), None)];
+    let r = refused(&explicit, Want::Node("node-2".into()), &BTreeMap::new());
+    assert!(r[0].contains("its claim prod/gone is gone"), "{r:?}");
+    let mut found = candidate(released, None);
+    found.skippable = true;
+    let kept = candidate(local_pv("pv-a", "node-1", None), None);
+    let p = plan(
+        &[found, kept],
+        &Want::Node("node-2".into()),
+        None,
+        &nodes(),
+        &BTreeMap::new(),
+    )
+    .expect("the rest planned");
+    assert_eq!(p.volumes.len(), 1);
+    assert!(
+        p.warnings[0].starts_with("left out: persistentvolume \"pv-r\""),
+        "{:?}",
+        p.warnings
+    );
+}
+
+#[test]
+fn a_topology_label_no_node_carries_is_refused() {
+    let c = [candidate(local_pv("pv-a", "node-1", None), None)];
+    let want = Want::Topology {
+        key: "pool".into(),
+        value: "tank".into(),
+    };
+    let r = refused(&c, want, &BTreeMap::new());
+    assert_eq!(
+        r,
+        ["no schedulable node has the label pool=tank: the app's pods could not run anywhere"]
+    );
+}
+
+#[test]
+fn a_zonal_volume_is_not_pinned_to_a_node() {
+    let zonal: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pv-zone"},
+        "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["node-1"]}]}]}}},
+    }))
+    .expect("pv");
+    assert!(pinned_to(&[zonal], "node-1", None).is_empty());
 }
