@@ -145,6 +145,48 @@ impl TreeRoot {
     }
 }
 
+/// Opens the directory `name` in `parent` as an `O_PATH` handle, without
+/// following a symlink and without crossing into another mount: a mount
+/// point (a bind mount of the same file system included) is `EXDEV`, so a
+/// caller that walks a tree down stops at it instead of reaching into the
+/// mounted file system. Kernels before 5.6 (no `openat2`) compare the
+/// device and, where `/proc` says it, the mount id instead.
+pub fn open_subdir(parent: BorrowedFd<'_>, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let resolve = ResolveFlags::BENEATH
+        | ResolveFlags::NO_SYMLINKS
+        | ResolveFlags::NO_MAGICLINKS
+        | ResolveFlags::NO_XDEV;
+    match rustix::fs::openat2(parent, name, flags, Mode::empty(), resolve) {
+        Err(rustix::io::Errno::NOSYS) => open_subdir_compared(parent, name),
+        other => other,
+    }
+}
+
+/// [`open_subdir`] without `openat2`: `O_NOFOLLOW`, then the device and
+/// the mount id compared with the parent's.
+fn open_subdir_compared(parent: BorrowedFd<'_>, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir = rustix::fs::openat(parent, name, flags, Mode::empty())?;
+    let (above, below) = (rustix::fs::fstat(parent)?, rustix::fs::fstat(&dir)?);
+    let same_mount = match (mount_id(parent), mount_id(dir.as_fd())) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
+    if above.st_dev != below.st_dev || !same_mount {
+        return Err(rustix::io::Errno::XDEV);
+    }
+    Ok(dir)
+}
+
+/// The mount an open file is on, per `/proc/self/fdinfo` (Linux 3.15+).
+fn mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// An entry's place in the destination: its parent directory held open
 /// (reached from the root without any symlink) and a path to the entry
 /// through that handle. Use it as a `&Path` while it lives.
@@ -307,6 +349,49 @@ mod tests {
         placer.forget();
         assert!(placer.place(&rel("d/two")).is_err());
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn subdirs_open_without_symlinks_or_mounts_with_and_without_openat2() {
+        /// Unmounts (lazily) when dropped, before the temporary directory goes.
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&self.0)
+                    .status();
+            }
+        }
+        let t = tempfile::tempdir().unwrap();
+        fs::create_dir_all(t.path().join("d")).unwrap();
+        fs::create_dir(t.path().join("m")).unwrap();
+        std::os::unix::fs::symlink("d", t.path().join("link")).unwrap();
+        let at =
+            rustix::fs::open(t.path(), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let name = OsStr::new;
+        // A bind mount of the same file system (same device): root only.
+        let mounted = rustix::process::geteuid().is_root()
+            && std::process::Command::new("mount")
+                .arg("--bind")
+                .arg(t.path().join("d"))
+                .arg(t.path().join("m"))
+                .status()
+                .is_ok_and(|s| s.success());
+        let _unmount = mounted.then(|| Unmount(t.path().join("m")));
+        if !mounted {
+            crate::stdio::err("mount points not tried: mounting needs root\n");
+        }
+        for open in [open_subdir, open_subdir_compared] {
+            assert!(open(at.as_fd(), name("d")).is_ok());
+            assert!(open(at.as_fd(), name("link")).is_err());
+            if mounted {
+                assert_eq!(
+                    open(at.as_fd(), name("m")).err(),
+                    Some(rustix::io::Errno::XDEV)
+                );
+            }
+        }
     }
 
     #[test]

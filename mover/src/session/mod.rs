@@ -21,6 +21,7 @@ pub mod local;
 mod outbox;
 mod peer;
 pub mod receiver;
+mod remove;
 mod resume;
 pub mod sender;
 mod serve;
@@ -34,6 +35,7 @@ use std::time::Duration;
 
 use crate::protocol::{AbortReason, ProtocolError};
 use crate::stats::Progress;
+pub use remove::{wipe, Removed};
 
 /// How often a side with nothing to send says it is still there.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -80,6 +82,11 @@ pub enum SessionError {
     },
     #[error("internal error: {0}")]
     Internal(String),
+    /// `receive --wipe` could not empty the destination: `what` names the
+    /// first entry that could not be removed. Not retryable whatever the
+    /// error: the same entry would stop the next wipe.
+    #[error("cannot wipe the destination: {what}: {source}")]
+    Wipe { what: String, source: io::Error },
 }
 
 impl SessionError {
@@ -113,6 +120,7 @@ impl SessionError {
             SessionError::Usage(_) | SessionError::Internal(_) => false,
             // The sender would be the same identity next time.
             SessionError::Unreadable { .. } => false,
+            SessionError::Wipe { .. } => false,
         }
     }
 
@@ -127,7 +135,7 @@ impl SessionError {
                 | ProtocolError::PeerSpeaksTls,
             ) => 2,
             SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_)) => 10,
-            SessionError::Local { .. } => 11,
+            SessionError::Local { .. } | SessionError::Wipe { .. } => 11,
             SessionError::Protocol(ProtocolError::Violation(_) | ProtocolError::Decode(_)) => 12,
             SessionError::PeerAbort(_) => 13,
             SessionError::Cancelled | SessionError::Internal(_) => 14,

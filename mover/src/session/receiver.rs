@@ -15,11 +15,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::applier::Applier;
 use super::flow::{DataBatch, Inflight, ListWindow, DATA_BUDGET};
-use super::generator::{remove_tree, GenConfig, GenOutput, Generator, PendingFile};
+use super::generator::{GenConfig, GenOutput, Generator, PendingFile};
 use super::journal::Journal;
 use super::liveness::{Idle, Metered};
 use super::outbox::Out;
 use super::peer::{first_frame, next_frames};
+use super::remove::remove_tree;
 use super::supervise::{drain, tell_peer, Supervisor};
 use super::verify::Verifier;
 use super::{is_fatal, warn, writer, ProgressFn, SessionError};

@@ -107,6 +107,12 @@ enum Command {
         /// Keep the checkpoint (marked complete) after a clean finish.
         #[arg(long)]
         keep_checkpoint: bool,
+        /// Empty the destination before the first session: every entry below
+        /// --root goes, the checkpoint (.volmig) and temporary files included;
+        /// the root itself stays. An entry that cannot be removed (a mount
+        /// point, an immutable file) fails the receiver: exit 11, not retryable.
+        #[arg(long)]
+        wipe: bool,
         /// What the destination can hold, in bytes: the session fails (disk
         /// full, not retryable) as soon as the files listed add up to more,
         /// before the destination fills up. Sparse files count at their length.
@@ -223,6 +229,7 @@ async fn run(cli: Cli) -> u8 {
             operation_id,
             attempt,
             keep_checkpoint,
+            wipe,
             capacity,
             connection,
             output,
@@ -237,6 +244,7 @@ async fn run(cli: Cli) -> u8 {
                 listen,
                 keep_serving,
                 addr_file,
+                wipe,
                 cfg,
             };
             net::run_receive(job, connection, output, cancel).await

@@ -9,7 +9,7 @@ use std::time::Duration;
 use mover::protocol::{ProtocolError, SessionOptions};
 use mover::session::receiver::{receive, ReceiverConfig};
 use mover::session::sender::{send, SenderConfig};
-use mover::session::SessionError;
+use mover::session::{wipe, Removed, SessionError};
 use mover::stats::Summary;
 use mover::tls::{self, Identity, KeyMaterial, Role, TlsError};
 use rustls::ServerConfig;
@@ -19,7 +19,7 @@ use tokio_rustls::server;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{check_attempt, ConnectionArgs, OutputArgs};
-use crate::output::{finish, progress_sink};
+use crate::output::{finish, finish_wiped, progress_sink};
 
 /// What `send` needs besides the connection.
 pub struct SendJob {
@@ -191,6 +191,8 @@ pub struct ReceiveJob {
     pub listen: SocketAddr,
     pub keep_serving: bool,
     pub addr_file: Option<PathBuf>,
+    /// Empty the destination before listening (`--wipe`).
+    pub wipe: bool,
     pub cfg: ReceiverConfig,
 }
 
@@ -218,6 +220,17 @@ pub async fn run_receive(
             return finish(Err(err), &output);
         }
     };
+    // Before the receiver says it listens (what the plugin waits for to
+    // start the sender), so no session can begin before the wipe ends, and
+    // only once: a later session of --keep-serving finds what the ones
+    // before it wrote.
+    let mut wiped = None;
+    if job.wipe {
+        match wipe_destination(&job.cfg.root, &cancel).await {
+            Ok(removed) => wiped = Some(removed),
+            Err(e) => return finish(Err(e), &output),
+        }
+    }
     let addr = listener.local_addr().unwrap_or(listen);
     say!(
         "mover: listening on {addr} ({})",
@@ -241,11 +254,14 @@ pub async fn run_receive(
     loop {
         let next = tokio::select! {
             n = next_incoming(&listener, tls.as_ref(), &mut handshakes, conn.timeout(), conn.handshake_timeout()) => n,
-            () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
+            () = cancel.cancelled() => {
+                return finish_wiped(Err(SessionError::Interrupted), &output, wiped.take());
+            }
         };
         let result = match next {
             Err(e) => {
-                let code = finish(Err(SessionError::Protocol(e.into())), &output);
+                let err = SessionError::Protocol(e.into());
+                let code = finish_wiped(Err(err), &output, wiped.take());
                 if job.keep_serving {
                     continue;
                 }
@@ -264,7 +280,7 @@ pub async fn run_receive(
                 late_refusal(receive(*stream, cfg.clone()).await, &peer, Role::Receiver)
             }
         };
-        let code = finish(result, &output);
+        let code = finish_wiped(result, &output, wiped.take());
         if !job.keep_serving {
             return code;
         }
@@ -273,6 +289,24 @@ pub async fn run_receive(
             return 20;
         }
     }
+}
+
+/// `receive --wipe`: empties the destination (on a blocking thread; a
+/// signal stops it between two entries) and says what it removed.
+async fn wipe_destination(
+    root: &Path,
+    cancel: &CancellationToken,
+) -> Result<Removed, SessionError> {
+    let (root, stop) = (root.to_path_buf(), cancel.clone());
+    let wiped = tokio::task::spawn_blocking(move || wipe(&root, &stop))
+        .await
+        .map_err(|e| SessionError::Internal(format!("the wipe stopped: {e}")))??;
+    say!(
+        "mover: wiped the destination: {} entries, {} bytes",
+        wiped.entries,
+        wiped.bytes
+    );
+    Ok(wiped)
 }
 
 /// TLS handshakes in progress at most; a connection beyond them is closed.

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use mover::session::{ProgressFn, SessionError};
+use mover::session::{ProgressFn, Removed, SessionError};
 use mover::stats::{Progress, Summary};
 use serde::Serialize;
 
@@ -26,6 +26,9 @@ struct Outcome<'a> {
     retryable: Option<bool>,
     #[serde(flatten)]
     summary: Option<&'a Summary>,
+    /// What `receive --wipe` removed, in the first session's summary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wiped: Option<Removed>,
 }
 
 pub fn emit<T: Serialize>(event: &str, data: T) {
@@ -52,6 +55,15 @@ pub fn progress_sink(mode: ProgressMode) -> Option<ProgressFn> {
 
 /// Reports a session's end and returns the exit code.
 pub fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 {
+    finish_wiped(result, output, None)
+}
+
+/// [`finish`], with what the wipe before the session removed.
+pub fn finish_wiped(
+    result: Result<Summary, SessionError>,
+    output: &OutputArgs,
+    wiped: Option<Removed>,
+) -> u8 {
     match result {
         Ok(summary) => {
             let code = summary.exit_code();
@@ -63,6 +75,7 @@ pub fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 
                     error: None,
                     retryable: None,
                     summary: Some(&summary),
+                    wiped,
                 },
             );
             if !output.quiet {
@@ -81,6 +94,7 @@ pub fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 
                     error: Some(&msg),
                     retryable: Some(e.is_retryable()),
                     summary: None,
+                    wiped,
                 },
             );
             say!("mover: error: {msg}");

@@ -18,6 +18,7 @@ use super::commit::create_and_replace;
 use super::flow::{Inflight, ListWindow, Wake};
 use super::journal::Journal;
 use super::outbox::{recv_or_flush, Out, Outbox};
+use super::remove::remove_tree;
 use super::resume::{self, sign_basis, Resume, Signed};
 use super::{cancelled, is_fatal, warn, SessionError};
 use crate::beneath::{Placer, TreeRoot};
@@ -33,8 +34,6 @@ use crate::stats::{human_bytes, Counters, Summary};
 use crate::walk::{file_hash, STATE_DIR};
 
 mod prune;
-
-pub(super) use prune::remove_tree;
 
 /// A file requested from the sender.
 #[derive(Debug, Clone)]

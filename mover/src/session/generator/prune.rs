@@ -119,33 +119,3 @@ impl Generator {
         Ok(())
     }
 }
-
-/// Removes a directory and everything in it. Without root, a read-only
-/// directory cannot be emptied: such directories are opened up first, as
-/// rsync does.
-pub(in crate::session) fn remove_tree(path: impl AsRef<Path>) -> io::Result<()> {
-    let path = path.as_ref();
-    match fs::remove_dir_all(path) {
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            open_up(path)?;
-            fs::remove_dir_all(path)
-        }
-        other => other,
-    }
-}
-
-/// Gives the owner full access to every directory under `dir`.
-fn open_up(dir: &Path) -> io::Result<()> {
-    let md = fs::symlink_metadata(dir)?;
-    if !md.is_dir() {
-        return Ok(());
-    }
-    fs::set_permissions(dir, fs::Permissions::from_mode(md.mode() | 0o700))?;
-    for de in fs::read_dir(dir)? {
-        let de = de?;
-        if de.file_type()?.is_dir() {
-            open_up(&de.path())?;
-        }
-    }
-    Ok(())
-}
