@@ -192,7 +192,7 @@ fn mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
 /// through that handle. Use it as a `&Path` while it lives.
 #[derive(Clone, Debug)]
 pub struct Placed {
-    _parent: Arc<OwnedFd>,
+    parent: Arc<OwnedFd>,
     path: PathBuf,
 }
 
@@ -210,10 +210,19 @@ impl AsRef<Path> for Placed {
 }
 
 impl Placed {
+    /// The directory the entry is in, held open, and the entry's name in
+    /// it: for calls relative to that handle (`unlinkat`, [`open_subdir`]),
+    /// which take the name as one component, never following it.
+    pub fn at(&self) -> (BorrowedFd<'_>, &OsStr) {
+        let path = self.path.as_os_str().as_bytes();
+        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(b".");
+        (self.parent.as_fd(), OsStr::from_bytes(name))
+    }
+
     /// Another entry in the same directory (a temporary file's name).
     pub fn sibling(&self, name: &OsStr) -> Placed {
         Placed {
-            _parent: self._parent.clone(),
+            parent: self.parent.clone(),
             path: self.path.with_file_name(name),
         }
     }
@@ -264,10 +273,7 @@ impl Placer {
         // The handle's own path is a link in /proc: "." makes the root itself
         // the entry, so that `symlink_metadata` sees the directory.
         full.push(OsStr::from_bytes(name.unwrap_or(b".")));
-        Ok(Placed {
-            _parent: parent,
-            path: full,
-        })
+        Ok(Placed { parent, path: full })
     }
 
     /// Forgets the kept directory (after removing or replacing directories).

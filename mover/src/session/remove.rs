@@ -179,7 +179,7 @@ fn open_up(dir: BorrowedFd<'_>, mode: u32) -> Option<u32> {
 
 /// `chmod` of a held directory, which may be an `O_PATH` handle (one that
 /// `fchmod` refuses): its `/proc` link leads to the very inode.
-fn chmod(dir: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+pub(in crate::session) fn chmod(dir: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
     let via = format!("/proc/self/fd/{}", dir.as_raw_fd());
     rustix::fs::chmod(via.as_str(), Mode::from_raw_mode(mode)).map_err(Into::into)
 }

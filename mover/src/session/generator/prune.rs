@@ -3,15 +3,20 @@
 //! temporary files no process of this operation still uses.
 
 use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+use rustix::io::Errno;
 
 use super::Generator;
+use crate::beneath::open_subdir;
 use crate::path::RelPath;
 use crate::session::commit::is_own_temp;
+use crate::session::remove::chmod;
 use crate::session::{is_fatal, warn};
 use crate::walk::{is_temp_name, STATE_DIR};
 
@@ -70,17 +75,40 @@ impl Generator {
     /// (and so is the directory holding them), as rsync does. Only fatal
     /// errors are returned; others are reported and counted.
     fn delete(&mut self, path: &RelPath, is_dir: bool) -> io::Result<()> {
-        let r = self.placer.place(path).and_then(|full| {
-            if is_dir {
-                self.delete_dir(path, &full)
-            } else {
-                fs::remove_file(&*full)
+        match self.placer.place(path) {
+            Ok(placed) => {
+                let (parent, name) = placed.at();
+                self.delete_at(parent, name, path, is_dir)
             }
-        });
+            Err(err) => self.count_delete(path, Err(err)),
+        }
+    }
+
+    /// Deletes `name` in the directory `parent`; `path` names it. Works
+    /// from handles, as the shared remover does (`session/remove.rs`): a
+    /// symlink is unlinked, never followed, and a mount point is not
+    /// entered.
+    fn delete_at(
+        &mut self,
+        parent: BorrowedFd<'_>,
+        name: &OsStr,
+        path: &RelPath,
+        is_dir: bool,
+    ) -> io::Result<()> {
+        let r = if is_dir {
+            self.delete_dir(parent, name, path)
+        } else {
+            rustix::fs::unlinkat(parent, name, AtFlags::empty()).map_err(io::Error::from)
+        };
+        self.count_delete(path, r)
+    }
+
+    fn count_delete(&mut self, path: &RelPath, r: io::Result<()>) -> io::Result<()> {
         match r {
             Ok(()) => self.result.summary.deleted += 1,
             Err(err) if is_fatal(&err) => return Err(err),
-            // Kept because it holds excluded names.
+            // Kept because it holds excluded names (or a mount point, which
+            // is reported as itself).
             Err(err) if err.kind() == io::ErrorKind::DirectoryNotEmpty => {}
             Err(err) => {
                 warn(format_args!("deleting {path}: {err}"));
@@ -90,30 +118,68 @@ impl Generator {
         Ok(())
     }
 
-    fn delete_dir(&mut self, path: &RelPath, full: &Path) -> io::Result<()> {
+    /// Empties and removes the directory `name` in `parent`. It is opened
+    /// from its parent's handle ([`open_subdir`]): never through a symlink,
+    /// and never into another mount. A mount point below the destination (a
+    /// bind mount, a tmpfs put there) is not entered: what is mounted there
+    /// keeps its contents, and the mount point is a failed delete.
+    fn delete_dir(
+        &mut self,
+        parent: BorrowedFd<'_>,
+        name: &OsStr,
+        path: &RelPath,
+    ) -> io::Result<()> {
+        let dir = match open_subdir(parent, name) {
+            Ok(dir) => dir,
+            Err(Errno::XDEV) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    "is a mount point: not entered, what is mounted there is kept",
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
         // Without root, a read-only directory cannot be emptied: open it up
         // (and close it again if it has to stay).
-        let mode = fs::symlink_metadata(full)?.mode();
-        if mode & 0o700 != 0o700 {
-            fs::set_permissions(full, fs::Permissions::from_mode(mode | 0o700))?;
+        let mode = rustix::fs::fstat(&dir)?.st_mode;
+        let opened = mode & 0o700 != 0o700;
+        if opened {
+            chmod(dir.as_fd(), mode | 0o700)?;
         }
-        let emptied = self.delete_children(path, full);
-        emptied
-            .and_then(|()| fs::remove_dir(full))
-            .inspect_err(|_| {
-                let _ = fs::set_permissions(full, fs::Permissions::from_mode(mode));
-            })
+        let removed = self.delete_children(dir.as_fd(), path).and_then(|()| {
+            rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).map_err(io::Error::from)
+        });
+        if removed.is_err() && opened {
+            let _ = chmod(dir.as_fd(), mode);
+        }
+        removed
     }
 
-    fn delete_children(&mut self, path: &RelPath, full: &Path) -> io::Result<()> {
-        for de in fs::read_dir(full)? {
-            let de = de?;
-            let Ok(child) = path.join(de.file_name().as_bytes()) else {
+    /// Deletes what `dir` (which `path` names) holds, but excluded names.
+    fn delete_children(&mut self, dir: BorrowedFd<'_>, path: &RelPath) -> io::Result<()> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let listing = rustix::fs::openat(dir, ".", flags, Mode::empty()).and_then(Dir::new)?;
+        for entry in listing {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let Ok(child) = path.join(name) else {
                 continue;
             };
-            let child_is_dir = de.file_type()?.is_dir();
+            let name = OsStr::from_bytes(name);
+            let kind = match entry.file_type() {
+                // Not every file system says in the listing.
+                FileType::Unknown => {
+                    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+                    FileType::from_raw_mode(st.st_mode)
+                }
+                kind => kind,
+            };
+            let child_is_dir = kind == FileType::Directory;
             if !self.filter.excludes(&child, child_is_dir) {
-                self.delete(&child, child_is_dir)?;
+                self.delete_at(dir, name, &child, child_is_dir)?;
             }
         }
         Ok(())
