@@ -125,6 +125,11 @@ pub fn record_name(op: &str) -> String {
     format!("volmig-{op}")
 }
 
+/// The pod that inspects a reused destination before the first attempt.
+pub fn inspect_pod_name(op: &str) -> String {
+    format!("volmig-{op}-inspect")
+}
+
 /// The Secret with the operation's TLS key material.
 pub fn keys_name(op: &str) -> String {
     format!("volmig-{op}-keys")

@@ -352,6 +352,12 @@ async fn a_copy_abandoned_mid_way_leaves_nothing_in_the_next_one() {
     .await;
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(again.operation().status.phase, Phase::Succeeded);
+    // Before the first attempt, it said what the claim held (issue 20).
+    let held = again.operation().status.reusable.unwrap_or_default();
+    assert!(
+        held.starts_with(&format!("a checkpoint of operation {op} (")),
+        "{held}"
+    );
     let left: Vec<String> = manifest(&dst)
         .into_keys()
         .filter(|k| k.contains(".volmig"))

@@ -231,6 +231,69 @@ async fn a_node_that_stays_away_gets_a_fresh_destination_and_cleanup_removes_the
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_to_another_node_replaces_the_destination_at_once() {
+    let (env, client, ns, src) = source_on_node_1().await;
+    let args = [
+        "migrate",
+        "data",
+        "--to",
+        "copy",
+        "--to-storage-class",
+        "local",
+        "--bwlimit",
+        "3M",
+        "--backoff",
+        "1",
+        "--reuse-wait",
+        "10m",
+        "-o",
+        "json",
+    ];
+    let child = common::spawn_volmig(&env, &args);
+    let op = common::first_operation(&client, &ns).await;
+    common::await_progress(&client, &ns, &op, 1, 6 * MIB).await;
+    let away = node_of_claim(&client, &ns, "copy").await;
+    let other = ["node-2", "node-3"]
+        .into_iter()
+        .find(|n| *n != away)
+        .expect("another node");
+    let sandbox = env.sandbox();
+    sandbox.set_node_ready(&away, false).expect("node away");
+    sandbox.kill_pods_on(&away);
+    wait_until("the driver waiting for the node", || async {
+        record(&client, &ns, &op)
+            .await
+            .status
+            .destination_unavailable
+    })
+    .await;
+    // The user will not wait ten minutes: the client goes, and resume
+    // asks for a destination on the other node.
+    common::kill(child).await;
+    let run = volmig(&env, &["resume", &op, "--to-node", other, "-o", "json"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let vm = run.operation();
+    assert_eq!(vm.status.phase, Phase::Succeeded, "{:?}", vm.status.message);
+    let given_up = &vm.status.abandoned_destinations;
+    assert_eq!(given_up.len(), 1, "{given_up:?}");
+    assert_eq!(
+        given_up[0].reason,
+        format!("asked by resume: --to-node {other}")
+    );
+    let last = vm.status.attempts.last().expect("attempts");
+    assert_eq!(last.receiver.node.as_deref(), Some(other));
+    assert_eq!(last.bytes_prior, 0);
+    assert_eq!(vm.status.destination_change, None);
+    assert_eq!(vm.status.destination_unavailable, None);
+    assert_eq!(node_of_claim(&client, &ns, "copy-2").await, other);
+    assert_eq!(
+        manifest(&src),
+        manifest(&volume_dir(&client, &ns, "copy-2").await)
+    );
+    sandbox.set_node_ready(&away, true).expect("node back");
+}
+
 /// A source whose last entry, `zzz`, comes after 8 MiB in `aaa/`.
 fn seed_with_last_entry(src: &std::path::Path) {
     seed(&src.join("aaa"), 8, MIB as usize);
@@ -287,6 +350,9 @@ async fn a_destination_that_cannot_be_repaired_is_replaced_after_the_reuse_limit
     let vm = run.operation();
     let message = vm.status.message.clone().unwrap_or_default();
     assert!(message.contains("it is yours (--reuse)"), "{message}");
+    // Before the first attempt, it said what the claim held.
+    let held = vm.status.reusable.clone().unwrap_or_default();
+    assert!(held.starts_with("no checkpoint"), "{held}");
     let faults = vm
         .status
         .attempts

@@ -441,6 +441,13 @@ pub struct ResumeArgs {
     /// How long a mover pod may take to start, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     pub start_timeout: u64,
+    /// Give the destination up for a fresh one on this node (its node is
+    /// away, say): the next attempt copies in full there, without waiting.
+    #[arg(long, value_name = "NODE")]
+    pub to_node: Option<String>,
+    /// Give the destination up for a fresh one of this class.
+    #[arg(long, value_name = "CLASS")]
+    pub to_storage_class: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -133,6 +133,11 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
                 "--detach takes an operation of one claim in this version".into(),
             ))
         }
+        set::Found::Set(_) if args.to_node.is_some() || args.to_storage_class.is_some() => {
+            return Err(CliError::Usage(
+                "--to-node and --to-storage-class take an operation of one claim".into(),
+            ))
+        }
         set::Found::Set(group) => {
             return set::resume(cluster, *group, args.force, start_timeout, output).await
         }
@@ -177,6 +182,10 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
                 return Ok(code);
             }
             continue;
+        }
+        if args.to_node.is_some() || args.to_storage_class.is_some() {
+            let (node, class) = (args.to_node.as_deref(), args.to_storage_class.as_deref());
+            super::redirect::new_destination(cluster, &store, &vm, node, class).await?;
         }
         if args.detach {
             super::detach::preflight(cluster, &vm).await?;
@@ -360,6 +369,8 @@ pub async fn drive_rollback(
         driver_image: String::new(),
         force,
         start_timeout,
+        to_node: None,
+        to_storage_class: None,
     };
     match resume(cluster, args, output).await? {
         exit::ROLLED_BACK => Ok(exit::OK),

@@ -26,6 +26,7 @@ mod drain;
 mod many;
 mod migrate;
 mod notes;
+mod redirect;
 mod rehome;
 mod report;
 mod set;

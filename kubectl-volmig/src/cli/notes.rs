@@ -89,7 +89,37 @@ pub fn resuming(vm: &VolumeMigration, restart: bool) -> String {
         ),
         Some(a) => format!("picking it up after attempt {}", a.number),
     };
-    format!("{route}\n  {what}\n")
+    format!("{route}\n  {what}\n{}", reuses(vm))
+}
+
+/// What the next attempt reuses of the destination (issue 20): the bytes
+/// the last attempt on it had done, which its checkpoint holds at most;
+/// and, while its node is away, that it is waited for.
+fn reuses(vm: &VolumeMigration) -> String {
+    let status = &vm.status;
+    let first = status
+        .abandoned_destinations
+        .last()
+        .map_or(0, |a| a.replaced_before_attempt);
+    let mut on_it = status.attempts.iter().filter(|a| a.number >= first);
+    let mut out = String::new();
+    if let Some(a) = on_it.rfind(|a| a.bytes_done > 0) {
+        let human = |b: u64| mover::stats::human_bytes(b as f64);
+        let of = match a.bytes_total {
+            0 => String::new(),
+            total => format!(" of {}", human(total)),
+        };
+        out += &format!(
+            "  the destination holds up to {}{of} from attempt {}: the next attempt resumes from \
+             its checkpoint and sends only the rest\n",
+            human(a.bytes_done),
+            a.number
+        );
+    }
+    if let Some(waiting) = &status.destination_unavailable {
+        out += &format!("  {waiting}\n");
+    }
+    out
 }
 
 #[cfg(test)]
@@ -182,5 +212,30 @@ mod tests {
         assert!(resuming(&left, false).ends_with("  attempt 1 was left running; taking it over\n"));
         let fresh = record(Phase::Pending, &[]);
         assert!(resuming(&fresh, false).ends_with("  no attempt has run yet; starting\n"));
+    }
+
+    #[test]
+    fn resume_says_what_the_destination_holds_to_reuse() {
+        let mut vm = record(Phase::Failed, &[AttemptPhase::Failed]);
+        vm.status.attempts[0].bytes_done = 50 << 20;
+        vm.status.attempts[0].bytes_total = 100 << 20;
+        let text = resuming(&vm, true);
+        assert!(
+            text.ends_with(
+                "  the destination holds up to 50.0 MiB of 100.0 MiB from attempt 1: the next \
+                 attempt resumes from its checkpoint and sends only the rest\n"
+            ),
+            "{text}"
+        );
+        // A destination given up before attempt 2 holds nothing of attempt 1.
+        vm.status
+            .abandoned_destinations
+            .push(crate::record::AbandonedDestination {
+                name: "data-fast".into(),
+                reason: "gone".into(),
+                replaced_before_attempt: 2,
+                at: None,
+            });
+        assert!(!resuming(&vm, true).contains("holds up to"));
     }
 }

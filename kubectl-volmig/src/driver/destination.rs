@@ -18,6 +18,7 @@ use crate::events::Severity;
 use crate::names::{self, Component};
 use crate::plan::ClaimAction;
 use crate::record::{AbandonedDestination, AttemptPhase};
+use crate::resources;
 
 /// What the next attempt does with the destination.
 pub(super) enum Prepared {
@@ -96,7 +97,8 @@ impl Driver {
                 self.plan.destination.name
             ))),
             Decision::Replace { why } => {
-                let new = self.replace_destination(number, &why).await?;
+                let away = facts.node.filter(|n| n.away.is_some()).map(|n| n.name);
+                let new = self.replace_destination(number, &why, away).await?;
                 Ok(Prepared::Go {
                     wipe: false,
                     note: Some(format!("fresh claim {new}: {why}")),
@@ -176,14 +178,21 @@ impl Driver {
             wipe_failed,
             wait: Duration::from_secs(retry.reuse_wait_seconds),
             limit: retry.reuse_limit,
+            asked_new: status.destination_change.clone(),
         })
     }
 
     /// Gives the destination claim up for a fresh one (written ahead in
     /// the record; the old claim is kept, labelled, until `cleanup`), and
     /// makes it. Its name.
-    async fn replace_destination(&mut self, number: u32, why: &str) -> Result<String, DriverError> {
-        if let Some(node) = self.plan.placement.receiver.node.clone() {
+    async fn replace_destination(
+        &mut self,
+        number: u32,
+        why: &str,
+        away: Option<String>,
+    ) -> Result<String, DriverError> {
+        let pinned = self.plan.placement.receiver.node.clone();
+        if let Some(node) = pinned.filter(|p| away.as_ref() == Some(p)) {
             return Err(DriverError::Refused(format!(
                 "the destination cannot be reused ({why}), and the receiver is pinned to node \
                  {node} (--to-node): a fresh destination there would wait for the same node; \
@@ -219,6 +228,7 @@ impl Driver {
             }
             vm.status.destination_unavailable_since = None;
             vm.status.destination_unavailable = None;
+            vm.status.destination_change = None;
             vm.status.message = None;
         })
         .await?;
@@ -248,4 +258,55 @@ impl Driver {
         let _ = self.updates.send(Update::Destination(msg));
         Ok(new)
     }
+
+    /// Before the first attempt into a reused claim (`--reuse`): what it
+    /// holds, read by `mover inspect` in a pod placed as the receiver,
+    /// recorded and said. Not knowing never stops the copy.
+    pub(super) async fn inspect_destination(&mut self) -> Result<(), DriverError> {
+        let pod = resources::inspect_pod(&self.plan);
+        let name = names::inspect_pod_name(&self.plan.operation);
+        objects::create_or_get(&self.receiver_pods, &pod).await?;
+        let deadline = tokio::time::Instant::now() + self.options.start_timeout.min(INSPECT_LIMIT);
+        let mut said = None;
+        while tokio::time::Instant::now() < deadline {
+            let seen = self
+                .receiver_pods
+                .get_opt(&name)
+                .await
+                .map_err(|e| DriverError::kube(format!("get pod {name}"), e))?;
+            let phase = seen.and_then(|p| p.status?.phase).unwrap_or_default();
+            if phase == "Succeeded" || phase == "Failed" {
+                let log = self.receiver_pods.logs(&name, &Default::default()).await;
+                said = log.ok().and_then(|text| {
+                    let line = text.lines().find(|l| l.trim_start().starts_with('{'))?;
+                    serde_json::from_str::<serde_json::Value>(line).ok()
+                });
+                break;
+            }
+            tokio::time::sleep(RECORD_EVERY / 5).await;
+        }
+        objects::delete_pods(
+            &self.receiver_pods,
+            std::slice::from_ref(&name),
+            RECORD_EVERY,
+        )
+        .await?;
+        let text = match said {
+            Some(json) => reuse::reusable(&json, &self.plan.operation),
+            None => "not known (mover inspect did not answer): files already there are \
+                     compared by size and time as they are sent"
+                .to_string(),
+        };
+        self.write(|vm| vm.status.reusable = Some(text.clone()))
+            .await?;
+        let msg = format!(
+            "the destination {} holds {text}",
+            self.plan.destination.name
+        );
+        let _ = self.updates.send(Update::Destination(msg));
+        Ok(())
+    }
 }
+
+/// The longest the inspection of a reused destination may take.
+const INSPECT_LIMIT: Duration = Duration::from_secs(60);

@@ -10,6 +10,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 
+use super::objects::UNREACHABLE;
 use crate::plan::fit;
 
 /// The node a node-local destination volume is pinned to, as seen now.
@@ -41,6 +42,8 @@ pub struct Facts {
     pub wait: Duration,
     /// `--reuse-limit`.
     pub limit: u32,
+    /// A new destination the user asked for, and how.
+    pub asked_new: Option<String>,
 }
 
 /// What the next attempt does with the destination.
@@ -64,6 +67,9 @@ pub enum Decision {
 
 /// The next attempt's way with the destination.
 pub fn decide(f: &Facts) -> Decision {
+    if let Some(how) = &f.asked_new {
+        return Decision::Replace { why: how.clone() };
+    }
     if let Some(DestinationNode {
         name,
         away: Some(why),
@@ -109,10 +115,6 @@ pub fn decide(f: &Facts) -> Decision {
     }
     Decision::Reuse
 }
-
-/// The taint the node lifecycle controller puts on a node that stopped
-/// reporting.
-const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
 /// The node `volume` is pinned to, as `nodes` show it: `None` for a volume
 /// any node may mount; up when some node its affinity allows is Ready and
@@ -165,6 +167,46 @@ fn away(node: &Node) -> Option<String> {
     (!fit::ready(node)).then(|| "NotReady".into())
 }
 
+/// What `mover inspect`'s JSON says a destination holds, for the plan's
+/// reader: a checkpoint of this operation (resumed from), of another (its
+/// files are compared by size and time as they are sent), or none.
+pub fn reusable(inspect: &serde_json::Value, operation: &str) -> String {
+    let bytes = |v: &serde_json::Value| {
+        v.as_u64()
+            .map_or("?".to_string(), |b| mover::stats::human_bytes(b as f64))
+    };
+    if let Some(problem) = inspect["problem"].as_str() {
+        return format!(
+            "its checkpoint is unreadable ({problem}): files already there are compared by \
+             size and time as they are sent"
+        );
+    }
+    let cp = &inspect["checkpoint"];
+    if cp.is_null() {
+        return "no checkpoint: files already there are compared by size and time as they are \
+                sent, and those that match are not sent again"
+            .to_string();
+    }
+    let whose = cp["operation_id"].as_str().unwrap_or_default();
+    let of = match cp["bytes_total"].is_null() {
+        true => String::new(),
+        false => format!(" of {}", bytes(&cp["bytes_total"])),
+    };
+    if whose == operation {
+        format!(
+            "a checkpoint of attempt {}: {}{of} done, resumed from",
+            cp["attempt"],
+            bytes(&cp["bytes_done"])
+        )
+    } else {
+        format!(
+            "a checkpoint of operation {whose} ({}{of} done): files already there are compared \
+             by size and time as they are sent",
+            bytes(&cp["bytes_done"])
+        )
+    }
+}
+
 /// `3m`, `10m`, `1m30s`, `45s`.
 pub fn human(d: Duration) -> String {
     let s = d.as_secs();
@@ -192,6 +234,7 @@ mod tests {
             wipe_failed: false,
             wait: Duration::from_secs(600),
             limit: 3,
+            asked_new: None,
         }
     }
 
@@ -238,6 +281,21 @@ mod tests {
         let mut anywhere = pv.clone();
         anywhere.spec = None;
         assert_eq!(destination_node(&anywhere, &up), None);
+    }
+
+    #[test]
+    fn what_a_destination_holds_is_said_from_mover_inspect() {
+        let none = serde_json::json!({"root": "/data", "checkpoint": null});
+        assert!(reusable(&none, "op").starts_with("no checkpoint"));
+        let ours = serde_json::json!({"root": "/data", "checkpoint": {"operation_id": "op",
+            "attempt": 3, "bytes_done": 52428800u64, "bytes_total": 104857600u64}});
+        assert_eq!(
+            reusable(&ours, "op"),
+            "a checkpoint of attempt 3: 50.0 MiB of 100.0 MiB done, resumed from"
+        );
+        assert!(reusable(&ours, "other").starts_with("a checkpoint of operation op (50.0 MiB"));
+        let bad = serde_json::json!({"root": "/data", "checkpoint": null, "problem": "corrupt checkpoint"});
+        assert!(reusable(&bad, "op").contains("unreadable (corrupt checkpoint)"));
     }
 
     #[test]
@@ -300,5 +358,13 @@ mod tests {
         // An away node comes first: its data cannot even be looked at.
         away(&mut f, 1);
         assert!(matches!(decide(&f), Decision::Wait { .. }));
+        // Unless the user asked for a new destination: no waiting then.
+        f.asked_new = Some("asked by resume: --to-node node-3".into());
+        assert_eq!(
+            decide(&f),
+            Decision::Replace {
+                why: "asked by resume: --to-node node-3".into()
+            }
+        );
     }
 }

@@ -309,6 +309,10 @@ impl Driver {
             self.post(Severity::Normal, "MigrationStarted", &msg).await;
         }
         self.watch.ready().await;
+        let reused = self.plan.destination.action == crate::plan::ClaimAction::Reuse;
+        if first && reused && self.record.status.reusable.is_none() {
+            self.inspect_destination().await?;
+        }
         let adopt = self
             .record
             .status
@@ -368,6 +372,19 @@ impl Driver {
             return Ok(self.decided_by(&last).unwrap_or(State::StartAttempt {
                 number: last.number + 1,
             }));
+        }
+        // A new destination was asked for: the attempt left running into
+        // the old one ends, and the next makes the new one.
+        if self.record.status.destination_change.is_some() {
+            return Ok(State::EndAttempt {
+                number: last.number,
+                end: AttemptEnd {
+                    phase: AttemptPhase::Replaced,
+                    reason: Some("a new destination was asked for".into()),
+                    retryable: Some(true),
+                    destination_fault: false,
+                },
+            });
         }
         // A previous driver left this attempt: adopt its pods.
         let receiver = self

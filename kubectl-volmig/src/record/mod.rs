@@ -210,6 +210,14 @@ pub struct MigrationStatus {
     /// the operation ends; `cleanup` removes them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub abandoned_destinations: Vec<AbandonedDestination>,
+    /// A new destination asked for (`resume --to-node`/`--to-storage-class`):
+    /// the next attempt makes it at once, without waiting for the old one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_change: Option<String>,
+    /// What a reused destination (`--reuse`) held before the first
+    /// attempt, as `mover inspect` read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reusable: Option<String>,
 }
 
 /// A destination claim the driver stopped using, and why.

@@ -27,7 +27,9 @@ mod tests;
 
 pub use claim::{destination_claim, SOURCE_ANNOTATION};
 pub use keys::{keys_secret, redacted_keys_secret, REDACTED};
-pub use pods::{receiver_pod, sender_pod, wipe_first, CONTAINER, PLACEMENT_REASON_ANNOTATION};
+pub use pods::{
+    inspect_pod, receiver_pod, sender_pod, wipe_first, CONTAINER, PLACEMENT_REASON_ANNOTATION,
+};
 pub use service::service;
 pub use source_copy::{read_claim, source_snapshot};
 

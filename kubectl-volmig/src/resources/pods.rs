@@ -63,6 +63,26 @@ pub fn wipe_first(receiver: &mut Pod) {
     }
 }
 
+/// A pod that runs `mover inspect` on the destination claim (read-only)
+/// and exits: what a reused destination holds, before the first attempt.
+/// Placed as the receiver, labelled as one of no attempt (0), so that the
+/// driver's sweeps remove it with the rest.
+pub fn inspect_pod(plan: &Plan) -> Pod {
+    let mut pod = receiver_pod(plan, 0);
+    pod.metadata.name = Some(names::inspect_pod_name(&plan.operation));
+    for c in pod.spec.iter_mut().flat_map(|s| s.containers.iter_mut()) {
+        c.args = Some(["inspect", "--root", DATA_DIR].map(String::from).to_vec());
+        c.ports = None;
+        c.env = None;
+        for m in c.volume_mounts.iter_mut().flatten() {
+            if m.mount_path == DATA_DIR {
+                m.read_only = Some(true);
+            }
+        }
+    }
+    pod
+}
+
 pub fn receiver_pod(plan: &Plan, attempt: u32) -> Pod {
     let listen = format!("$(POD_IP):{}", names::MOVER_PORT);
     let mut container = container(

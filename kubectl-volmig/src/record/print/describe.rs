@@ -58,6 +58,9 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
     }
     out.field(0, "Source", source(vm));
     out.field(0, "Destination", destination(vm));
+    if let Some(held) = &status.reusable {
+        out.field(1, "Held before", held);
+    }
     for a in &status.abandoned_destinations {
         let text = format!(
             "{} (before attempt {}: {}); removed by kubectl volmig cleanup",

@@ -341,3 +341,26 @@ fn restricted_movers_run_as_the_app_with_no_capability_and_only_its_own_fs_group
     assert_eq!(ps.fs_group, Some(4000));
     assert_eq!(ps.fs_group_change_policy.as_deref(), Some("OnRootMismatch"));
 }
+
+#[test]
+fn a_wiping_receiver_and_the_inspector_run_what_they_say() {
+    let plan = plan();
+    let mut receiver = receiver_pod(&plan, 4);
+    wipe_first(&mut receiver);
+    assert!(args(&receiver).iter().any(|a| a == "--wipe"));
+    assert!(!args(&receiver_pod(&plan, 4)).iter().any(|a| a == "--wipe"));
+
+    let inspector = inspect_pod(&plan);
+    assert_eq!(
+        inspector.metadata.name.as_deref(),
+        Some(crate::names::inspect_pod_name(&plan.operation).as_str())
+    );
+    assert_eq!(args(&inspector), ["inspect", "--root", "/data"]);
+    // It reads the destination, never writes it.
+    assert_eq!(mount(&inspector, "data"), ("/data".to_string(), true));
+    let claim = volume(&inspector, "data")
+        .persistent_volume_claim
+        .as_ref()
+        .expect("claim");
+    assert_eq!(claim.claim_name, "data-new");
+}
