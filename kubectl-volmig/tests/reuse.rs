@@ -133,6 +133,10 @@ async fn a_destination_whose_node_comes_back_is_reused_from_its_checkpoint() {
     assert!(last.bytes_prior >= 4 * MIB, "{last:#?}");
     let summary = vm.status.summary.as_ref().expect("summary");
     let total = 24 * MIB;
+    eprintln!(
+        "node back: reused {} of {total} bytes, sent {} after it",
+        last.bytes_prior, summary.bytes_literal
+    );
     assert!(
         summary.bytes_literal <= total - last.bytes_prior + MIB,
         "re-sent too much: {summary:?}, reused {}",
@@ -283,6 +287,16 @@ async fn resume_to_another_node_replaces_the_destination_at_once() {
     );
     let last = vm.status.attempts.last().expect("attempts");
     assert_eq!(last.receiver.node.as_deref(), Some(other));
+    let placed = vm
+        .status
+        .placement
+        .as_ref()
+        .map(|p| p.receiver.node.clone());
+    assert_eq!(
+        placed,
+        Some(Some(other.to_string())),
+        "the receiver pinned where asked"
+    );
     assert_eq!(last.bytes_prior, 0);
     assert_eq!(vm.status.destination_change, None);
     assert_eq!(vm.status.destination_unavailable, None);
@@ -369,7 +383,8 @@ async fn a_destination_that_cannot_be_repaired_is_replaced_after_the_reuse_limit
     // attempts: attempt 1's sender is killed early (a transient failure,
     // which counts neither way), then two attempts fail on `zzz`, the
     // fourth empties the destination first, which the mount stops, and the
-    // fifth copies in full into a fresh claim.
+    // fifth copies in full into a fresh claim. (The backoff between them
+    // grows as for any failure: `backoff` is tested in the driver.)
     let args = [
         "migrate",
         "data",
@@ -410,19 +425,6 @@ async fn a_destination_that_cannot_be_repaired_is_replaced_after_the_reuse_limit
             (false, false, AttemptPhase::Succeeded),
         ],
         "{attempts:#?}"
-    );
-    // Backoff grows between the reuses (--backoff 2: 4 s, then 8 s).
-    let wait = |i: usize| {
-        let (end, next) = (attempts[i].end_time, attempts[i + 1].start_time);
-        next.zip(end)
-            .map(|(n, e)| n.duration_since(e))
-            .expect("times")
-    };
-    assert!(
-        wait(2) >= wait(1) + jiff::SignedDuration::from_secs(2),
-        "{:?} then {:?}",
-        wait(1),
-        wait(2)
     );
     let wipe = &attempts[3];
     assert!(

@@ -236,7 +236,8 @@ pub struct MigrateOptions {
     pub reuse_wait: std::time::Duration,
     /// Attempts in a row that may fail on the destination's data (verification
     /// differences, I/O errors) before it is emptied and filled afresh.
-    #[arg(long, value_name = "N", default_value_t = spec::DEFAULT_REUSE_LIMIT)]
+    #[arg(long, value_name = "N", default_value_t = spec::DEFAULT_REUSE_LIMIT,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub reuse_limit: u32,
     /// How long a mover pod may take to start, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]

@@ -183,10 +183,14 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
             }
             continue;
         }
-        if args.to_node.is_some() || args.to_storage_class.is_some() {
-            let (node, class) = (args.to_node.as_deref(), args.to_storage_class.as_deref());
-            super::redirect::new_destination(cluster, &store, &vm, node, class).await?;
-        }
+        // Asked once, then driven from the record as it now is.
+        let vm = match (args.to_node.as_deref(), args.to_storage_class.as_deref()) {
+            (None, None) => vm,
+            (node, class) => {
+                super::redirect::new_destination(cluster, &store, &vm, node, class).await?;
+                store.get(op).await?
+            }
+        };
         if args.detach {
             super::detach::preflight(cluster, &vm).await?;
         }

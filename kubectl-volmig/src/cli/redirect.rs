@@ -47,6 +47,9 @@ pub async fn new_destination(
         if fit::cordoned(&found) {
             return Err(CliError::Usage(format!("node {name:?} is cordoned")));
         }
+        if !fit::ready(&found) {
+            return Err(CliError::Usage(format!("node {name:?} is not Ready")));
+        }
         let hostname = found
             .metadata
             .labels

@@ -7,17 +7,17 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::reuse::{self, Decision, Facts};
-use super::run::{Driver, State, Update, RECORD_EVERY};
+use super::run::{Driver, State, Update, POD_GONE_WAIT, RECORD_EVERY};
 use super::{objects, DriverError};
 use crate::events::Severity;
 use crate::names::{self, Component};
 use crate::plan::ClaimAction;
-use crate::record::{AbandonedDestination, AttemptPhase};
+use crate::record::AbandonedDestination;
 use crate::resources;
 
 /// What the next attempt does with the destination.
@@ -41,23 +41,40 @@ impl Driver {
     ) -> Result<Prepared, DriverError> {
         let facts = self.destination_facts(number).await?;
         let reusing_users = self.plan.destination.action == ClaimAction::Reuse;
-        match reuse::decide(&facts) {
-            Decision::Reuse => {
-                if self.record.status.destination_unavailable_since.is_some() {
-                    let msg = "the destination's node is back: the next attempt resumes on it";
-                    self.write(|vm| {
-                        vm.status.destination_unavailable_since = None;
-                        vm.status.destination_unavailable = None;
-                        vm.status.message = None;
-                    })
-                    .await?;
-                    self.post(Severity::Normal, "DestinationBack", msg).await;
-                }
-                Ok(Prepared::Go {
-                    wipe: false,
-                    note: None,
-                })
+        let decision = reuse::decide(&facts);
+        let waiting = matches!(decision, Decision::Wait { .. });
+        if !waiting && self.record.status.destination_unavailable_since.is_some() {
+            self.write(|vm| {
+                vm.status.destination_unavailable_since = None;
+                vm.status.destination_unavailable = None;
+                vm.status.message = None;
+            })
+            .await?;
+            if facts.node.as_ref().is_some_and(|n| n.away.is_none()) {
+                let msg = "the destination's node is back: the next attempt resumes on it";
+                self.post(Severity::Normal, "DestinationBack", msg).await;
             }
+        }
+        // The final sync runs with the app down: no waiting, emptying or
+        // copying in full then; the pass fails and the cutover rolls back.
+        let final_sync = self
+            .record
+            .status
+            .cutover
+            .as_ref()
+            .and_then(|c| c.pass)
+            .is_some_and(|p| p.kind == crate::record::cutover::PassKind::FinalSync);
+        if final_sync && decision != Decision::Reuse {
+            return Err(DriverError::Refused(format!(
+                "the destination cannot be reused for the final sync ({decision:?}) while the app \
+                 is down"
+            )));
+        }
+        match decision {
+            Decision::Reuse => Ok(Prepared::Go {
+                wipe: false,
+                note: None,
+            }),
             Decision::Wait {
                 node,
                 why,
@@ -117,65 +134,29 @@ impl Driver {
 
     /// What [`reuse::decide`] needs, read now.
     async fn destination_facts(&self, number: u32) -> Result<Facts, DriverError> {
-        let dest = &self.plan.destination;
-        let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &dest.namespace);
-        let claim = claims
-            .get_opt(&dest.name)
-            .await
-            .map_err(|e| DriverError::kube(format!("get claim {}", dest.name), e))?;
-        let bound = claim
-            .and_then(|c| c.spec?.volume_name)
-            .filter(|v| !v.is_empty());
-        let volume = match bound {
-            Some(v) => Api::<PersistentVolume>::all(self.client.clone())
-                .get_opt(&v)
-                .await
-                .map_err(|e| DriverError::kube(format!("get volume {v}"), e))?,
-            None => None,
-        };
+        let volume = self.destination_volume().await?;
         let node = match &volume {
             Some(v) => reuse::destination_node(v, &self.nodes().await?),
             None => None,
         };
         let status = &self.record.status;
-        let first = status
+        let replaced = status
             .abandoned_destinations
             .last()
             .map_or(0, |a| a.replaced_before_attempt);
-        let on_this: Vec<_> = status
-            .attempts
-            .iter()
-            .filter(|a| a.number >= first && a.number < number)
-            .collect();
-        let written = on_this.iter().any(|a| a.receiver.node.is_some());
-        let last = on_this.iter().rev().find(|a| a.phase.is_over());
-        let wipe_failed = last.is_some_and(|a| {
-            a.wipe
-                && a.destination_fault
-                && a.reason
-                    .as_deref()
-                    .is_some_and(|r| r.contains("cannot wipe"))
-        });
-        // Failures on the destination's data in a row since it was last
-        // emptied: a transient failure in between tells nothing either way.
-        let mut destination_failures = 0;
-        for a in on_this.iter().rev().filter(|a| a.phase.is_over()) {
-            if a.phase == AttemptPhase::Succeeded || a.wipe {
-                break;
-            }
-            if a.phase == AttemptPhase::Failed && a.destination_fault {
-                destination_failures += 1;
-            }
-        }
+        // A cutover's passes copy into different claims (the sync back into
+        // the old one): each counts its own.
+        let since = replaced.max(super::run::pass_first(&self.record).unwrap_or(0));
+        let users = self.plan.destination.action == ClaimAction::Reuse;
+        let h = reuse::history(&status.attempts, since, number, users);
         let retry = &self.plan.spec.retry;
         Ok(Facts {
             node,
             unavailable_since: status.destination_unavailable_since,
             now: Timestamp::now(),
-            written,
-            destination_failures,
-            wipe_failed,
+            written: h.written,
+            destination_failures: h.destination_failures,
+            wipe_failed: h.wipe_failed,
             wait: Duration::from_secs(retry.reuse_wait_seconds),
             limit: retry.reuse_limit,
             asked_new: status.destination_change.clone(),
@@ -199,15 +180,22 @@ impl Driver {
                  migrate again with another --to-node"
             )));
         }
+        // The record is the truth: `resume --to-node` may have changed the
+        // receiver's node or the class since this driver read it.
+        if let Some(d) = &self.record.status.destination {
+            self.plan.destination.storage_class = d.storage_class.clone();
+        }
+        if let Some(p) = &self.record.status.placement {
+            self.plan.placement.receiver = p.receiver.clone();
+        }
         let old = self.plan.destination.name.clone();
-        let status = &self.record.status;
-        let base = status
+        let base = self
+            .record
+            .status
             .abandoned_destinations
             .first()
             .map_or(old.clone(), |a| a.name.clone());
-        let suffix = format!("-{}", status.abandoned_destinations.len() + 2);
-        let keep = NAME_MAX - suffix.len();
-        let new = format!("{}{suffix}", &base[..base.len().min(keep)]);
+        let new = self.free_name(&base).await?;
         let abandoned = AbandonedDestination {
             name: old.clone(),
             reason: why.to_string(),
@@ -259,6 +247,40 @@ impl Driver {
         Ok(new)
     }
 
+    /// The first of `base-2`, `base-3`, ... that no claim has, or that this
+    /// operation made (a replacement written ahead before a crash).
+    async fn free_name(&self, base: &str) -> Result<String, DriverError> {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &self.plan.destination.namespace);
+        for n in 2..100 {
+            let suffix = format!("-{n}");
+            let keep = NAME_MAX - suffix.len();
+            let name = format!("{}{suffix}", &base[..base.len().min(keep)]);
+            let given_up = self
+                .record
+                .status
+                .abandoned_destinations
+                .iter()
+                .any(|a| a.name == name);
+            let found = claims
+                .get_opt(&name)
+                .await
+                .map_err(|e| DriverError::kube(format!("get claim {name}"), e))?;
+            let ours = |c: &PersistentVolumeClaim| {
+                let labels = c.metadata.labels.as_ref();
+                labels.and_then(|l| l.get(names::OPERATION_KEY)) == Some(&self.plan.operation)
+            };
+            match found {
+                None if !given_up => return Ok(name),
+                Some(c) if ours(&c) && !given_up => return Ok(name),
+                _ => continue,
+            }
+        }
+        Err(DriverError::Refused(format!(
+            "no free name for a fresh destination claim after {base}-99"
+        )))
+    }
+
     /// Before the first attempt into a reused claim (`--reuse`): what it
     /// holds, read by `mover inspect` in a pod placed as the receiver,
     /// recorded and said. Not knowing never stops the copy.
@@ -266,7 +288,7 @@ impl Driver {
         let pod = resources::inspect_pod(&self.plan);
         let name = names::inspect_pod_name(&self.plan.operation);
         objects::create_or_get(&self.receiver_pods, &pod).await?;
-        let deadline = tokio::time::Instant::now() + self.options.start_timeout.min(INSPECT_LIMIT);
+        let deadline = tokio::time::Instant::now() + self.options.start_timeout;
         let mut said = None;
         while tokio::time::Instant::now() < deadline {
             let seen = self
@@ -276,7 +298,11 @@ impl Driver {
                 .map_err(|e| DriverError::kube(format!("get pod {name}"), e))?;
             let phase = seen.and_then(|p| p.status?.phase).unwrap_or_default();
             if phase == "Succeeded" || phase == "Failed" {
-                let log = self.receiver_pods.logs(&name, &Default::default()).await;
+                let params = kube::api::LogParams {
+                    container: Some(resources::CONTAINER.to_string()),
+                    ..Default::default()
+                };
+                let log = self.receiver_pods.logs(&name, &params).await;
                 said = log.ok().and_then(|text| {
                     let line = text.lines().find(|l| l.trim_start().starts_with('{'))?;
                     serde_json::from_str::<serde_json::Value>(line).ok()
@@ -306,7 +332,71 @@ impl Driver {
         let _ = self.updates.send(Update::Destination(msg));
         Ok(())
     }
-}
 
-/// The longest the inspection of a reused destination may take.
-const INSPECT_LIMIT: Duration = Duration::from_secs(60);
+    /// How long to wait for pod `name` to go once deleted: not at all when
+    /// its node is unreachable (its kubelet cannot confirm the deletion
+    /// until the node is back, and then kills it first) and it cannot
+    /// write what the next attempt uses: a sender (it only reads, and a
+    /// receiver of another attempt refuses it), or a receiver whose
+    /// destination volume is pinned to that very node (the next attempt
+    /// waits for the node, or copies into another volume). Otherwise
+    /// [`POD_GONE_WAIT`].
+    pub(super) async fn gone_wait(
+        &self,
+        api: &Api<Pod>,
+        name: &str,
+    ) -> Result<Duration, DriverError> {
+        let pod = api
+            .get_opt(name)
+            .await
+            .map_err(|e| DriverError::kube(format!("get pod {name}"), e))?;
+        let Some(pod) = pod else {
+            return Ok(POD_GONE_WAIT);
+        };
+        let labels = pod.metadata.labels.as_ref();
+        let role = labels.and_then(|l| l.get(names::COMPONENT_KEY)).cloned();
+        let Some(node) = pod.spec.and_then(|s| s.node_name) else {
+            return Ok(POD_GONE_WAIT);
+        };
+        let nodes = self.nodes().await?;
+        let unreachable = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+            .is_some_and(reuse::unreachable);
+        if !unreachable {
+            return Ok(POD_GONE_WAIT);
+        }
+        if role.as_deref() == Some(Component::Sender.as_str()) {
+            return Ok(Duration::ZERO);
+        }
+        let pinned = self
+            .destination_volume()
+            .await?
+            .and_then(|v| reuse::destination_node(&v, &nodes));
+        Ok(match pinned {
+            Some(d) if d.name == node && d.away.is_some() => Duration::ZERO,
+            _ => POD_GONE_WAIT,
+        })
+    }
+
+    /// The destination claim's volume, when it is bound.
+    async fn destination_volume(&self) -> Result<Option<PersistentVolume>, DriverError> {
+        let dest = &self.plan.destination;
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &dest.namespace);
+        let claim = claims
+            .get_opt(&dest.name)
+            .await
+            .map_err(|e| DriverError::kube(format!("get claim {}", dest.name), e))?;
+        let bound = claim
+            .and_then(|c| c.spec?.volume_name)
+            .filter(|v| !v.is_empty());
+        match bound {
+            Some(v) => Api::<PersistentVolume>::all(self.client.clone())
+                .get_opt(&v)
+                .await
+                .map_err(|e| DriverError::kube(format!("get volume {v}"), e)),
+            None => Ok(None),
+        }
+    }
+}

@@ -51,17 +51,20 @@ impl Driver {
         self.live = None;
         let receiver_name = names::pod_name(&self.plan.operation, Component::Receiver, number);
         let sender_name = names::pod_name(&self.plan.operation, Component::Sender, number);
-        // Side by side: the wait stays shorter than a lease's life.
+        // Side by side: the wait stays shorter than a lease's life. A pod
+        // whose kubelet cannot answer is not waited for when that is safe.
+        let sender_wait = self.gone_wait(&self.sender_pods, &sender_name).await?;
+        let receiver_wait = self.gone_wait(&self.receiver_pods, &receiver_name).await?;
         let (sender, receiver) = tokio::join!(
             objects::delete_pods(
                 &self.sender_pods,
                 std::slice::from_ref(&sender_name),
-                POD_GONE_WAIT
+                sender_wait
             ),
             objects::delete_pods(
                 &self.receiver_pods,
                 std::slice::from_ref(&receiver_name),
-                POD_GONE_WAIT
+                receiver_wait
             ),
         );
         sender?;

@@ -178,33 +178,12 @@ pub async fn delete_pods(
         while tokio::time::Instant::now() < deadline {
             match api.get_opt(name).await {
                 Ok(None) => break,
-                // Its node is unreachable: its kubelet cannot confirm the
-                // deletion until it is back, and then it kills the pod
-                // before the destination there is written again (the
-                // driver waits for that node before it starts a receiver on
-                // a volume pinned to it; a fresh destination is another
-                // volume).
-                Ok(Some(pod)) if on_unreachable_node(api, &pod).await => break,
                 Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(300)).await,
                 Err(e) => return Err(DriverError::kube(format!("get pod {name}"), e)),
             }
         }
     }
     Ok(())
-}
-
-/// Whether `pod` runs on a node the node lifecycle controller has tainted
-/// unreachable.
-async fn on_unreachable_node(api: &Api<Pod>, pod: &Pod) -> bool {
-    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-        return false;
-    };
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(api.clone().into_client());
-    let Ok(Some(node)) = nodes.get_opt(node).await else {
-        return false;
-    };
-    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
-    taints.iter().any(|t| t.key == UNREACHABLE)
 }
 
 /// The taint of a node that stopped reporting.

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 
 use super::objects::UNREACHABLE;
 use crate::plan::fit;
+use crate::record::{Attempt, AttemptPhase};
 
 /// The node a node-local destination volume is pinned to, as seen now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +155,15 @@ pub fn destination_node(volume: &PersistentVolume, nodes: &[Node]) -> Option<Des
     }
 }
 
+/// Whether the node lifecycle controller has tainted `node` unreachable.
+pub fn unreachable(node: &Node) -> bool {
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
+    taints
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == UNREACHABLE)
+}
+
 /// Why a node cannot run the receiver now, if it cannot.
 fn away(node: &Node) -> Option<String> {
     let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
@@ -165,6 +175,57 @@ fn away(node: &Node) -> Option<String> {
         return Some("unreachable".into());
     }
     (!fit::ready(node)).then(|| "NotReady".into())
+}
+
+/// What the attempts so far say of the current destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct History {
+    /// A receiver ran on it, or it is a claim the user gave (`--reuse`).
+    pub written: bool,
+    /// Attempts in a row that failed on its data since it was last
+    /// emptied: a transient failure in between counts neither way.
+    pub destination_failures: u32,
+    /// The last attempt on it was a wipe that could not remove something.
+    pub wipe_failed: bool,
+}
+
+/// [`History`] from `attempts`: those numbered from `since` (the first on
+/// this destination, in this pass) up to, not including, `before`.
+pub fn history(attempts: &[Attempt], since: u32, before: u32, users_claim: bool) -> History {
+    let on_it: Vec<&Attempt> = attempts
+        .iter()
+        .filter(|a| a.number >= since && a.number < before)
+        .collect();
+    let cannot_wipe = |a: &Attempt| {
+        a.wipe
+            && a.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("cannot wipe"))
+    };
+    let ended: Vec<&&Attempt> = on_it.iter().filter(|a| a.phase.is_over()).collect();
+    let mut destination_failures = 0;
+    for a in ended.iter().rev() {
+        if a.phase == AttemptPhase::Succeeded {
+            break;
+        }
+        // A wipe that ran (its receiver got to exit) emptied the data:
+        // what failed before it says nothing about what is there now. One
+        // that never started changed nothing.
+        let wiped = a.wipe && a.receiver.exit_code.is_some() && !cannot_wipe(a);
+        if a.phase == AttemptPhase::Failed && a.destination_fault && !cannot_wipe(a) {
+            destination_failures += 1;
+        }
+        if wiped {
+            break;
+        }
+    }
+    History {
+        written: users_claim || on_it.iter().any(|a| a.receiver.node.is_some()),
+        destination_failures,
+        wipe_failed: ended
+            .last()
+            .is_some_and(|a| cannot_wipe(a) && a.destination_fault),
+    }
 }
 
 /// What `mover inspect`'s JSON says a destination holds, for the plan's
@@ -281,6 +342,76 @@ mod tests {
         let mut anywhere = pv.clone();
         anywhere.spec = None;
         assert_eq!(destination_node(&anywhere, &up), None);
+    }
+
+    fn attempt(number: u32, phase: AttemptPhase, fault: bool) -> Attempt {
+        let mut a = Attempt {
+            number,
+            phase,
+            destination_fault: fault,
+            ..Attempt::default()
+        };
+        a.receiver.node = Some("node-2".into());
+        a.receiver.exit_code = Some(if fault { 23 } else { 10 });
+        a
+    }
+
+    #[test]
+    fn failures_on_the_data_are_counted_in_a_row_since_it_was_emptied() {
+        use AttemptPhase::{Failed, Succeeded};
+        let mut attempts = vec![
+            attempt(1, Failed, true),
+            attempt(2, Failed, false), // the link: neither way
+            attempt(3, Failed, true),
+        ];
+        let h = history(&attempts, 1, 4, false);
+        assert_eq!(
+            (h.written, h.destination_failures, h.wipe_failed),
+            (true, 2, false)
+        );
+        // A success ends the run.
+        attempts.insert(0, attempt(0, Succeeded, false));
+        attempts[1].number = 1;
+        assert_eq!(history(&attempts, 0, 4, false).destination_failures, 2);
+        // A wipe that ran empties what failed before it; one that never
+        // started changes nothing; one that could not remove is said.
+        let mut never_ran = attempt(4, Failed, false);
+        never_ran.wipe = true;
+        never_ran.receiver.exit_code = None;
+        attempts.push(never_ran);
+        assert_eq!(history(&attempts, 0, 5, false).destination_failures, 2);
+        let mut failed_wipe = attempt(5, Failed, true);
+        failed_wipe.wipe = true;
+        failed_wipe.receiver.exit_code = Some(11);
+        failed_wipe.reason = Some(
+            "receiver exited 11 (Error): cannot wipe the destination: cannot remove zzz".into(),
+        );
+        attempts.push(failed_wipe);
+        let h = history(&attempts, 0, 6, false);
+        assert!(h.wipe_failed);
+        let mut wiped = attempt(6, Failed, true);
+        wiped.wipe = true;
+        attempts.push(wiped);
+        let h = history(&attempts, 0, 7, false);
+        assert_eq!((h.destination_failures, h.wipe_failed), (1, false));
+    }
+
+    #[test]
+    fn only_attempts_on_this_destination_and_pass_count() {
+        use AttemptPhase::Failed;
+        let attempts = vec![
+            attempt(1, Failed, true),
+            attempt(2, Failed, true),
+            attempt(3, Failed, true),
+        ];
+        // Replaced (or a new pass) before attempt 3: only attempt 3 counts.
+        let h = history(&attempts, 3, 4, false);
+        assert_eq!(h.destination_failures, 1);
+        // Nothing ran on a fresh destination yet: not written, unless the
+        // user gave it.
+        let fresh = history(&attempts, 4, 4, false);
+        assert!(!fresh.written);
+        assert!(history(&attempts, 4, 4, true).written);
     }
 
     #[test]

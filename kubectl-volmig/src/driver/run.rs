@@ -347,7 +347,15 @@ impl Driver {
                 })
                 .filter_map(|p| p.metadata.name.clone())
                 .collect();
-            objects::delete_pods(api, &stale, POD_GONE_WAIT).await?;
+            let (mut quick, mut slow) = (Vec::new(), Vec::new());
+            for name in stale {
+                match self.gone_wait(api, &name).await?.is_zero() {
+                    true => quick.push(name),
+                    false => slow.push(name),
+                }
+            }
+            objects::delete_pods(api, &quick, Duration::ZERO).await?;
+            objects::delete_pods(api, &slow, POD_GONE_WAIT).await?;
         }
         if self.plan.source_method.method.reads_copy() {
             let ns = &self.plan.spec.source.namespace;
@@ -442,6 +450,13 @@ impl Driver {
             }),
             // `resume` granted a fresh budget after it.
             _ if last.number < budget_from(&self.record) => None,
+            // A wipe that could not remove something: the next attempt
+            // replaces the destination.
+            AttemptPhase::Failed
+                if last.wipe && last.destination_fault && reason.contains("cannot wipe") =>
+            {
+                None
+            }
             AttemptPhase::Failed if last.retryable == Some(false) => Some(State::Finish {
                 phase: Phase::Failed,
                 message: Some(format!(

@@ -116,8 +116,8 @@ pub const DRIVER_ACCESS: &[Access] = &[
     namespaced(
         "",
         "persistentvolumeclaims",
-        &["get", "list", "create", "delete"],
-        "the destination claim; the cutover's swap; the claims restored from snapshots or cloned",
+        &["get", "list", "create", "delete", "patch"],
+        "the destination claim (a given-up one labelled); the cutover's swap; the claims restored from snapshots or cloned",
     ),
     Access {
         copies: true,
@@ -184,7 +184,12 @@ pub const DRIVER_ACCESS: &[Access] = &[
         &["get", "patch", "delete"],
         "reclaim policies, claimRef, commit",
     ),
-    cluster("", "nodes", &["list"], "placement"),
+    cluster(
+        "",
+        "nodes",
+        &["get", "list"],
+        "placement; whether a destination's node is away",
+    ),
     cluster(
         "",
         "namespaces",
