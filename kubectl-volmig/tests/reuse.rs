@@ -65,9 +65,16 @@ async fn source_on_node_1() -> (Env, Client, String, std::path::PathBuf) {
     (env, client, ns, src)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_destination_whose_node_comes_back_is_reused_from_its_checkpoint() {
-    let (env, client, ns, src) = source_on_node_1().await;
+/// A copy of `data` into a new `local` claim `copy` (`--reuse-wait
+/// WAIT`), started in the background; once 6 MiB are across, the node its
+/// volume was made on goes away (unreachable, its processes killed). The
+/// client, the operation and that node.
+async fn copy_until_its_node_goes(
+    env: &Env,
+    client: &Client,
+    wait: &str,
+) -> (tokio::process::Child, String, String) {
+    let ns = &env.namespace;
     let args = [
         "migrate",
         "data",
@@ -80,18 +87,26 @@ async fn a_destination_whose_node_comes_back_is_reused_from_its_checkpoint() {
         "--backoff",
         "1",
         "--reuse-wait",
-        "10m",
+        wait,
         "-o",
         "json",
     ];
-    let child = common::spawn_volmig(&env, &args);
-    let op = common::first_operation(&client, &ns).await;
-    common::await_progress(&client, &ns, &op, 1, 6 * MIB).await;
-    let away = node_of_claim(&client, &ns, "copy").await;
-    assert_ne!(away, "node-1");
+    let child = common::spawn_volmig(env, &args);
+    let op = common::first_operation(client, ns).await;
+    common::await_progress(client, ns, &op, 1, 6 * MIB).await;
+    let away = node_of_claim(client, ns, "copy").await;
+    assert_ne!(away, "node-1", "node-1 takes no receiver");
     let sandbox = env.sandbox();
     sandbox.set_node_ready(&away, false).expect("node away");
     sandbox.kill_pods_on(&away);
+    (child, op, away)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_destination_whose_node_comes_back_is_reused_from_its_checkpoint() {
+    let (env, client, ns, src) = source_on_node_1().await;
+    let (child, op, away) = copy_until_its_node_goes(&env, &client, "10m").await;
+    let sandbox = env.sandbox();
 
     // The driver waits: it says so, and starts no attempt meanwhile.
     let waiting = wait_until("the driver waiting for the node", || async {
@@ -151,29 +166,8 @@ async fn a_destination_whose_node_comes_back_is_reused_from_its_checkpoint() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_stays_away_gets_a_fresh_destination_and_cleanup_removes_the_old() {
     let (env, client, ns, src) = source_on_node_1().await;
-    let args = [
-        "migrate",
-        "data",
-        "--to",
-        "copy",
-        "--to-storage-class",
-        "local",
-        "--bwlimit",
-        "3M",
-        "--backoff",
-        "1",
-        "--reuse-wait",
-        "5s",
-        "-o",
-        "json",
-    ];
-    let child = common::spawn_volmig(&env, &args);
-    let op = common::first_operation(&client, &ns).await;
-    common::await_progress(&client, &ns, &op, 1, 6 * MIB).await;
-    let away = node_of_claim(&client, &ns, "copy").await;
+    let (child, op, away) = copy_until_its_node_goes(&env, &client, "5s").await;
     let sandbox = env.sandbox();
-    sandbox.set_node_ready(&away, false).expect("node away");
-    sandbox.kill_pods_on(&away);
 
     let run = common::finish(child).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -238,33 +232,12 @@ async fn a_node_that_stays_away_gets_a_fresh_destination_and_cleanup_removes_the
 #[tokio::test(flavor = "multi_thread")]
 async fn resume_to_another_node_replaces_the_destination_at_once() {
     let (env, client, ns, src) = source_on_node_1().await;
-    let args = [
-        "migrate",
-        "data",
-        "--to",
-        "copy",
-        "--to-storage-class",
-        "local",
-        "--bwlimit",
-        "3M",
-        "--backoff",
-        "1",
-        "--reuse-wait",
-        "10m",
-        "-o",
-        "json",
-    ];
-    let child = common::spawn_volmig(&env, &args);
-    let op = common::first_operation(&client, &ns).await;
-    common::await_progress(&client, &ns, &op, 1, 6 * MIB).await;
-    let away = node_of_claim(&client, &ns, "copy").await;
+    let (child, op, away) = copy_until_its_node_goes(&env, &client, "10m").await;
     let other = ["node-2", "node-3"]
         .into_iter()
         .find(|n| *n != away)
         .expect("another node");
     let sandbox = env.sandbox();
-    sandbox.set_node_ready(&away, false).expect("node away");
-    sandbox.kill_pods_on(&away);
     wait_until("the driver waiting for the node", || async {
         record(&client, &ns, &op)
             .await

@@ -14,6 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::users::{as_nobody, NOBODY};
 use common::*;
 
 /// A file system mounted for a test, unmounted (lazily) when dropped:
@@ -141,30 +142,6 @@ fn delete_keeps_what_is_mounted_below_the_destination() {
     assert_eq!(names(&outside.join("d")), ["secret"]);
     assert!(!received.stderr.contains("deleting gone:"), "{both}");
     assert!(!received.stderr.contains("deleting old:"), "{both}");
-}
-
-const NOBODY: u32 = 65534;
-
-/// `setpriv` arguments for `nobody` with no capabilities at all (the
-/// program first), or `None` when this machine cannot run the test.
-fn as_nobody() -> Option<Vec<OsString>> {
-    if !is_root() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs root and setpriv (util-linux)");
-        return None;
-    }
-    let id = NOBODY.to_string();
-    let args = [
-        "setpriv",
-        "--reuid",
-        &id,
-        "--regid",
-        &id,
-        "--clear-groups",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--no-new-privs",
-    ];
-    Some(args.map(OsString::from).into())
 }
 
 /// Without root's capabilities, read-only and closed directories are

@@ -8,14 +8,12 @@ use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
+use common::users::{as_nobody, NOBODY};
 use common::*;
 use mover::manifest::{Manifest, ManifestOptions};
 use serde_json::{json, Value};
-
-const NOBODY: u32 = 65534;
 
 fn assert_manifests_equal(src: &Path, dst: &Path) {
     let opts = ManifestOptions::default();
@@ -127,29 +125,6 @@ fn a_receiver_that_keeps_serving_wipes_only_before_its_first_session() {
     assert_eq!(summaries.len(), 3, "{}", received.describe());
     assert_eq!(summaries[0]["wiped"], json!({"entries": 1, "bytes": 3}));
     assert_eq!(wipes(&received).len(), 1, "{}", received.describe());
-}
-
-/// `setpriv` arguments for `nobody` with no capabilities at all, or `None`
-/// when this machine cannot run the test (it needs root to set up entries of
-/// two owners, and util-linux's setpriv).
-fn as_nobody() -> Option<Vec<OsString>> {
-    if !is_root() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs root and setpriv (util-linux)");
-        return None;
-    }
-    let id = NOBODY.to_string();
-    let args = [
-        "setpriv",
-        "--reuid",
-        &id,
-        "--regid",
-        &id,
-        "--clear-groups",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--no-new-privs",
-    ];
-    Some(args.map(OsString::from).into())
 }
 
 /// `TMP/volume/data`, created: the volume (where the address file goes) is

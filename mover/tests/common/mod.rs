@@ -20,6 +20,7 @@ pub mod attempts;
 mod compare;
 pub mod proxy;
 mod run;
+pub mod users;
 pub mod wire;
 pub use compare::*;
 pub use run::*;
