@@ -8,7 +8,6 @@ mod common;
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -20,26 +19,7 @@ const MESSAGE: &str = "owner and group are not preserved";
 /// this machine cannot run the test.
 fn restricted(uid: u32) -> Option<Vec<OsString>> {
     // The first element is the program: run with `Proc::spawn_program`.
-    if !is_root() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs root and setpriv (util-linux)");
-        return None;
-    }
-    let id = uid.to_string();
-    Some(
-        [
-            "setpriv",
-            "--reuid",
-            &id,
-            "--regid",
-            &id,
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-        ]
-        .map(OsString::from)
-        .into(),
-    )
+    common::users::as_user(uid)
 }
 
 fn chown_tree(root: &Path, uid: u32) {

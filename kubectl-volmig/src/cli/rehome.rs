@@ -13,6 +13,7 @@ use crate::driver::cutover::rebind;
 use crate::driver::rehome::gather::{self, Chosen};
 use crate::driver::rehome::{request_rollback, Rehomer};
 use crate::names;
+use crate::plan::placement::SELECTED_NODE;
 use crate::plan::quantity;
 use crate::plan::rehome::check::{self, Want};
 use crate::record::print::rehome as print;
@@ -22,8 +23,6 @@ use crate::record::rehome::{
 use crate::record::store::Store;
 use crate::record::{Metadata, Phase};
 use crate::spec::ClaimRef;
-
-const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 /// The most a rehome's record may hold when it starts: two thirds of what a
 /// ConfigMap may.

@@ -12,11 +12,16 @@ pub const NOBODY: u32 = 65534;
 /// program first), or `None` when this machine cannot run the test (it
 /// needs root to set up entries of two owners, and util-linux's setpriv).
 pub fn as_nobody() -> Option<Vec<OsString>> {
+    as_user(NOBODY)
+}
+
+/// [`as_nobody`] for user and group `uid`.
+pub fn as_user(uid: u32) -> Option<Vec<OsString>> {
     if !is_root() || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("skipped: needs root and setpriv (util-linux)");
         return None;
     }
-    let id = NOBODY.to_string();
+    let id = uid.to_string();
     let args = [
         "setpriv",
         "--reuid",

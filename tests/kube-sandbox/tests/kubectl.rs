@@ -664,33 +664,20 @@ async fn custom_resources_print_their_columns_by_plural_and_short_name() {
     );
     // A cell whose path finds nothing prints empty, as against a real
     // server: the state is set first.
-    let ready = r#"{"status":{"state":"Ready"}}"#;
-    let patch = [
-        "patch",
-        "zv",
-        "pvc-1",
-        "-n",
-        "openebs",
-        "--type=merge",
-        "-p",
-        ready,
-    ];
-    kubectl_ok(&sb, &patch).await;
+    ok(
+        &sb,
+        r#"patch zv pvc-1 -n openebs --type=merge -p {"status":{"state":"Ready"}}"#,
+    )
+    .await;
 
     let table = ok(&sb, "get zfsvolumes -n openebs").await;
     let rows: Vec<Vec<&str>> = table
         .lines()
         .map(|l| l.split_whitespace().collect())
         .collect();
-    let header = [
-        "NAME",
-        "ZPOOL",
-        "NODEID",
-        "SIZE",
-        "STATUS",
-        "FILESYSTEM",
-        "AGE",
-    ];
+    let header: Vec<&str> = "NAME ZPOOL NODEID SIZE STATUS FILESYSTEM AGE"
+        .split(' ')
+        .collect();
     assert_eq!(rows[0], header, "{table}");
     let row = ["pvc-1", "tank", "node-a", "1073741824", "Ready", "zfs"];
     assert_eq!(rows[1][..6], row, "{table}");

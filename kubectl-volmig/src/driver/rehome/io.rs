@@ -15,16 +15,13 @@ use crate::driver::cutover::rebind;
 use crate::driver::cutover::rebind_io::{self, get_opt};
 use crate::driver::cutover::{crash_point, volumes, workload};
 use crate::driver::DriverError;
+use crate::plan::placement::SELECTED_NODE;
 use crate::plan::rehome::drivers::{self, DriverObject};
 use crate::record::cutover::ClaimShape;
 use crate::record::rehome::{RehomeTarget, VolumeRehome};
 
 /// How often one change may be made again before the walk stops.
 const MAX_REPEATS: u32 = 10;
-
-/// The annotation the scheduler puts on a claim of a WaitForFirstConsumer
-/// class; TopoLVM and local-path read it.
-const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 impl Rehomer {
     /// Walks volume `name` `toward` an end, one written-ahead change at a
