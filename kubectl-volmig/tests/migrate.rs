@@ -352,16 +352,52 @@ async fn a_copy_abandoned_mid_way_leaves_nothing_in_the_next_one() {
     .await;
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(again.operation().status.phase, Phase::Succeeded);
-    // Before the first attempt, it said what the claim held (issue 20).
+    // Before the first attempt, it said what the claim held (issue 20): the
+    // abandoned copy's files are all still temporary, none up to date.
     let held = again.operation().status.reusable.unwrap_or_default();
     assert!(
         held.starts_with(&format!("a checkpoint of operation {op} (")),
         "{held}"
     );
+    assert!(held.contains("by size and time, 0 of 48 files ("), "{held}");
     let left: Vec<String> = manifest(&dst)
         .into_keys()
         .filter(|k| k.contains(".volmig"))
         .collect();
     assert_eq!(left, Vec::<String>::new(), "volmig's own names left behind");
+    assert_eq!(manifest(&dst), manifest(&src));
+
+    // The source moves on (one file grows, one is rewritten): a third copy
+    // into the claim foretells, before it starts, how much of the source it
+    // finds there already, and the copy finds exactly that.
+    std::fs::write(src.join("d00/f0000.bin"), b"grown\n").expect("write");
+    std::fs::write(src.join("d01/f0001.bin"), vec![1u8; (256 << 10) + 1]).expect("write");
+    let third = common::volmig(
+        &env,
+        &[
+            "migrate",
+            "data",
+            "--to",
+            "twin",
+            "--reuse",
+            "--mover-image",
+            MOVER_IMAGE,
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(third.code, 0, "{}", third.stderr);
+    let status = third.operation().status;
+    let held = status.reusable.clone().unwrap_or_default();
+    let found = status
+        .summary
+        .as_ref()
+        .map(|s| (s.files_up_to_date, s.files));
+    assert_eq!(found, Some((46, 48)), "{held}");
+    assert!(
+        held.starts_with("no checkpoint; by size and time, 46 of 48 files ("),
+        "{held}"
+    );
     assert_eq!(manifest(&dst), manifest(&src));
 }

@@ -11,6 +11,7 @@
 //! - [`session`]: sender and receiver as pipelines with explicit state
 //!   machines, over TCP or an in-memory pipe ([`session::local`]);
 //! - [`checkpoint`]: the receiver's durable record of an interrupted operation;
+//! - [`survey`]: what a destination holds of a source before a copy (`mover inspect`);
 //! - [`stats`]: progress events and the final summary;
 //! - [`tls`]: the authenticated channel between the two sides (TLS 1.3,
 //!   per-operation key material);
@@ -54,6 +55,8 @@ pub mod session;
 pub mod signature;
 pub mod stats;
 pub mod stdio;
+#[cfg(feature = "engine")]
+pub mod survey;
 pub mod tls;
 #[cfg(feature = "engine")]
 pub mod treehash;

@@ -8,6 +8,7 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use common::attempts::{field, inspect, setup};
 use common::*;
 use mover::checkpoint::{Checkpoint, Partial, Store};
 use mover::meta::Mtime;
@@ -576,4 +577,44 @@ fn a_prefix_written_again_is_recorded_before_its_first_write() {
     assert!(s["bytes_resumed"].as_u64() >= Some(verified as u64), "{s}");
     let back = s["prefix_bytes_read"].as_u64().unwrap();
     assert!(back <= MIB as u64, "receiver read back {back} bytes: {s}");
+}
+
+#[test]
+fn inspect_against_a_source_foretells_what_a_session_finds_up_to_date() {
+    let (_tmp, src, dst, _) = setup(0x5eed_0009, &[2], 40);
+    tcp_transfer_ok(&src, &dst, &[]);
+    // The source moves on: one file rewritten (new size), one touched (new
+    // time), one added; the destination keeps the old copies.
+    let rewritten = src.join("big/large-0.bin");
+    write_file(&rewritten, &random_bytes("rewritten", MIB + 5), 0o644);
+    let touched = src.join("d00/e00/f00000.dat");
+    set_mtime(&touched, 1_700_000_000, 7);
+    write_file(&src.join("new.dat"), &random_bytes("new", 4000), 0o644);
+    let changed = fs::metadata(&touched).unwrap().len() + MIB as u64 + 5 + 4000;
+
+    let shown = run_mover([
+        std::ffi::OsStr::new("inspect"),
+        "--root".as_ref(),
+        dst.as_os_str(),
+        "--against".as_ref(),
+        src.as_os_str(),
+    ]);
+    shown.assert_ok();
+    let v: serde_json::Value = serde_json::from_str(shown.stdout.trim()).unwrap();
+    let quick = &v["quick_check"];
+    let held = &v["holds"];
+    assert_eq!(held["files"], 41, "{v}");
+    assert_eq!(quick["files_total"], 42, "{v}");
+    assert_eq!(quick["files_up_to_date"], 39, "{v}");
+    let (total, found) = (
+        field(quick, "bytes_total"),
+        field(quick, "bytes_up_to_date"),
+    );
+    assert_eq!(total - found, changed, "{v}");
+
+    // The session that follows finds exactly what was foretold.
+    let (s, r) = tcp_transfer_ok(&src, &dst, &[]);
+    assert_eq!(r.stat("files_up_to_date"), 39, "{}", r.summary());
+    assert_eq!(s.stat("bytes_total"), total, "{}", s.summary());
+    assert_eq!(inspect(&dst)["quick_check"], serde_json::Value::Null);
 }

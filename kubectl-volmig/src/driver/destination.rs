@@ -318,7 +318,10 @@ impl Driver {
         )
         .await?;
         let text = match said {
-            Some(json) => reuse::reusable(&json, &self.plan.operation),
+            Some(json) => {
+                let apart = resources::source_beside(&self.plan).err();
+                reuse::reusable(&json, &self.plan.operation, apart)
+            }
             None => "not known (mover inspect did not answer): files already there are \
                      compared by size and time as they are sent"
                 .to_string(),

@@ -229,43 +229,57 @@ pub fn history(attempts: &[Attempt], since: u32, before: u32, users_claim: bool)
 }
 
 /// What `mover inspect`'s JSON says a destination holds, for the plan's
-/// reader: a checkpoint of this operation (resumed from), of another (its
-/// files are compared by size and time as they are sent), or none.
-pub fn reusable(inspect: &serde_json::Value, operation: &str) -> String {
+/// reader: a checkpoint of this operation (resumed from); or else how much
+/// of the source it holds by the quick check (size and time), when the
+/// inspector could read the source beside it, or what it holds at all and
+/// why it was not compared (`apart`).
+pub fn reusable(inspect: &serde_json::Value, operation: &str, apart: Option<&str>) -> String {
     let bytes = |v: &serde_json::Value| {
         v.as_u64()
             .map_or("?".to_string(), |b| mover::stats::human_bytes(b as f64))
     };
-    if let Some(problem) = inspect["problem"].as_str() {
-        return format!(
-            "its checkpoint is unreadable ({problem}): files already there are compared by \
-             size and time as they are sent"
-        );
-    }
     let cp = &inspect["checkpoint"];
-    if cp.is_null() {
-        return "no checkpoint: files already there are compared by size and time as they are \
-                sent, and those that match are not sent again"
-            .to_string();
-    }
-    let whose = cp["operation_id"].as_str().unwrap_or_default();
     let of = match cp["bytes_total"].is_null() {
         true => String::new(),
         false => format!(" of {}", bytes(&cp["bytes_total"])),
     };
-    if whose == operation {
-        format!(
-            "a checkpoint of attempt {}: {}{of} done, resumed from",
-            cp["attempt"],
+    let whose = cp["operation_id"].as_str().unwrap_or_default();
+    let head = match inspect["problem"].as_str() {
+        Some(problem) => format!("an unreadable checkpoint ({problem})"),
+        None if cp.is_null() => "no checkpoint".to_string(),
+        None if whose == operation => {
+            return format!(
+                "a checkpoint of attempt {}: {}{of} done, resumed from",
+                cp["attempt"],
+                bytes(&cp["bytes_done"])
+            )
+        }
+        None => format!(
+            "a checkpoint of operation {whose} ({}{of} done)",
             bytes(&cp["bytes_done"])
-        )
-    } else {
-        format!(
-            "a checkpoint of operation {whose} ({}{of} done): files already there are compared \
-             by size and time as they are sent",
-            bytes(&cp["bytes_done"])
-        )
+        ),
+    };
+    let quick = &inspect["quick_check"];
+    if quick.is_object() {
+        return format!(
+            "{head}; by size and time, {} of {} files ({} of {}) are there already and will \
+             not be sent again",
+            quick["files_up_to_date"],
+            quick["files_total"],
+            bytes(&quick["bytes_up_to_date"]),
+            bytes(&quick["bytes_total"]),
+        );
     }
+    let held = &inspect["holds"];
+    let holds = match held.is_object() {
+        true => format!("{} files, {}", held["files"], bytes(&held["bytes"])),
+        false => "files".to_string(),
+    };
+    let why = apart.unwrap_or("the mover did not compare them");
+    format!(
+        "{head}; it holds {holds}, not compared with the source beforehand ({why}): those \
+         that match by size and time are not sent again"
+    )
 }
 
 /// `3m`, `10m`, `1m30s`, `45s`.
@@ -416,17 +430,34 @@ mod tests {
 
     #[test]
     fn what_a_destination_holds_is_said_from_mover_inspect() {
-        let none = serde_json::json!({"root": "/data", "checkpoint": null});
-        assert!(reusable(&none, "op").starts_with("no checkpoint"));
         let ours = serde_json::json!({"root": "/data", "checkpoint": {"operation_id": "op",
             "attempt": 3, "bytes_done": 52428800u64, "bytes_total": 104857600u64}});
         assert_eq!(
-            reusable(&ours, "op"),
+            reusable(&ours, "op", None),
             "a checkpoint of attempt 3: 50.0 MiB of 100.0 MiB done, resumed from"
         );
-        assert!(reusable(&ours, "other").starts_with("a checkpoint of operation op (50.0 MiB"));
+        // Anything else: the quick check's estimate where the source was
+        // read beside the destination...
+        let mut theirs = ours.clone();
+        theirs["quick_check"] = serde_json::json!({"files_total": 5, "bytes_total": 25165824u64,
+            "files_up_to_date": 3, "bytes_up_to_date": 7340032u64});
+        assert_eq!(
+            reusable(&theirs, "other", None),
+            "a checkpoint of operation op (50.0 MiB of 100.0 MiB done); by size and time, 3 \
+             of 5 files (7.0 MiB of 24.0 MiB) are there already and will not be sent again"
+        );
+        // ...or what it holds, and why it was not compared.
+        let none = serde_json::json!({"root": "/data", "checkpoint": null,
+            "holds": {"files": 4, "bytes": 2048}});
+        assert_eq!(
+            reusable(&none, "op", Some("they are in two namespaces")),
+            "no checkpoint; it holds 4 files, 2.0 KiB, not compared with the source \
+             beforehand (they are in two namespaces): those that match by size and time are \
+             not sent again"
+        );
         let bad = serde_json::json!({"root": "/data", "checkpoint": null, "problem": "corrupt checkpoint"});
-        assert!(reusable(&bad, "op").contains("unreadable (corrupt checkpoint)"));
+        assert!(reusable(&bad, "op", None)
+            .starts_with("an unreadable checkpoint (corrupt checkpoint); it holds files"));
     }
 
     #[test]

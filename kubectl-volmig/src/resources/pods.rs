@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector,
     PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
-    SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use mover::tls::Role;
 
@@ -16,7 +16,7 @@ use super::service::PORT_NAME;
 use super::{metadata, string_map};
 use crate::names::{self, Component};
 use crate::plan::security::{MoverSecurity, Profile};
-use crate::plan::{self, NodePlacement, Plan};
+use crate::plan::{self, NodePlacement, Placement, Plan};
 
 /// On a mover pod: why it runs where it runs, in words.
 pub const PLACEMENT_REASON_ANNOTATION: &str = "volmig.io/placement-reason";
@@ -29,6 +29,8 @@ const CONNECT_RETRY: &str = "30";
 /// The mover container's name in both pods.
 pub const CONTAINER: &str = "mover";
 const DATA_DIR: &str = "/data";
+/// Where the inspector mounts the source, when it can.
+const SOURCE_DIR: &str = "/source";
 const TLS_DIR: &str = "/tls";
 /// Key files are readable by their owner (root) only.
 const TLS_MODE: i32 = 0o400;
@@ -65,13 +67,21 @@ pub fn wipe_first(receiver: &mut Pod) {
 
 /// A pod that runs `mover inspect` on the destination claim (read-only)
 /// and exits: what a reused destination holds, before the first attempt.
-/// Placed as the receiver, labelled as one of no attempt (0), so that the
-/// driver's sweeps remove it with the rest.
+/// Where [`source_beside`] allows, it mounts the source too (read-only,
+/// at `/source`) and quick-checks the destination against it. Placed as
+/// the receiver, or as the sender when it reads the source; labelled as a
+/// receiver of no attempt (0), so that the driver's sweeps remove it with
+/// the rest.
 pub fn inspect_pod(plan: &Plan) -> Pod {
+    let beside = source_beside(plan);
     let mut pod = receiver_pod(plan, 0);
     pod.metadata.name = Some(names::inspect_pod_name(&plan.operation));
+    let mut args = ["inspect", "--root", DATA_DIR].map(String::from).to_vec();
+    if beside.is_ok() {
+        args.extend(["--against", SOURCE_DIR].map(String::from));
+    }
     for c in pod.spec.iter_mut().flat_map(|s| s.containers.iter_mut()) {
-        c.args = Some(["inspect", "--root", DATA_DIR].map(String::from).to_vec());
+        c.args = Some(args.clone());
         c.ports = None;
         c.env = None;
         for m in c.volume_mounts.iter_mut().flatten() {
@@ -79,8 +89,67 @@ pub fn inspect_pod(plan: &Plan) -> Pod {
                 m.read_only = Some(true);
             }
         }
+        if beside.is_ok() {
+            c.volume_mounts
+                .get_or_insert_with(Vec::new)
+                .push(VolumeMount {
+                    name: "source".to_string(),
+                    mount_path: SOURCE_DIR.to_string(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                });
+        }
+    }
+    if let (Ok(placement), Some(spec)) = (beside, pod.spec.as_mut()) {
+        spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+            name: "source".to_string(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: plan.spec.source.name.clone(),
+                read_only: Some(true),
+            }),
+            ..Volume::default()
+        });
+        spec.affinity = affinity(placement);
+        spec.tolerations = merged_tolerations(plan);
+        if let Some(annotations) = pod.metadata.annotations.as_mut() {
+            annotations.insert(
+                PLACEMENT_REASON_ANNOTATION.to_string(),
+                placement.reason.clone(),
+            );
+        }
     }
     pod
+}
+
+/// Where one pod can read the source beside the destination, or why no
+/// pod can: a pod mounts claims of its own namespace only, a snapshot or
+/// clone to read does not exist yet, and a source and a destination
+/// pinned to two nodes cannot meet.
+pub fn source_beside(plan: &Plan) -> Result<&NodePlacement, &'static str> {
+    if plan.spec.source.namespace != plan.destination.namespace {
+        return Err("they are in two namespaces");
+    }
+    if plan.source_method.method.reads_copy() {
+        return Err("the source is read from a copy made at the first attempt");
+    }
+    let Placement { sender, receiver } = &plan.placement;
+    match (&sender.node, &receiver.node) {
+        (Some(a), Some(b)) if a != b => Err("they are pinned to two nodes"),
+        (Some(_), _) => Ok(sender),
+        (None, _) => Ok(receiver),
+    }
+}
+
+/// Both sides' tolerations, once each: the inspector runs where either
+/// might have to.
+fn merged_tolerations(plan: &Plan) -> Option<Vec<Toleration>> {
+    let mut all = plan.placement.receiver.tolerations.clone();
+    for t in &plan.placement.sender.tolerations {
+        if !all.contains(t) {
+            all.push(t.clone());
+        }
+    }
+    (!all.is_empty()).then_some(all)
 }
 
 pub fn receiver_pod(plan: &Plan, attempt: u32) -> Pod {

@@ -364,3 +364,60 @@ fn a_wiping_receiver_and_the_inspector_run_what_they_say() {
         .expect("claim");
     assert_eq!(claim.claim_name, "data-new");
 }
+
+#[test]
+fn the_inspector_reads_the_source_beside_the_destination_where_one_pod_can() {
+    // The fixture's claims are in two namespaces: no pod mounts both.
+    let apart = plan();
+    assert_eq!(source_beside(&apart), Err("they are in two namespaces"));
+    assert!(!args(&inspect_pod(&apart)).iter().any(|a| a == "--against"));
+
+    let mut plan = plan();
+    plan.destination.namespace = plan.spec.source.namespace.clone();
+    plan.placement.sender.tolerations = vec![Toleration {
+        key: Some("dedicated".to_string()),
+        operator: Some("Exists".to_string()),
+        ..Toleration::default()
+    }];
+    let inspector = inspect_pod(&plan);
+    assert_eq!(
+        args(&inspector),
+        ["inspect", "--root", "/data", "--against", "/source"]
+    );
+    assert_eq!(mount(&inspector, "data"), ("/data".to_string(), true));
+    assert_eq!(mount(&inspector, "source"), ("/source".to_string(), true));
+    let source = volume(&inspector, "source")
+        .persistent_volume_claim
+        .as_ref()
+        .expect("claim");
+    assert_eq!(
+        (source.claim_name.as_str(), source.read_only),
+        ("data", Some(true))
+    );
+    // Where the sender would run (next to the app that holds the source),
+    // with what it tolerates there.
+    let pinned = spec(&inspector)
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref());
+    let term = &pinned
+        .expect("affinity")
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .expect("required")
+        .node_selector_terms[0];
+    let values = term.match_expressions.as_ref().expect("expressions")[0]
+        .values
+        .clone();
+    assert_eq!(values, Some(vec!["host-a".to_string()]));
+    assert_eq!(spec(&inspector).tolerations.as_ref().map(Vec::len), Some(1));
+
+    // Pinned to two nodes, or reading a snapshot made later: apart.
+    let mut two = plan.clone();
+    two.placement.receiver.node = Some("node-b".to_string());
+    assert_eq!(source_beside(&two), Err("they are pinned to two nodes"));
+    let mut snap = plan.clone();
+    snap.source_method.method = crate::plan::Method::Snapshot;
+    assert!(source_beside(&snap).is_err());
+    assert!(!args(&inspect_pod(&snap)).iter().any(|a| a == "--against"));
+}

@@ -136,11 +136,16 @@ enum Command {
         #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
         valid_for: Duration,
     },
-    /// Print what a destination holds of an operation (its checkpoint) as JSON.
+    /// Print what a destination holds, as JSON: its checkpoint, its files,
+    /// and with --against how much of a source it holds already.
     Inspect {
         /// The destination directory.
         #[arg(long)]
         root: PathBuf,
+        /// A source directory to quick-check the destination against (same
+        /// size and modification time: what a session would not send again).
+        #[arg(long, value_name = "DIR")]
+        against: Option<PathBuf>,
     },
 }
 
@@ -201,7 +206,7 @@ async fn run(cli: Cli) -> u8 {
             .await;
             finish(result, &output)
         }
-        Command::Inspect { root } => inspect(&root),
+        Command::Inspect { root, against } => inspect(&root, against.as_deref()),
         Command::Send {
             to,
             connect_retry,
@@ -257,14 +262,19 @@ async fn run(cli: Cli) -> u8 {
     }
 }
 
-/// `mover inspect`: the checkpoint at a destination, as one JSON object.
-fn inspect(root: &Path) -> u8 {
+/// `mover inspect`: what a destination holds (its checkpoint, its files,
+/// and how much of `against` by the quick check), as one JSON object.
+fn inspect(root: &Path, against: Option<&Path>) -> u8 {
     if let Err(e) = std::fs::read_dir(root) {
         say!("mover: error: {}: {e}", root.display());
         return 11;
     }
     let root_text = root.display().to_string();
-    let value = match mover::checkpoint::read(root) {
+    if let Some(Err(e)) = against.map(std::fs::read_dir) {
+        say!("mover: error: {}: {e}", against.unwrap_or(root).display());
+        return 11;
+    }
+    let mut value = match mover::checkpoint::read(root) {
         Ok(cp) => serde_json::json!({
             "root": root_text,
             "checkpoint": cp.map(|cp| cp.describe()),
@@ -279,6 +289,10 @@ fn inspect(root: &Path) -> u8 {
             "problem": e.to_string(),
         }),
     };
+    value["holds"] = serde_json::json!(mover::survey::holdings(root));
+    if let Some(source) = against {
+        value["quick_check"] = serde_json::json!(mover::survey::quick_check(source, root));
+    }
     mover::stdio::out(&format!("{value}\n"));
     0
 }
