@@ -2,7 +2,7 @@
 //!
 //! Each run builds a basis file from fuzz bytes, cuts it as the receiver does
 //! (`SigShape::for_len`) and signs it (`sign_file_from`), then sets up one of
-//! the receiver's four ways of writing a file (see `session/applier.rs`):
+//! the receiver's four ways of writing a file (see `session/receiver/applier.rs`):
 //!
 //! - `Dense` / `Sparse`: a new temporary file (`OutFile::new(tmp, sparse, false)`),
 //!   the basis a separate file (or none);

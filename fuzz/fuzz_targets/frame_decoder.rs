@@ -129,7 +129,7 @@ fn reframe(mut body: &[u8]) -> Vec<u8> {
 fn check_frame(frame: Frame, payload_len: usize) {
     let name = frame.name();
     let _ = frame.file_id();
-    // The receiver's per-frame limits (session/receiver.rs) on what decoded.
+    // The receiver's per-frame limits (session/receiver/mod.rs) on what decoded.
     if let Err(e) = check_limits(&frame) {
         let _ = e.to_string();
     }

@@ -10,24 +10,10 @@
 //! requests are bounded in flight, and everything else streams, so thousands
 //! of small files cost no round trip each and memory stays bounded.
 
-mod applier;
-mod commit;
-mod denied;
 mod flow;
-mod generator;
-mod journal;
-mod liveness;
 pub mod local;
-mod outbox;
-mod peer;
 pub mod receiver;
-mod remove;
-mod resume;
 pub mod sender;
-mod serve;
-mod supervise;
-mod verify;
-mod writer;
 
 use std::io;
 use std::sync::Arc;
@@ -35,7 +21,7 @@ use std::time::Duration;
 
 use crate::protocol::{AbortReason, ProtocolError};
 use crate::stats::Progress;
-pub use remove::{wipe, Removed};
+pub use receiver::remove::{wipe, Removed};
 
 /// How often a side with nothing to send says it is still there.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);

@@ -10,8 +10,6 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::denied::Denied;
-use super::outbox::{recv_or_flush, FrameOut, Outbox};
-use super::{cancelled, warn, SessionError};
 use crate::beneath::TreeRoot;
 use crate::delta::{delta_hashing, DeltaOptions, Op, LITERAL_CHUNK};
 use crate::filter::Filter;
@@ -20,6 +18,8 @@ use crate::path::RelPath;
 use crate::protocol::{
     violation, FileOutcome, Frame, Request, SessionOptions, WireOp, OPS_PER_FRAME,
 };
+use crate::session::flow::outbox::{recv_or_flush, FrameOut, Outbox};
+use crate::session::{cancelled, warn, SessionError};
 use crate::signature::{BlockSig, Index};
 use crate::treehash::{self, Head, TreeHasher};
 use crate::walk::STATE_DIR;

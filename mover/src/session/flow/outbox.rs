@@ -8,9 +8,9 @@
 
 use tokio::sync::mpsc;
 
-use super::{cancelled, SessionError};
 use crate::delta::Op;
 use crate::protocol::{Frame, WireOp};
+use crate::session::{cancelled, SessionError};
 
 /// Frames per batch before it is handed over.
 const BATCH_FRAMES: usize = 128;

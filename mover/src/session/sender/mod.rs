@@ -1,5 +1,8 @@
 //! The sending side of a session: walks the source and answers requests with deltas.
 
+mod denied;
+mod serve;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,15 +14,15 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
-use super::denied::Denied;
 use super::flow::Credits;
+use denied::Denied;
 
-use super::liveness::{Idle, Metered};
-use super::outbox::Outbox;
-use super::peer::{first_frame, next_frame, next_frames};
-use super::serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
-use super::supervise::{drain, tell_peer, Supervisor};
-use super::{cancelled, warn, writer, ProgressFn, SessionError};
+use super::flow::liveness::{Idle, Metered};
+use super::flow::outbox::Outbox;
+use super::flow::peer::{first_frame, next_frame, next_frames};
+use super::flow::supervise::{drain, tell_peer, Supervisor};
+use super::flow::writer;
+use super::{cancelled, warn, ProgressFn, SessionError};
 use crate::beneath::TreeRoot;
 use crate::filter::Filter;
 use crate::protocol::{
@@ -29,6 +32,7 @@ use crate::protocol::{
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
 use crate::walk::{WalkItem, Walker};
+use serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
 
 /// How the sender runs.
 #[derive(Clone)]

@@ -15,12 +15,9 @@ use rustix::fs::{FileType, Mode, CWD};
 use tokio::sync::mpsc;
 
 use super::commit::create_and_replace;
-use super::flow::{Inflight, ListWindow, Wake};
 use super::journal::Journal;
-use super::outbox::{recv_or_flush, Out, Outbox};
 use super::remove::remove_tree;
 use super::resume::{self, sign_basis, Resume, Signed};
-use super::{cancelled, is_fatal, warn, SessionError};
 use crate::beneath::{Placer, TreeRoot};
 use crate::checkpoint::{Fingerprint, Partial};
 use crate::filter::Filter;
@@ -29,23 +26,15 @@ use crate::path::RelPath;
 use crate::protocol::{
     violation, Entry, Frame, ListStats, PrefixState, Request, SessionOptions, SIGS_PER_FRAME,
 };
-use crate::signature::SigShape;
+use crate::session::flow::outbox::{recv_or_flush, Out, Outbox};
+use crate::session::flow::{Inflight, ListWindow, Wake};
+use crate::session::{cancelled, is_fatal, warn, SessionError};
 use crate::stats::{human_bytes, Counters, Summary};
 use crate::walk::{file_hash, STATE_DIR};
 
 mod prune;
 
-/// A file requested from the sender.
-#[derive(Debug, Clone)]
-pub struct PendingFile {
-    pub path: RelPath,
-    pub meta: Meta,
-    pub basis: Option<SigShape>,
-    /// Already requested again after a failed verification.
-    pub redo: bool,
-    /// Continues a partial file an earlier attempt left.
-    pub resume: Option<Resume>,
-}
+use super::pending::PendingFile;
 
 /// What the generator leaves for the final pass.
 #[derive(Debug, Default)]

@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::codec::FramedWrite;
 
-use super::HEARTBEAT;
+use crate::session::HEARTBEAT;
 
 use crate::protocol::{Frame, FrameCodec, ProtocolError, WireCounter};
 

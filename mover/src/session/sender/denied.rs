@@ -8,8 +8,8 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::SessionError;
 use crate::path::RelPath;
+use crate::session::SessionError;
 
 /// How many of the denied paths the error names.
 pub const NAMED: usize = 5;

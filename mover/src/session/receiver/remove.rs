@@ -22,9 +22,9 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Stat};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::{warn, SessionError};
 use crate::beneath::{open_subdir, TreeRoot};
 use crate::path::lossy;
+use crate::session::{warn, SessionError};
 
 /// What a removal took away.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use super::SessionError;
 use crate::protocol::ProtocolError;
+use crate::session::SessionError;
 
 /// When bytes last crossed a connection, each way.
 #[derive(Debug, Clone)]

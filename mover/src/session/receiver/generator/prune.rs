@@ -15,8 +15,8 @@ use rustix::io::Errno;
 use super::Generator;
 use crate::beneath::open_subdir;
 use crate::path::RelPath;
-use crate::session::commit::is_own_temp;
-use crate::session::remove::chmod;
+use crate::session::receiver::commit::is_own_temp;
+use crate::session::receiver::remove::chmod;
 use crate::session::{is_fatal, warn};
 use crate::walk::{is_temp_name, STATE_DIR};
 
@@ -85,7 +85,7 @@ impl Generator {
     }
 
     /// Deletes `name` in the directory `parent`; `path` names it. Works
-    /// from handles, as the shared remover does (`session/remove.rs`): a
+    /// from handles, as the shared remover does (`session/receiver/remove.rs`): a
     /// symlink is unlinked, never followed, and a mount point is not
     /// entered.
     fn delete_at(

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{warn, SessionError};
 use crate::beneath::Placer;
 use crate::checkpoint::{Checkpoint, CheckpointError, Fingerprint, Partial, Store};
 use crate::meta::Mtime;
 use crate::path::RelPath;
+use crate::session::{warn, SessionError};
 use crate::stats::{Counters, Prior};
 use crate::treehash::TreeHasher;
 

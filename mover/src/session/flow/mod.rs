@@ -1,13 +1,24 @@
-//! Blocking flow-control primitives shared by the worker threads.
+//! Blocking flow-control primitives shared by the worker threads, and the
+//! plumbing both sides run on: the outbox, the connection's writer, reading
+//! the peer, liveness and the supervisor of worker threads.
+//!
+//! Everything here serves both sides and imports nothing from
+//! [`super::sender`] or [`super::receiver`].
+
+pub mod liveness;
+pub mod outbox;
+pub mod peer;
+pub mod supervise;
+pub mod writer;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use super::outbox::weight;
 use super::SessionError;
 use crate::protocol::{violation, Frame};
+use outbox::weight;
 
 /// Credit granted by the receiver for list frames.
 #[derive(Debug, Default)]

@@ -6,8 +6,8 @@ use futures::{FutureExt, Stream, StreamExt};
 
 use super::liveness::Idle;
 use super::outbox::weight;
-use super::SessionError;
 use crate::protocol::{Frame, ProtocolError};
+use crate::session::SessionError;
 
 /// What a frame from the peer means here: `None` for a heartbeat.
 fn screen(frame: Result<Frame, ProtocolError>) -> Result<Option<Frame>, SessionError> {

@@ -1,5 +1,14 @@
 //! The receiving side of a session: owns the destination tree.
 
+mod applier;
+pub(super) mod commit;
+mod generator;
+mod journal;
+mod pending;
+pub(super) mod remove;
+mod resume;
+mod verify;
+
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -13,17 +22,13 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
-use super::applier::Applier;
+use super::flow::liveness::{Idle, Metered};
+use super::flow::outbox::Out;
+use super::flow::peer::{first_frame, next_frames};
+use super::flow::supervise::{drain, tell_peer, Supervisor};
+use super::flow::writer;
 use super::flow::{DataBatch, Inflight, ListWindow, DATA_BUDGET};
-use super::generator::{GenConfig, GenOutput, Generator, PendingFile};
-use super::journal::Journal;
-use super::liveness::{Idle, Metered};
-use super::outbox::Out;
-use super::peer::{first_frame, next_frames};
-use super::remove::remove_tree;
-use super::supervise::{drain, tell_peer, Supervisor};
-use super::verify::Verifier;
-use super::{is_fatal, warn, writer, ProgressFn, SessionError};
+use super::{is_fatal, warn, ProgressFn, SessionError};
 use crate::beneath::{Placer, TreeRoot};
 use crate::checkpoint::check_operation_id;
 use crate::filter::Filter;
@@ -34,6 +39,12 @@ use crate::protocol::{
     INITIAL_CREDIT, MAX_EXCLUDES, MAX_EXCLUDE_BYTES, MAX_EXCLUDE_LEN,
 };
 use crate::stats::{Counters, Prior, Summary, VerifyResult};
+use applier::Applier;
+use generator::{GenConfig, GenOutput, Generator};
+use journal::Journal;
+use pending::PendingFile;
+use remove::remove_tree;
+use verify::Verifier;
 
 /// Batches queued for each applier.
 const APPLIER_QUEUE: usize = 32;
@@ -596,7 +607,7 @@ fn hard_link(placer: &Placer, path: &RelPath, target: &RelPath) -> io::Result<()
         Ok(md) if md.dev() == want.dev() && md.ino() == want.ino() => return Ok(()),
         Ok(md) if md.is_dir() => remove_tree(&dest)?,
         Ok(_) => {
-            return super::commit::create_and_replace(&dest, |tmp| fs::hard_link(&src, tmp));
+            return commit::create_and_replace(&dest, |tmp| fs::hard_link(&src, tmp));
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),

@@ -13,8 +13,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{warn, SessionError};
 use crate::protocol::{Frame, ProtocolError};
+use crate::session::{warn, SessionError};
 
 /// How long a secondary error waits for the primary cause to be reported.
 const GRACE: Duration = Duration::from_millis(200);

@@ -21,15 +21,15 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::flow::ListWindow;
-use super::outbox::{recv_or_flush, Out, Outbox};
-use super::{cancelled, warn, SessionError};
 use crate::beneath::{Placer, TreeRoot};
 use crate::filter::Filter;
 use crate::manifest::{describe, ManifestOptions};
 use crate::meta::{kind_of, Kind, Meta};
 use crate::path::RelPath;
 use crate::protocol::{Entry, Frame};
+use crate::session::flow::outbox::{recv_or_flush, Out, Outbox};
+use crate::session::flow::ListWindow;
+use crate::session::{cancelled, warn, SessionError};
 use crate::stats::VerifyResult;
 use crate::walk::{is_temp_name, STATE_DIR};
 

@@ -10,16 +10,16 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::commit::{create_at, create_temp, keyed_temp_path, CommitGroup, Committed, Finished};
-use super::flow::DataBatch;
-use super::flow::Inflight;
-use super::generator::PendingFile;
 use super::journal::{Journal, Slot};
-use super::{cancelled, is_fatal, warn, SessionError};
+use super::pending::PendingFile;
 use crate::beneath::{Placed, Placer, TreeRoot};
 use crate::delta::{Op, LITERAL_CHUNK};
 use crate::meta::{apply_to_fd, Meta};
 use crate::patch::{OutFile, PatchError, Patcher};
 use crate::protocol::{violation, FileOutcome, Frame, WireOp};
+use crate::session::flow::DataBatch;
+use crate::session::flow::Inflight;
+use crate::session::{cancelled, is_fatal, warn, SessionError};
 use crate::stats::{Counters, Summary};
 use crate::treehash::TreeHasher;
 
