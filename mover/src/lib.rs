@@ -10,6 +10,7 @@
 //! - [`protocol`]: versioned frames on a tokio-util codec;
 //! - [`session`]: sender and receiver as pipelines with explicit state
 //!   machines, over TCP or an in-memory pipe ([`session::local`]);
+//! - [`block`]: block sessions' shapes, devices and images, holes and checkpoints;
 //! - [`checkpoint`]: the receiver's durable record of an interrupted operation;
 //! - [`survey`]: what a destination holds of a source before a copy (`mover inspect`);
 //! - [`stats`]: progress events and the final summary;
@@ -31,6 +32,8 @@
 
 #[cfg(feature = "engine")]
 pub mod beneath;
+#[cfg(feature = "engine")]
+pub mod block;
 #[cfg(feature = "engine")]
 pub mod checkpoint;
 #[cfg(feature = "engine")]

@@ -58,6 +58,28 @@ pub struct Summary {
     pub source_bytes_read: u64,
     /// The end-to-end verification, if it was asked for.
     pub verify: Option<VerifyResult>,
+    /// A block session's own figures.
+    #[serde(default)]
+    pub block: Option<Box<BlockSummary>>,
+}
+
+/// What a block session did beyond the common counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSummary {
+    pub block_len: u32,
+    pub source_size: u64,
+    pub destination_size: u64,
+    /// The verified prefix an earlier attempt left, not compared or sent again.
+    pub resumed_from: u64,
+    /// Zeros the destination got, and of them the bytes made holes.
+    pub bytes_zeroed: u64,
+    pub bytes_punched: u64,
+    /// How zeros were made: punch-hole, zero-range, write, or none.
+    pub zero_method: String,
+    /// Bytes past the source's size zeroed (`--zero-tail`).
+    pub tail_zeroed: u64,
+    /// BLAKE3 of the source's bytes as sent (hex).
+    pub root: String,
 }
 
 /// What `--verify` found: both trees described entry by entry (content and

@@ -489,5 +489,8 @@ pub fn hash_range(file: &File, from: u64, to: u64, h: &mut TreeHasher) -> io::Re
     Ok(())
 }
 
+mod blocks;
+pub use blocks::{block_cv, BlockRoot};
+
 #[cfg(test)]
 mod tests;

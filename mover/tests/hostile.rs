@@ -211,6 +211,7 @@ async fn sender_given(req: Request) -> Result<mover::stats::Summary, SessionErro
         progress: None,
         timeout: None,
         cancel: Default::default(),
+        zero_tail: false,
     };
     let sender = tokio::spawn(send(a, cfg));
     let (mut rx, mut tx) = peer(b);

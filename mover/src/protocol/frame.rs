@@ -52,6 +52,18 @@ pub enum Frame {
     /// Receiver → sender: all data is in place; list the tree again, with
     /// content hashes, for end-to-end verification (`Entry`... `ListEnd`).
     Verify,
+    /// Block session, receiver → sender, right after `Accept`: the
+    /// destination's size, and what an earlier attempt left to resume from.
+    BlockTarget(BlockTarget),
+    /// Block session, sender → receiver: the offset it compares and sends
+    /// from (0, or the resume offset it accepts).
+    BlockStart(u64),
+    /// Block session, receiver → sender: the sums of its blocks `first..`,
+    /// in order (none with `whole_file`).
+    BlockSums { first: u64, sums: Vec<BlockSum> },
+    /// Block session, sender → receiver, after `Verify`: BLAKE3 of the
+    /// source as read again.
+    BlockVerify([u8; 32]),
 }
 
 impl Frame {
@@ -86,6 +98,10 @@ impl Frame {
             Frame::Done(_) => "Done",
             Frame::Heartbeat => "Heartbeat",
             Frame::Verify => "Verify",
+            Frame::BlockTarget(_) => "BlockTarget",
+            Frame::BlockStart(_) => "BlockStart",
+            Frame::BlockSums { .. } => "BlockSums",
+            Frame::BlockVerify(_) => "BlockVerify",
         }
     }
 }
@@ -147,6 +163,46 @@ pub struct SessionOptions {
     pub attempt: u32,
     /// Compare both trees entry by entry once the data is in place.
     pub verify: bool,
+    /// A block session: one device or image file onto another, instead of
+    /// a tree (protocol 5).
+    pub block: Option<BlockSource>,
+}
+
+/// A block session's source, as the sender proposes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSource {
+    /// Bytes to copy: the device's or the image file's size.
+    pub size: u64,
+    /// The block length both sides hash at: `BlockShape::for_size(size)`'s.
+    pub block_len: u32,
+    /// An image file's modification time (a device has none): a resumed
+    /// attempt trusts its prefix when it is unchanged.
+    pub image_mtime: Option<Mtime>,
+    /// Zero the destination past the source's size.
+    pub zero_tail: bool,
+}
+
+/// A block's sum: the first bytes of its BLAKE3 chaining value at its offset.
+pub type BlockSum = [u8; 16];
+
+/// What the receiver of a block session holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockTarget {
+    /// The destination's size in bytes.
+    pub size: u64,
+    /// A verified prefix an earlier attempt of the operation left.
+    pub resume: Option<BlockResume>,
+}
+
+/// A verified prefix of the destination: `offset` bytes equal to the source
+/// as an earlier attempt read it, and their hash state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockResume {
+    pub offset: u64,
+    /// The canonical BLAKE3 subtrees of `[0, offset)` (`treehash::Head`).
+    pub head: Vec<HeadPiece>,
+    /// The image's modification time when the prefix was sent.
+    pub source_mtime: Option<Mtime>,
 }
 
 /// One entry of the source tree.

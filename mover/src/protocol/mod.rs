@@ -19,6 +19,20 @@
 //!   Entry, DirDone ... ListEnd     ──▶    (with content hashes)]
 //!                                  ◀──    Done(summary)
 //! ```
+//!
+//! A block session (`SessionOptions::block`) copies one device or image:
+//!
+//! ```text
+//! sender                                  receiver
+//!   Hello(options.block)           ──▶
+//!                                  ◀──    Hello, Accept, BlockTarget{size, resume}
+//!   BlockStart(from)               ──▶
+//!                                  ◀──    BlockSums... (streamed ahead of the data)
+//!   Ops{0}... FileEnd{0} DataEnd   ──▶
+//!                                  ◀──    Progress, [Verify
+//!   BlockVerify(hash)              ──▶]
+//!                                  ◀──    Done(summary)
+//! ```
 
 mod codec;
 mod frame;
@@ -29,18 +43,21 @@ pub use frame::*;
 use crate::delta::LITERAL_CHUNK;
 
 /// Protocol version spoken by this build.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 /// Oldest peer version this build can talk to (2 added operations,
 /// resumable requests and verification; 3, verification that tells a
 /// source changed during the copy from a destination that differs; 4, the
 /// hash state of a resumed prefix in its request, so the sender reads only
-/// the rest, and the bytes each side read for it in the summary).
-pub const MIN_PROTOCOL_VERSION: u16 = 4;
+/// the rest, and the bytes each side read for it in the summary; 5, block
+/// sessions, whose options every `Hello` carries).
+pub const MIN_PROTOCOL_VERSION: u16 = 5;
 /// First bytes of every session's first frame.
 pub const MAGIC: [u8; 6] = *b"VOLMIG";
 
 /// Largest frame accepted (after the length prefix).
 pub const MAX_FRAME_LEN: usize = 4 * 1024 * 1024;
+/// Most block sums carried by one [`Frame::BlockSums`].
+pub const SUMS_PER_FRAME: usize = 16 * 1024;
 /// Most signature blocks carried by one [`Frame::Sigs`].
 pub const SIGS_PER_FRAME: usize = 32 * 1024;
 /// Most signature blocks for one file.
@@ -125,6 +142,10 @@ pub fn check_limits(frame: &Frame) -> Result<(), ProtocolError> {
             ))),
             None => Ok(()),
         },
+        Frame::BlockSums { sums, .. } if sums.len() > SUMS_PER_FRAME => Err(violation(format!(
+            "{} block sums in one frame (at most {SUMS_PER_FRAME})",
+            sums.len()
+        ))),
         Frame::Entry(e) => match &e.kind {
             crate::meta::Kind::Symlink(target)
                 if target.is_empty()

@@ -21,6 +21,10 @@ pub struct LocalConfig {
     /// Keep the checkpoint (marked complete) after a clean finish.
     pub keep_checkpoint: bool,
     pub cancel: CancellationToken,
+    /// A block session zeroes the destination past the source's size.
+    pub zero_tail: bool,
+    /// Where a block session keeps its checkpoint.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Copies or re-syncs `src` into `dst` with the same engine as the network path.
@@ -35,18 +39,23 @@ pub async fn sync(
         progress,
         keep_checkpoint,
         cancel,
+        zero_tail,
+        state_dir,
     } = cfg;
     // Usage errors are reported as such, not as the broken pipe they would cause.
     Filter::new(&options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
-    // A bad source must not leave an empty destination behind.
-    std::fs::read_dir(&src)
-        .map_err(|e| SessionError::local(format!("source {}", src.display()), e))?;
-    refuse_nested(&src, &dst)?;
+    if crate::block::kind_of(&src).is_none() {
+        // A bad source must not leave an empty destination behind.
+        std::fs::read_dir(&src)
+            .map_err(|e| SessionError::local(format!("source {}", src.display()), e))?;
+        refuse_nested(&src, &dst)?;
+    }
     let (a, b) = tokio::io::duplex(PIPE);
     let mut rcfg = ReceiverConfig::new(dst);
     rcfg.progress = progress;
     rcfg.cancel = cancel.clone();
     rcfg.keep_checkpoint = keep_checkpoint;
+    rcfg.state_dir = state_dir;
     // An in-memory pipe cannot go half-open: no idle timeout.
     let scfg = SenderConfig {
         root: src,
@@ -55,6 +64,7 @@ pub async fn sync(
         progress: None,
         timeout: None,
         cancel,
+        zero_tail,
     };
     let receiver = tokio::spawn(receive(b, rcfg));
     let sent = send(a, scfg).await;

@@ -73,6 +73,21 @@ pub enum SessionError {
     /// error: the same entry would stop the next wipe.
     #[error("cannot wipe the destination: {what}: {source}")]
     Wipe { what: String, source: io::Error },
+    /// A block session's destination is smaller than its source: refused
+    /// before anything is written, and again next time.
+    #[error(
+        "the destination holds {destination} bytes, less than the source's {wanted}: a block \
+         copy needs at least the source's size (nothing was written)"
+    )]
+    TooSmall { destination: u64, wanted: u64 },
+    /// A block session's destination cannot be written for good (a mounted
+    /// device, a path that is neither a device nor a file).
+    #[error("{0}")]
+    Unusable(String),
+    /// What a block session wrote does not hash to what the sender read:
+    /// the next attempt compares every block again.
+    #[error("{0}")]
+    Differs(String),
 }
 
 impl SessionError {
@@ -107,6 +122,8 @@ impl SessionError {
             // The sender would be the same identity next time.
             SessionError::Unreadable { .. } => false,
             SessionError::Wipe { .. } => false,
+            SessionError::TooSmall { .. } | SessionError::Unusable(_) => false,
+            SessionError::Differs(_) => true,
         }
     }
 
@@ -121,13 +138,16 @@ impl SessionError {
                 | ProtocolError::PeerSpeaksTls,
             ) => 2,
             SessionError::Protocol(ProtocolError::Io(_) | ProtocolError::Closed(_)) => 10,
-            SessionError::Local { .. } | SessionError::Wipe { .. } => 11,
+            SessionError::Local { .. }
+            | SessionError::Wipe { .. }
+            | SessionError::TooSmall { .. }
+            | SessionError::Unusable(_) => 11,
             SessionError::Protocol(ProtocolError::Violation(_) | ProtocolError::Decode(_)) => 12,
             SessionError::PeerAbort(_) => 13,
             SessionError::Cancelled | SessionError::Internal(_) => 14,
             SessionError::Interrupted => 20,
             // rsync's "partial transfer due to error".
-            SessionError::Unreadable { .. } => 23,
+            SessionError::Unreadable { .. } | SessionError::Differs(_) => 23,
         }
     }
 

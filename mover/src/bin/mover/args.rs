@@ -87,7 +87,35 @@ impl TransferArgs {
             operation_id: op.operation_id.clone(),
             attempt: op.attempt,
             verify: op.verify,
+            block: None,
         }
+    }
+}
+
+/// How a block device or image is copied (a source that is one is copied
+/// as a block session whether or not `--block` is given).
+#[derive(Args, Debug)]
+pub struct BlockArgs {
+    /// The source must be a block device or a regular file (an image),
+    /// copied as one: refused for a directory.
+    #[arg(long)]
+    pub block: bool,
+    /// Zero the destination past the source's size (block sessions; by
+    /// default that tail is kept).
+    #[arg(long)]
+    pub zero_tail: bool,
+}
+
+impl BlockArgs {
+    /// `--block` given for a source that is not a device or a file.
+    pub fn check(&self, source: &std::path::Path) -> Result<(), SessionError> {
+        if self.block && mover::block::kind_of(source).is_none() {
+            return Err(SessionError::Usage(format!(
+                "--block: {} is not a block device or a regular file",
+                source.display()
+            )));
+        }
+        Ok(())
     }
 }
 

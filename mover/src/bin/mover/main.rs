@@ -20,8 +20,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use args::{
-    check_attempt, parse_duration, parse_operation_id, ConnectionArgs, OperationArgs, OutputArgs,
-    TransferArgs,
+    check_attempt, parse_duration, parse_operation_id, BlockArgs, ConnectionArgs, OperationArgs,
+    OutputArgs, TransferArgs,
 };
 use clap::{Parser, Subcommand};
 use mover::session::local;
@@ -58,6 +58,12 @@ enum Command {
         #[arg(long, requires = "operation_id")]
         keep_checkpoint: bool,
         #[command(flatten)]
+        block: BlockArgs,
+        /// Where a block session keeps its checkpoint (default for an image
+        /// D/NAME: D/.NAME.volmig; a device has none).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        #[command(flatten)]
         output: OutputArgs,
     },
     /// Send the tree at --root to a receiver.
@@ -69,13 +75,15 @@ enum Command {
         /// reachable yet (a Service whose endpoint is still being set up).
         #[arg(long, value_name = "SECONDS", default_value_t = 0)]
         connect_retry: u64,
-        /// The source directory.
+        /// The source: a directory, or a block device or image file.
         #[arg(long)]
         root: PathBuf,
         #[command(flatten)]
         transfer: TransferArgs,
         #[command(flatten)]
         operation: OperationArgs,
+        #[command(flatten)]
+        block: BlockArgs,
         #[command(flatten)]
         connection: ConnectionArgs,
         #[command(flatten)]
@@ -86,9 +94,17 @@ enum Command {
         /// Address to listen on, IP:PORT (port 0 picks a free port).
         #[arg(long, value_name = "ADDR")]
         listen: SocketAddr,
-        /// The destination directory (created if missing).
+        /// The destination: a directory (created if missing), or for a block
+        /// session a block device or image file (an image is created if missing).
         #[arg(long)]
         root: PathBuf,
+        /// Serve block sessions only: a sender with a directory tree is refused.
+        #[arg(long)]
+        block: bool,
+        /// Where a block session keeps its checkpoint (default for an image
+        /// D/NAME: D/.NAME.volmig; a device has none).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
         /// Serve one session after another instead of exiting after the first.
         #[arg(long)]
         keep_serving: bool,
@@ -146,6 +162,9 @@ enum Command {
         /// size and modification time: what a session would not send again).
         #[arg(long, value_name = "DIR")]
         against: Option<PathBuf>,
+        /// A block destination's state directory (see `receive --state-dir`).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
     },
 }
 
@@ -186,10 +205,12 @@ async fn run(cli: Cli) -> u8 {
             transfer,
             operation,
             keep_checkpoint,
+            block,
+            state_dir,
             output,
         } => {
             let options = transfer.options(true, &operation);
-            if let Err(e) = check_attempt(&options) {
+            if let Err(e) = check_attempt(&options).and_then(|()| block.check(&src)) {
                 return finish(Err(e), &output);
             }
             let result = local::sync(
@@ -201,33 +222,49 @@ async fn run(cli: Cli) -> u8 {
                     progress: progress_sink(output.progress),
                     keep_checkpoint,
                     cancel,
+                    zero_tail: block.zero_tail,
+                    state_dir,
                 },
             )
             .await;
             finish(result, &output)
         }
-        Command::Inspect { root, against } => inspect(&root, against.as_deref()),
+        Command::Inspect {
+            root,
+            against,
+            state_dir,
+        } => match mover::block::kind_of(&root) {
+            Some(_) => inspect_block(&root, state_dir.as_deref()),
+            None => inspect(&root, against.as_deref()),
+        },
         Command::Send {
             to,
             connect_retry,
             root,
             transfer,
             operation,
+            block,
             connection,
             output,
         } => {
+            if let Err(e) = block.check(&root) {
+                return finish(Err(e), &output);
+            }
             let job = net::SendJob {
                 to,
                 connect_retry: Duration::from_secs(connect_retry),
                 root,
                 options: transfer.options(false, &operation),
                 bwlimit: transfer.bwlimit,
+                zero_tail: block.zero_tail,
             };
             net::run_send(job, connection, output, cancel).await
         }
         Command::Receive {
             listen,
             root,
+            block,
+            state_dir,
             keep_serving,
             addr_file,
             bwlimit,
@@ -245,6 +282,8 @@ async fn run(cli: Cli) -> u8 {
             cfg.operation_id = operation_id;
             cfg.attempt = attempt;
             cfg.keep_checkpoint = keep_checkpoint;
+            cfg.block_only = block;
+            cfg.state_dir = state_dir;
             let job = net::ReceiveJob {
                 listen,
                 keep_serving,
@@ -292,6 +331,36 @@ fn inspect(root: &Path, against: Option<&Path>) -> u8 {
     value["holds"] = serde_json::json!(mover::survey::holdings(root));
     if let Some(source) = against {
         value["quick_check"] = serde_json::json!(mover::survey::quick_check(source, root));
+    }
+    mover::stdio::out(&format!("{value}\n"));
+    0
+}
+
+/// `mover inspect` of a block device or image: its size, and the
+/// checkpoint its state directory holds.
+fn inspect_block(root: &Path, state_dir: Option<&Path>) -> u8 {
+    use mover::block::checkpoint::StateDir;
+    let size = match mover::block::Source::open(root) {
+        Ok(s) => s.size,
+        Err(e) => {
+            say!("mover: error: {}: {e}", root.display());
+            return 11;
+        }
+    };
+    let dir = state_dir
+        .map(Path::to_path_buf)
+        .or_else(|| StateDir::beside(root).filter(|d| d.is_dir()));
+    let loaded = dir.map(|d| StateDir::at(&d).load());
+    let mut value = serde_json::json!({
+        "root": root.display().to_string(),
+        "kind": "block",
+        "size": size,
+        "checkpoint": null,
+    });
+    match loaded {
+        Some(Ok(Some(cp))) => value["checkpoint"] = cp.describe(),
+        Some(Err(e)) => value["problem"] = e.to_string().into(),
+        _ => {}
     }
     mover::stdio::out(&format!("{value}\n"));
     0

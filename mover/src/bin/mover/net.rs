@@ -29,6 +29,7 @@ pub struct SendJob {
     pub root: PathBuf,
     pub options: SessionOptions,
     pub bwlimit: Option<u64>,
+    pub zero_tail: bool,
 }
 
 /// `mover keygen`: per-operation key material into `out`.
@@ -94,7 +95,14 @@ pub async fn run_send(
         Err(e) => return finish(Err(e), &output),
     };
     // A missing source is the user's to fix: say so before touching the network.
-    if let Err(e) = std::fs::read_dir(&job.root) {
+    let block = mover::block::kind_of(&job.root).is_some();
+    if let Err(e) = std::fs::read_dir(&job.root)
+        .map(|_| ())
+        .or_else(|e| match block {
+            true => Ok(()),
+            false => Err(e),
+        })
+    {
         let err = SessionError::local(format!("source {}", job.root.display()), e);
         return finish(Err(err), &output);
     }
@@ -120,6 +128,7 @@ pub async fn run_send(
         progress: progress_sink(output.progress),
         timeout: conn.timeout(),
         cancel: cancel.clone(),
+        zero_tail: job.zero_tail,
     };
     let Some(identity) = identity else {
         return finish(send(stream, cfg).await, &output);

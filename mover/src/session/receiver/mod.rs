@@ -1,6 +1,7 @@
 //! The receiving side of a session: owns the destination tree.
 
 mod applier;
+mod block;
 pub(super) mod commit;
 mod generator;
 mod journal;
@@ -83,6 +84,11 @@ pub struct ReceiverConfig {
     /// What the destination can hold: the session fails (disk full) as soon
     /// as the files listed add up to more.
     pub capacity: Option<u64>,
+    /// Serve block sessions only (`receive --block`).
+    pub block_only: bool,
+    /// Where a block session keeps its checkpoint (an image's default is
+    /// beside it; a device has none).
+    pub state_dir: Option<PathBuf>,
 }
 
 impl ReceiverConfig {
@@ -98,6 +104,8 @@ impl ReceiverConfig {
             attempt: None,
             keep_checkpoint: false,
             capacity: None,
+            block_only: false,
+            state_dir: None,
         }
     }
 }
@@ -162,8 +170,22 @@ where
 
     sink.send(Frame::Hello(Hello::new(SessionOptions::default())))
         .await?;
+    let opts = tokio::select! {
+        r = handshake(&mut frames, &idle) => r,
+        () = cfg.cancel.cancelled() => Err(SessionError::Interrupted),
+    };
+    let opts = match opts {
+        Ok(opts) => opts,
+        Err(e) => {
+            let _ = sink.send(Frame::Abort(e.to_abort())).await;
+            return Err(e);
+        }
+    };
+    if opts.block.is_some() {
+        let wire = (rx_count, tx_count);
+        return block::receive(frames, sink, idle, cfg, opts, wire, start).await;
+    }
     let accepted = async {
-        let opts = handshake(&mut frames, &idle).await?;
         let (filter, root) = prepare(&cfg, &opts)?;
         let journal = match &opts.operation_id {
             Some(id) => Some(Journal::open(&root, id, opts.attempt, cfg.keep_checkpoint)?),
@@ -370,6 +392,44 @@ async fn handshake<R: AsyncRead + Unpin>(
 
 /// Validates the sender's options and makes the destination root.
 fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(Filter, PathBuf), SessionError> {
+    check_operation(cfg, opts)?;
+    if cfg.block_only {
+        return Err(SessionError::Usage(format!(
+            "this receiver serves block sessions only, and the sender's source is a directory \
+             tree (the destination is {})",
+            cfg.root.display()
+        )));
+    }
+    if crate::block::kind_of(&cfg.root).is_some() {
+        return Err(SessionError::Usage(format!(
+            "the destination {} is a block device or a regular file; the source is a directory tree",
+            cfg.root.display()
+        )));
+    }
+    let pattern_bytes: usize = opts.excludes.iter().map(String::len).sum();
+    let longest = opts.excludes.iter().map(String::len).max().unwrap_or(0);
+    if opts.excludes.len() > MAX_EXCLUDES
+        || longest > MAX_EXCLUDE_LEN
+        || pattern_bytes > MAX_EXCLUDE_BYTES
+    {
+        return Err(violation(format!(
+            "{} exclude patterns of {pattern_bytes} bytes, the longest {longest} \
+             (at most {MAX_EXCLUDES} patterns, {MAX_EXCLUDE_LEN} bytes each, {MAX_EXCLUDE_BYTES} in all)",
+            opts.excludes.len()
+        ))
+        .into());
+    }
+    let filter = Filter::new(&opts.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
+    fs::create_dir_all(&cfg.root)
+        .map_err(|e| SessionError::local(format!("creating {}", cfg.root.display()), e))?;
+    let root = fs::canonicalize(&cfg.root)
+        .map_err(|e| SessionError::local(format!("resolving {}", cfg.root.display()), e))?;
+    Ok((filter, root))
+}
+
+/// The operation and attempt the sender names, against what this receiver
+/// serves; and the compression level it asks for.
+fn check_operation(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(), SessionError> {
     if let Some(id) = &opts.operation_id {
         check_operation_id(id).map_err(SessionError::Usage)?;
         if opts.attempt == 0 {
@@ -389,20 +449,6 @@ fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(Filter, PathB
             opts.attempt
         )));
     }
-    let pattern_bytes: usize = opts.excludes.iter().map(String::len).sum();
-    let longest = opts.excludes.iter().map(String::len).max().unwrap_or(0);
-    if opts.excludes.len() > MAX_EXCLUDES
-        || longest > MAX_EXCLUDE_LEN
-        || pattern_bytes > MAX_EXCLUDE_BYTES
-    {
-        return Err(violation(format!(
-            "{} exclude patterns of {pattern_bytes} bytes, the longest {longest} \
-             (at most {MAX_EXCLUDES} patterns, {MAX_EXCLUDE_LEN} bytes each, {MAX_EXCLUDE_BYTES} in all)",
-            opts.excludes.len()
-        ))
-        .into());
-    }
-    let filter = Filter::new(&opts.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
     if let Some(level) = opts.compress {
         if !zstd::compression_level_range().contains(&level) {
             return Err(SessionError::Usage(format!(
@@ -410,11 +456,7 @@ fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(Filter, PathB
             )));
         }
     }
-    fs::create_dir_all(&cfg.root)
-        .map_err(|e| SessionError::local(format!("creating {}", cfg.root.display()), e))?;
-    let root = fs::canonicalize(&cfg.root)
-        .map_err(|e| SessionError::local(format!("resolving {}", cfg.root.display()), e))?;
-    Ok((filter, root))
+    Ok(())
 }
 
 /// How long a stopped receiver may take to apply what had already arrived.

@@ -1,5 +1,6 @@
 //! The sending side of a session: walks the source and answers requests with deltas.
 
+pub mod block;
 mod denied;
 mod serve;
 
@@ -46,6 +47,8 @@ pub struct SenderConfig {
     pub timeout: Option<Duration>,
     /// Cancelled to stop the session cleanly (the receiver is told).
     pub cancel: CancellationToken,
+    /// A block session zeroes the destination past the source's size.
+    pub zero_tail: bool,
 }
 
 /// Where the session is; decides which frames from the receiver are legal.
@@ -150,6 +153,10 @@ pub async fn send<S>(stream: S, cfg: SenderConfig) -> Result<Summary, SessionErr
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
+    // A device or a regular file is copied as one block session.
+    if crate::block::kind_of(&cfg.root).is_some() {
+        return block::send(stream, cfg).await;
+    }
     let start = Instant::now();
     let filter =
         Filter::new(&cfg.options.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
