@@ -239,6 +239,13 @@ pub fn reusable(inspect: &serde_json::Value, operation: &str, apart: Option<&str
             .map_or("?".to_string(), |b| mover::stats::human_bytes(b as f64))
     };
     let cp = &inspect["checkpoint"];
+    if inspect["kind"] == "block" && cp.is_null() {
+        return format!(
+            "a device of {}: its blocks are compared with the source's as they are copied, \
+             and those that match are not sent again",
+            bytes(&inspect["size"])
+        );
+    }
     let of = match cp["bytes_total"].is_null() {
         true => String::new(),
         false => format!(" of {}", bytes(&cp["bytes_total"])),

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use super::values::{check_values, requested_size};
 use super::{
     fit, placement, quantity, security, source, Inputs, MoverSecurity, Placement, Plan, Refusal,
-    SourceVolume,
+    SourceVolume, VolumeMode,
 };
 use crate::spec::MigrationSpec;
 
@@ -255,6 +255,11 @@ fn describe_source(
         .and_then(|s| s.access_modes.clone())
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| placement::access_modes(claim, None));
+    let volume_mode = VolumeMode::of(
+        pv_spec
+            .and_then(|s| s.volume_mode.as_deref())
+            .or_else(|| claim_spec.and_then(|s| s.volume_mode.as_deref())),
+    );
     let mut used_by: Vec<String> =
         placement::mounting_pods(&spec.source.namespace, &spec.source.name, &inputs.pods)
             .into_iter()
@@ -267,6 +272,7 @@ fn describe_source(
         capacity,
         capacity_bytes,
         access_modes,
+        volume_mode,
         used_by,
     })
 }

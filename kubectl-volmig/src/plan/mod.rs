@@ -118,6 +118,10 @@ pub struct SourceVolume {
     pub capacity: String,
     pub capacity_bytes: u64,
     pub access_modes: Vec<String>,
+    /// `Block`: a raw device, copied as one (records before issue 21:
+    /// Filesystem).
+    #[serde(default, skip_serializing_if = "VolumeMode::is_filesystem")]
+    pub volume_mode: VolumeMode,
     /// Pods that mount the claim and have not finished.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub used_by: Vec<String>,
@@ -136,9 +140,61 @@ pub struct DestinationClaim {
     pub size: String,
     pub size_bytes: u64,
     pub access_modes: Vec<String>,
+    /// The source's, always: volmig never converts between modes.
+    #[serde(default, skip_serializing_if = "VolumeMode::is_filesystem")]
+    pub volume_mode: VolumeMode,
     /// `Create`: volmig creates the claim. `Reuse`: it exists; only the
     /// differences are sent.
     pub action: ClaimAction,
+}
+
+/// A volume's `volumeMode`: a file system mounted at a path, or a raw block
+/// device mapped at a device path. Unset means Filesystem, as the API
+/// server defaults it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VolumeMode {
+    #[default]
+    Filesystem,
+    Block,
+}
+
+impl VolumeMode {
+    /// The mode a claim or volume spec names (`None`: Filesystem).
+    pub fn of(mode: Option<&str>) -> VolumeMode {
+        match mode {
+            Some("Block") => VolumeMode::Block,
+            _ => VolumeMode::Filesystem,
+        }
+    }
+
+    pub fn is_filesystem(&self) -> bool {
+        *self == VolumeMode::Filesystem
+    }
+
+    pub fn is_block(&self) -> bool {
+        *self == VolumeMode::Block
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            VolumeMode::Filesystem => "Filesystem",
+            VolumeMode::Block => "Block",
+        }
+    }
+
+    /// The mode this one is not.
+    pub fn other(&self) -> VolumeMode {
+        match self {
+            VolumeMode::Filesystem => VolumeMode::Block,
+            VolumeMode::Block => VolumeMode::Filesystem,
+        }
+    }
+}
+
+impl std::fmt::Display for VolumeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -432,6 +432,33 @@ pub enum Refusal {
         source_capacity: String,
     },
 
+    /// A Block source asked to shrink: every byte of a device is data.
+    #[error(
+        "a Block claim cannot shrink: every byte of the device is the app's data (the source \
+         holds {source_capacity}, {requested} was asked for): leave --to-size out, or give \
+         one of at least {source_capacity}"
+    )]
+    BlockShrink {
+        requested: String,
+        source_capacity: String,
+    },
+
+    /// A reused claim of the other volume mode.
+    #[error(
+        "cannot move a {source_mode} claim into a {} one: {claim} is volumeMode \
+         {source_mode}, {destination} is {}; migrate into a new claim (volmig creates it with \
+         the source's mode) or reuse a {source_mode} claim: converting needs a file system \
+         volmig cannot choose for you",
+        .source_mode.other(),
+        .source_mode.other()
+    )]
+    VolumeModeConversion {
+        claim: String,
+        /// `persistentvolumeclaim "NAME" in namespace "NS"`.
+        destination: String,
+        source_mode: super::VolumeMode,
+    },
+
     /// A reused claim's class or access modes are not the ones asked for.
     #[error(
         "persistentvolumeclaim {name:?} in namespace {namespace:?} has {what} {existing}, not the requested {requested}: \

@@ -226,7 +226,7 @@ fn mounts(pod: &Pod, claim: &str) -> bool {
         })
 }
 
-/// The identity of the container of `pod` that mounts `claim`: its
+/// The identity of the container of `pod` that mounts or maps `claim`: its
 /// securityContext over the pod's; `None` when its user is not said (the
 /// image's, which only the image knows).
 fn of_pod(pod: &Pod, claim: &str) -> Option<Identity> {
@@ -235,10 +235,11 @@ fn of_pod(pod: &Pod, claim: &str) -> Option<Identity> {
         let c = v.persistent_volume_claim.as_ref()?;
         (c.claim_name == claim).then_some(v.name.as_str())
     })?;
-    let container = spec
-        .containers
-        .iter()
-        .find(|c| c.volume_mounts.iter().flatten().any(|m| m.name == volume))?;
+    // Mounted (Filesystem) or mapped (Block).
+    let container = spec.containers.iter().find(|c| {
+        c.volume_mounts.iter().flatten().any(|m| m.name == volume)
+            || c.volume_devices.iter().flatten().any(|d| d.name == volume)
+    })?;
     let pod_level = spec.security_context.clone().unwrap_or_default();
     let own = container.security_context.clone().unwrap_or_default();
     let pick = |c: &SecurityContext, p: &PodSecurityContext| {

@@ -3,6 +3,7 @@
 //! needs something else, then handed to [`plan`] the way the CLI reads the
 //! cluster for a spec.
 //!
+//! - [`block`]: Block claims, never converted or shrunk;
 //! - [`refusals`]: every reason a migration cannot work, and the message;
 //! - [`choices`]: the destination's defaults, and when a claim is reused;
 //! - [`nodes`]: node moves (`--to-node`): the class, the refusals;
@@ -14,6 +15,7 @@
 //!
 //! [`Cluster`] is also the loader of `select`'s tests (`many.yaml`).
 
+mod block;
 mod choices;
 mod many;
 mod nodes;

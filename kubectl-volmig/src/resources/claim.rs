@@ -47,7 +47,7 @@ pub fn destination_claim(plan: &Plan) -> PersistentVolumeClaim {
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(dest.access_modes.clone()),
             storage_class_name: dest.storage_class.clone(),
-            volume_mode: Some("Filesystem".to_string()),
+            volume_mode: Some(dest.volume_mode.as_str().to_string()),
             resources: Some(VolumeResourceRequirements {
                 requests: Some(BTreeMap::from([(
                     "storage".to_string(),

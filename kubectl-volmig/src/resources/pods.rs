@@ -7,7 +7,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector,
     PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
-    SeccompProfile, SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeMount,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Toleration, Volume, VolumeDevice,
+    VolumeMount,
 };
 use mover::tls::Role;
 
@@ -29,6 +30,11 @@ const CONNECT_RETRY: &str = "30";
 /// The mover container's name in both pods.
 pub const CONTAINER: &str = "mover";
 const DATA_DIR: &str = "/data";
+/// Where a Block claim's device is mapped in both mover pods.
+pub const DEVICE_PATH: &str = "/dev/volmig-data";
+/// Where a block receiver keeps its checkpoint: in the pod's `tmp`
+/// emptyDir (writable under a read-only root file system).
+const BLOCK_STATE_DIR: &str = "/tmp/volmig-state";
 /// Where the inspector mounts the source, when it can.
 const SOURCE_DIR: &str = "/source";
 const TLS_DIR: &str = "/tls";
@@ -76,7 +82,19 @@ pub fn inspect_pod(plan: &Plan) -> Pod {
     let beside = source_beside(plan);
     let mut pod = receiver_pod(plan, 0);
     pod.metadata.name = Some(names::inspect_pod_name(&plan.operation));
-    let mut args = ["inspect", "--root", DATA_DIR].map(String::from).to_vec();
+    let block = plan.source.volume_mode.is_block();
+    let root = if block { DEVICE_PATH } else { DATA_DIR };
+    let mut args = ["inspect", "--root", root].map(String::from).to_vec();
+    if block {
+        args.extend(["--state-dir", BLOCK_STATE_DIR].map(String::from));
+        // The device is only read: the claim says so.
+        let volumes = pod.spec.as_mut().and_then(|s| s.volumes.as_mut());
+        for v in volumes.into_iter().flatten().filter(|v| v.name == "data") {
+            if let Some(claim) = v.persistent_volume_claim.as_mut() {
+                claim.read_only = Some(true);
+            }
+        }
+    }
     if beside.is_ok() {
         args.extend(["--against", SOURCE_DIR].map(String::from));
     }
@@ -126,6 +144,9 @@ pub fn inspect_pod(plan: &Plan) -> Pod {
 /// clone to read does not exist yet, and a source and a destination
 /// pinned to two nodes cannot meet.
 pub fn source_beside(plan: &Plan) -> Result<&NodePlacement, &'static str> {
+    if plan.source.volume_mode.is_block() {
+        return Err("a device's blocks are compared as they are copied");
+    }
     if plan.spec.source.namespace != plan.destination.namespace {
         return Err("they are in two namespaces");
     }
@@ -224,9 +245,11 @@ pub fn sender_pod(
     );
     let transfer = &plan.spec.transfer;
     let args = container.args.get_or_insert_with(Vec::new);
+    let tree = plan.source.volume_mode.is_filesystem();
     for (on, flag) in [
         (transfer.verify, "--verify"),
-        (transfer.delete, "--delete"),
+        // A device has no entries to delete: every byte is copied.
+        (transfer.delete && tree, "--delete"),
         (transfer.compress, "-z"),
     ] {
         if on {
@@ -268,9 +291,23 @@ fn container<const N: usize>(plan: &Plan, role: Role, attempt: u32, head: [&str;
         "--progress",
         "json",
     ];
-    let args = head.iter().chain(&tail).map(|a| a.to_string()).collect();
+    let block = plan.source.volume_mode.is_block();
+    let mut args: Vec<String> = head.iter().chain(&tail).map(|a| a.to_string()).collect();
+    if block {
+        // The same arguments, about the device: `--root` names its path.
+        if let Some(root) = args.iter_mut().find(|a| *a == DATA_DIR) {
+            *root = DEVICE_PATH.to_string();
+        }
+        args.push("--block".to_string());
+        if role == Role::Receiver {
+            args.extend(["--state-dir", BLOCK_STATE_DIR].map(String::from));
+        }
+    }
     let mover = &plan.spec.mover;
     let (read_only_data, capabilities) = match role {
+        // A device is read and written as its owner (root) with no
+        // capability: the ones below are for trees' owners and modes.
+        _ if block => (role == Role::Sender, &[][..]),
         Role::Receiver => (false, RECEIVER_CAPABILITIES),
         Role::Sender => (true, SENDER_CAPABILITIES),
     };
@@ -289,11 +326,25 @@ fn container<const N: usize>(plan: &Plan, role: Role, attempt: u32, head: [&str;
         image: Some(mover.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_string()),
         args: Some(args),
-        volume_mounts: Some(vec![
-            mount("data", DATA_DIR, read_only_data),
-            mount("tls", TLS_DIR, true),
-            mount("tmp", "/tmp", false),
-        ]),
+        volume_mounts: Some(
+            [
+                (!block).then(|| mount("data", DATA_DIR, read_only_data)),
+                Some(mount("tls", TLS_DIR, true)),
+                Some(mount("tmp", "/tmp", false)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        ),
+        // The claim's device; read-only for the sender through the claim
+        // itself (`persistentVolumeClaim.readOnly`), as a device has no
+        // read-only mapping of its own.
+        volume_devices: block.then(|| {
+            vec![VolumeDevice {
+                name: "data".to_string(),
+                device_path: DEVICE_PATH.to_string(),
+            }]
+        }),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".to_string(), resources.cpu_request),

@@ -61,7 +61,7 @@ pub fn read_claim(plan: &Plan, attempt: u32, restore_size: Option<&str>) -> Pers
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".to_string()]),
             storage_class_name: plan.source_method.read_class.clone(),
-            volume_mode: Some("Filesystem".to_string()),
+            volume_mode: Some(plan.source.volume_mode.as_str().to_string()),
             resources: Some(VolumeResourceRequirements {
                 requests: Some(BTreeMap::from([("storage".to_string(), Quantity(size))])),
                 ..VolumeResourceRequirements::default()

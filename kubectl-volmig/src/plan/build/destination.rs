@@ -8,7 +8,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{non_empty, storage};
 use crate::names::SOURCE_KEY;
-use crate::plan::{placement, ClaimAction, DestinationClaim, Inputs, Plan, Refusal, SourceVolume};
+use crate::plan::{
+    placement, ClaimAction, DestinationClaim, Inputs, Plan, Refusal, SourceVolume, VolumeMode,
+};
 use crate::spec::MigrationSpec;
 
 /// The annotation that marks the cluster's default storage class, and its
@@ -30,6 +32,12 @@ pub(super) fn create(
     let dst = &spec.destination;
     let storage_class = storage_class(spec, source, &inputs.storage_classes)?;
     let (size, size_bytes) = match requested_size {
+        Some((size, bytes)) if bytes < source.capacity_bytes && source.volume_mode.is_block() => {
+            return Err(Refusal::BlockShrink {
+                requested: size,
+                source_capacity: source.capacity.clone(),
+            })
+        }
         Some((size, bytes)) if bytes < source.capacity_bytes && !dst.allow_shrink => {
             return Err(Refusal::ShrinkNotAllowed {
                 requested: size,
@@ -54,6 +62,7 @@ pub(super) fn create(
         size,
         size_bytes,
         access_modes,
+        volume_mode: source.volume_mode,
         action: ClaimAction::Create,
     })
 }
@@ -125,10 +134,28 @@ pub(super) fn reuse(
         });
     }
 
+    let volume_mode = VolumeMode::of(
+        claim_spec
+            .and_then(|s| s.volume_mode.as_deref())
+            .or_else(|| volume_spec.and_then(|s| s.volume_mode.as_deref())),
+    );
+    if volume_mode != source.volume_mode {
+        return Err(Refusal::VolumeModeConversion {
+            claim: format!("{}/{}", src.namespace, src.name),
+            destination: format!("persistentvolumeclaim {name:?} in namespace {namespace:?}"),
+            source_mode: source.volume_mode,
+        });
+    }
     let requests = claim_spec.and_then(|s| s.resources.as_ref()?.requests.as_ref());
     let (size, size_bytes) = storage(existing.status.as_ref().and_then(|s| s.capacity.as_ref()))
         .or_else(|| storage(requests))
         .unwrap_or_else(|| ("0".to_string(), 0));
+    if size_bytes < source.capacity_bytes && volume_mode.is_block() {
+        return Err(Refusal::BlockShrink {
+            requested: size,
+            source_capacity: source.capacity.clone(),
+        });
+    }
     if size_bytes < source.capacity_bytes && !dst.allow_shrink {
         return Err(Refusal::DestinationTooSmall {
             namespace,
@@ -160,6 +187,7 @@ pub(super) fn reuse(
         size,
         size_bytes,
         access_modes,
+        volume_mode,
         action: ClaimAction::Reuse,
     })
 }

@@ -31,6 +31,7 @@ fn a_plain_migration_copies_the_source_shape_into_the_default_class() {
             capacity: "10Gi".into(),
             capacity_bytes: 10 << 30,
             access_modes: vec!["ReadWriteOnce".into()],
+            volume_mode: Default::default(),
             // Not the Succeeded job, not the other claim's pod, not the
             // other namespace's `data`.
             used_by: vec!["db-0".into(), "db-backup-28611".into()],
@@ -46,6 +47,7 @@ fn a_plain_migration_copies_the_source_shape_into_the_default_class() {
             size: "10Gi".into(),
             size_bytes: 10 << 30,
             access_modes: vec!["ReadWriteOnce".into()],
+            volume_mode: Default::default(),
             action: ClaimAction::Create,
         }
     );
@@ -132,6 +134,7 @@ fn a_claim_an_earlier_run_made_from_this_source_is_reused_as_it_is() {
             size: "10Gi".into(),
             size_bytes: 10 << 30,
             access_modes: vec!["ReadWriteOnce".into()],
+            volume_mode: Default::default(),
             action: ClaimAction::Reuse,
         }
     );

@@ -135,6 +135,7 @@ fn a_new_record_is_pending_in_the_destination_namespace() {
             capacity: "1Gi".into(),
             capacity_bytes: 1 << 30,
             access_modes: vec!["ReadWriteOnce".into()],
+            volume_mode: Default::default(),
             used_by: Vec::new(),
         },
         destination: DestinationClaim {
@@ -144,6 +145,7 @@ fn a_new_record_is_pending_in_the_destination_namespace() {
             size: "1Gi".into(),
             size_bytes: 1 << 30,
             access_modes: vec!["ReadWriteOnce".into()],
+            volume_mode: Default::default(),
             action: ClaimAction::Create,
         },
         placement: Placement {

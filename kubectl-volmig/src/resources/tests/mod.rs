@@ -47,6 +47,7 @@ fn plan() -> Plan {
             capacity: "10Gi".to_string(),
             capacity_bytes: 10 << 30,
             access_modes: vec!["ReadWriteOnce".to_string()],
+            volume_mode: Default::default(),
             used_by: vec!["web-0".to_string()],
         },
         destination: DestinationClaim {
@@ -56,6 +57,7 @@ fn plan() -> Plan {
             size: "10Gi".to_string(),
             size_bytes: 10 << 30,
             access_modes: vec!["ReadWriteOnce".to_string()],
+            volume_mode: Default::default(),
             action: ClaimAction::Create,
         },
         placement: Placement {

@@ -421,3 +421,65 @@ fn the_inspector_reads_the_source_beside_the_destination_where_one_pod_can() {
     assert!(source_beside(&snap).is_err());
     assert!(!args(&inspect_pod(&snap)).iter().any(|a| a == "--against"));
 }
+
+#[test]
+fn block_movers_map_the_device_and_add_no_capability() {
+    let mut plan = plan();
+    plan.source.volume_mode = crate::plan::VolumeMode::Block;
+    plan.destination.volume_mode = crate::plan::VolumeMode::Block;
+    plan.spec.transfer.delete = true;
+    plan.spec.transfer.verify = true;
+    let sender = sender_pod(&plan, 2, &plan.placement.sender, "volmig-x:7000");
+    let receiver = receiver_pod(&plan, 2);
+    for (pod, side) in [(&sender, "sender"), (&receiver, "receiver")] {
+        let c = mover(pod);
+        let devices = c.volume_devices.as_ref().expect("volumeDevices");
+        assert_eq!(
+            (devices[0].name.as_str(), devices[0].device_path.as_str()),
+            ("data", DEVICE_PATH),
+            "{side}"
+        );
+        // No mount of the claim: the kubelet refuses a Block claim in volumeMounts.
+        assert!(
+            !c.volume_mounts.iter().flatten().any(|m| m.name == "data"),
+            "{side}"
+        );
+        let a = args(pod);
+        let root = a.iter().position(|x| x == "--root").expect("--root");
+        assert_eq!(a[root + 1], DEVICE_PATH, "{side}");
+        assert!(a.iter().any(|x| x == "--block"), "{side}: {a:?}");
+        let caps = c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.capabilities.as_ref());
+        let added = caps.and_then(|c| c.add.clone()).unwrap_or_default();
+        assert!(added.is_empty(), "{side} adds {added:?}");
+    }
+    // The sender reads through a read-only claim, and deletes nothing.
+    let claim = volume(&sender, "data")
+        .persistent_volume_claim
+        .as_ref()
+        .expect("claim");
+    assert_eq!(claim.read_only, Some(true));
+    assert!(!args(&sender).iter().any(|a| a == "--delete"));
+    assert!(args(&sender).iter().any(|a| a == "--verify"));
+    // The receiver keeps its checkpoint in its tmp emptyDir.
+    let r = args(&receiver);
+    let at = r
+        .iter()
+        .position(|x| x == "--state-dir")
+        .expect("--state-dir");
+    assert!(r[at + 1].starts_with("/tmp/"), "{r:?}");
+    // The inspector reads the device through a read-only claim.
+    let inspector = inspect_pod(&plan);
+    assert_eq!(
+        args(&inspector)[..3],
+        ["inspect".to_string(), "--root".into(), DEVICE_PATH.into()]
+    );
+    let claim = volume(&inspector, "data")
+        .persistent_volume_claim
+        .as_ref()
+        .expect("claim");
+    assert_eq!(claim.read_only, Some(true));
+    assert!(source_beside(&plan).is_err());
+}
