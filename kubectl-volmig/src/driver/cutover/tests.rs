@@ -260,6 +260,14 @@ fn the_recreated_claim_keeps_the_users_metadata_but_not_the_binding() {
         "the volume's class"
     );
     assert!(made.metadata.uid.is_none() && made.metadata.resource_version.is_none());
+    // A Block claim comes back a Block claim: the app's volumeDevices map
+    // the new device at the same path.
+    let mut block = old.clone();
+    block.spec.as_mut().expect("spec").volume_mode = Some("Block".into());
+    let shape = rebind::shape_of(&block);
+    let made = rebind::claim_for("ns", "data", &shape, &shape, &target);
+    let mode = made.spec.and_then(|s| s.volume_mode);
+    assert_eq!(mode.as_deref(), Some("Block"));
 }
 
 fn round(seconds: f64) -> Round {
