@@ -311,3 +311,73 @@ fn a_local_sync_copies_small_and_empty_images() {
         );
     }
 }
+
+#[test]
+fn a_seed_carries_the_checkpoint_to_a_receiver_that_has_none() {
+    let dir = scratch();
+    let (src, dst) = (dir.path().join("src.img"), dir.path().join("dst.img"));
+    fs::write(&src, random_bytes("seed", 32 * MIB as usize)).unwrap();
+    let first_state = dir.path().join("state-1");
+    let args = ["--operation-id", "seeded", "--attempt", "1"];
+    let mut recv_args = args.to_vec();
+    let first = first_state.to_str().unwrap();
+    recv_args.extend(["--block", "--state-dir", first, "--progress", "json"]);
+    let receiver = spawn_receiver(&dst, &recv_args);
+    let proxy = Proxy::start(receiver.addr);
+    let mut send_args = args.to_vec();
+    send_args.extend(["--bwlimit", "8M"]);
+    let mut sender = spawn_sender(proxy.addr(), &src, &send_args);
+    let up = proxy.up_counter();
+    while up.load(std::sync::atomic::Ordering::Relaxed) < 8 * MIB && !sender.exited() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Stopped as a pod is: its last checkpoint is told on the way out.
+    receiver.proc.terminate();
+    let r = receiver.wait(std::time::Duration::from_secs(30));
+    let _ = sender.wait(std::time::Duration::from_secs(30));
+    let told: Vec<serde_json::Value> = r
+        .json_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "checkpoint")
+        .collect();
+    let last = told
+        .last()
+        .unwrap_or_else(|| panic!("no checkpoint told: {}", r.describe()));
+    assert!(last["verified"].as_u64().unwrap() >= 8 * MIB, "{last}");
+    let seed = last["data"].as_str().expect("data").to_string();
+
+    // The next receiver has an empty state directory (a new pod) and the seed.
+    let second_state = dir.path().join("state-2");
+    let args = ["--operation-id", "seeded", "--attempt", "2"];
+    let mut recv_args = args.to_vec();
+    let second = second_state.to_str().unwrap();
+    recv_args.extend(["--block", "--state-dir", second, "--checkpoint-seed", &seed]);
+    let (s, r) = tcp_transfer(&src, &dst, &args, &recv_args);
+    assert_eq!(
+        (s.code, r.code),
+        (Some(0), Some(0)),
+        "{}\n{}",
+        s.describe(),
+        r.describe()
+    );
+    assert_eq!(
+        r.stat("bytes_resumed"),
+        last["verified"].as_u64().unwrap(),
+        "{}",
+        r.summary()
+    );
+    assert_eq!(hash(&dst), hash(&src));
+    // A seed of another operation is ignored, with a word.
+    let other = ["--operation-id", "other", "--attempt", "1"];
+    let mut recv_args = other.to_vec();
+    recv_args.extend(["--block", "--state-dir", second, "--checkpoint-seed", &seed]);
+    let (_, r) = tcp_transfer(&src, &dst, &other, &recv_args);
+    assert_eq!(r.code, Some(0), "{}", r.describe());
+    assert!(
+        r.stderr.contains("is of operation seeded"),
+        "{}",
+        r.describe()
+    );
+    assert_eq!(r.stat("bytes_resumed"), 0);
+}

@@ -81,8 +81,19 @@ impl Driver {
             .attempts
             .iter()
             .find(|a| a.number == number);
-        if attempt.is_some_and(|a| a.wipe) {
+        let wipe = attempt.is_some_and(|a| a.wipe);
+        if wipe && self.record.status.block_checkpoint.is_some() {
+            // A Block copy starts over by forgetting its prefix: every
+            // block is compared again.
+            self.write(|vm| vm.status.block_checkpoint = None).await?;
+        }
+        if wipe {
             resources::wipe_first(&mut pod);
+        } else if let Some(seed) = self.record.status.block_checkpoint.as_ref() {
+            // A Block copy's last verified prefix, into the same claim only.
+            if seed.claim == self.plan.destination.name {
+                resources::seed_checkpoint(&mut pod, &seed.data);
+            }
         }
         objects::create_or_get(&self.receiver_pods, &pod).await?;
         self.live = Some(live);

@@ -19,7 +19,7 @@ use super::DriverError;
 use crate::events::Severity;
 use crate::names::{self, Component};
 use crate::record::figures::{self, Seen};
-use crate::record::{Attempt, AttemptPhase, Phase, PodRecord, Summary};
+use crate::record::{Attempt, AttemptPhase, BlockCheckpoint, Phase, PodRecord, Summary};
 
 /// An attempt's pods as last seen, and their logs' digests.
 pub(super) type FinalView = (PodView, Option<PodView>, LogDigest, Option<LogDigest>);
@@ -109,8 +109,22 @@ impl Driver {
             prior: rlog.first_progress.as_ref().map(|p| p.bytes_prior),
             log_tail,
         };
+        let claim = self.plan.destination.name.clone();
+        let seed = rlog.checkpoint.as_ref().map(|c| BlockCheckpoint {
+            claim: claim.clone(),
+            attempt: c.attempt,
+            verified: c.verified,
+            data: c.data.clone(),
+        });
         let mut ended: Option<Attempt> = None;
         self.write(|vm| {
+            // The newest checkpoint a receiver told is the next one's seed;
+            // a finished copy needs none.
+            match (&seed, end.phase) {
+                (_, AttemptPhase::Succeeded) => vm.status.block_checkpoint = None,
+                (Some(s), _) => vm.status.block_checkpoint = Some(s.clone()),
+                (None, _) => {}
+            }
             if let Some(p) = &seen.progress {
                 vm.status.progress = Some(p.clone());
             }

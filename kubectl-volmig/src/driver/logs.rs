@@ -13,10 +13,22 @@ pub const TAIL_LINES: usize = 20;
 #[derive(Debug, Clone, PartialEq)]
 pub enum MoverLine {
     Progress(Box<Progress>),
+    /// A block receiver's `{"event":"checkpoint", ...}`: its verified prefix.
+    Checkpoint(BlockSeen),
     Result(Box<MoverResult>),
     /// `mover: listening on ADDR`: the receiver is ready for the sender.
     Listening,
     Text(String),
+}
+
+/// A block receiver's checkpoint as its log told it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct BlockSeen {
+    pub attempt: u32,
+    /// Bytes from 0 verified and durable.
+    pub verified: u64,
+    /// The checkpoint, encoded (base64): the next receiver's `--checkpoint-seed`.
+    pub data: String,
 }
 
 /// The mover's `{"event":"summary", ...}` line: how the session ended.
@@ -42,6 +54,11 @@ pub fn parse_line(line: &str) -> MoverLine {
                 Some("progress") => {
                     if let Ok(p) = serde_json::from_value::<Progress>(value) {
                         return MoverLine::Progress(Box::new(p));
+                    }
+                }
+                Some("checkpoint") => {
+                    if let Ok(c) = serde_json::from_value::<BlockSeen>(value) {
+                        return MoverLine::Checkpoint(c);
                     }
                 }
                 Some("summary") => {
@@ -70,6 +87,8 @@ pub struct LogDigest {
     /// The first progress event of the attempt: what it resumed.
     pub first_progress: Option<Progress>,
     pub result: Option<MoverResult>,
+    /// The last block checkpoint told.
+    pub checkpoint: Option<BlockSeen>,
     pub listening: bool,
     /// The last error the mover printed (`mover: error: ...`, or its
     /// command line parser's `error: ...`), for a mover that ended without
@@ -117,6 +136,7 @@ impl LogDigest {
                 self.progress = Some(*p);
             }
             MoverLine::Result(r) => self.result = Some(*r),
+            MoverLine::Checkpoint(c) => self.checkpoint = Some(c),
             MoverLine::Listening => {
                 self.listening = true;
                 self.keep(line);
@@ -180,6 +200,17 @@ mover: 4 entries, 3 files"#;
         assert_eq!(s.bytes_literal, 200);
         assert_eq!(d.tail.len(), 3);
         assert!(d.tail.iter().all(|l| !l.starts_with('{')));
+    }
+
+    #[test]
+    fn a_block_receiver_s_last_checkpoint_is_kept() {
+        let log = r#"{"event":"checkpoint","operation_id":"op","attempt":2,"verified":16384,"data":"QUFB"}
+{"event":"checkpoint","operation_id":"op","attempt":2,"verified":65536,"data":"QkJC"}
+mover: error: interrupted"#;
+        let d = LogDigest::from_text(log);
+        let c = d.checkpoint.expect("a checkpoint");
+        assert_eq!((c.attempt, c.verified, c.data.as_str()), (2, 65536, "QkJC"));
+        assert!(d.tail.iter().all(|l| !l.contains("checkpoint")));
     }
 
     #[test]

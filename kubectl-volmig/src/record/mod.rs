@@ -218,6 +218,24 @@ pub struct MigrationStatus {
     /// attempt, as `mover inspect` read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reusable: Option<String>,
+    /// A Block copy's verified prefix, as the last receiver told it: the
+    /// next receiver into the same claim starts from it (`--checkpoint-seed`),
+    /// since its own state directory goes with its pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_checkpoint: Option<BlockCheckpoint>,
+}
+
+/// A Block copy's checkpoint, carried between receivers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockCheckpoint {
+    /// The destination claim it is of: another claim (a replaced or fresh
+    /// destination) does not take it.
+    pub claim: String,
+    pub attempt: u32,
+    pub verified: u64,
+    /// The mover's encoding, base64.
+    pub data: String,
 }
 
 /// A destination claim the driver stopped using, and why.

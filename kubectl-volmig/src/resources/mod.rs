@@ -28,8 +28,8 @@ mod tests;
 pub use claim::{destination_claim, SOURCE_ANNOTATION};
 pub use keys::{keys_secret, redacted_keys_secret, REDACTED};
 pub use pods::{
-    inspect_pod, receiver_pod, sender_pod, source_beside, wipe_first, CONTAINER, DEVICE_PATH,
-    PLACEMENT_REASON_ANNOTATION,
+    inspect_pod, receiver_pod, seed_checkpoint, sender_pod, source_beside, wipe_first, CONTAINER,
+    DEVICE_PATH, PLACEMENT_REASON_ANNOTATION,
 };
 pub use service::service;
 pub use source_copy::{read_claim, source_snapshot};

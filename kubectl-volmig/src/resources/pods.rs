@@ -57,7 +57,8 @@ const SENDER_CAPABILITIES: &[&str] = &["DAC_OVERRIDE"];
 /// listens on [`names::MOVER_PORT`] of its pod IP.
 /// Makes `receiver` empty its destination before it serves (`mover
 /// receive --wipe`): an attempt after `--reuse-limit` failures on the
-/// destination's data.
+/// destination's data. A block receiver compares every block anyway: it
+/// starts over without its checkpoint seed, and wipes nothing.
 pub fn wipe_first(receiver: &mut Pod) {
     let containers = receiver.spec.as_mut().map(|s| &mut s.containers);
     for c in containers
@@ -65,9 +66,26 @@ pub fn wipe_first(receiver: &mut Pod) {
         .flatten()
         .filter(|c| c.name == CONTAINER)
     {
-        c.args
-            .get_or_insert_with(Vec::new)
-            .push("--wipe".to_string());
+        let args = c.args.get_or_insert_with(Vec::new);
+        if !args.iter().any(|a| a == "--block") {
+            args.push("--wipe".to_string());
+        }
+    }
+}
+
+/// Gives a Block receiver the checkpoint an earlier receiver told
+/// (`--checkpoint-seed`): its state directory went with its pod.
+pub fn seed_checkpoint(receiver: &mut Pod, data: &str) {
+    let containers = receiver.spec.as_mut().map(|s| &mut s.containers);
+    for c in containers
+        .into_iter()
+        .flatten()
+        .filter(|c| c.name == CONTAINER)
+    {
+        let args = c.args.get_or_insert_with(Vec::new);
+        if args.iter().any(|a| a == "--block") {
+            args.extend(["--checkpoint-seed".to_string(), data.to_string()]);
+        }
     }
 }
 

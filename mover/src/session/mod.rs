@@ -30,6 +30,12 @@ pub const MIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Receives progress events (about twice a second, and once at the end).
 pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
+/// Told each block checkpoint as it is recorded (its encoding): what a
+/// driver keeps to seed the next attempt's receiver, whose state directory
+/// may not outlive its pod.
+#[cfg(feature = "engine")]
+pub type CheckpointFn =
+    Arc<dyn Fn(&crate::block::checkpoint::BlockCheckpoint, &[u8]) + Send + Sync>;
 
 /// Why a session failed as a whole (per-file problems are counted in the summary instead).
 #[derive(Debug, thiserror::Error)]

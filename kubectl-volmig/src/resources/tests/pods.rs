@@ -483,3 +483,23 @@ fn block_movers_map_the_device_and_add_no_capability() {
     assert_eq!(claim.read_only, Some(true));
     assert!(source_beside(&plan).is_err());
 }
+
+#[test]
+fn a_block_receiver_takes_a_seed_and_is_never_wiped() {
+    let mut plan = plan();
+    plan.source.volume_mode = crate::plan::VolumeMode::Block;
+    let mut receiver = receiver_pod(&plan, 3);
+    seed_checkpoint(&mut receiver, "Vk9MTUlH");
+    wipe_first(&mut receiver);
+    let a = args(&receiver);
+    let at = a
+        .iter()
+        .position(|x| x == "--checkpoint-seed")
+        .expect("seed");
+    assert_eq!(a[at + 1], "Vk9MTUlH");
+    assert!(!a.iter().any(|x| x == "--wipe"));
+    // A tree receiver has no use for a seed.
+    let mut tree = receiver_pod(&super::plan(), 3);
+    seed_checkpoint(&mut tree, "Vk9MTUlH");
+    assert!(!args(&tree).iter().any(|x| x == "--checkpoint-seed"));
+}

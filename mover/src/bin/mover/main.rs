@@ -101,6 +101,10 @@ enum Command {
         /// Serve block sessions only: a sender with a directory tree is refused.
         #[arg(long)]
         block: bool,
+        /// A block checkpoint an earlier receiver told (`{"event":"checkpoint"}`'s
+        /// `data`, base64): resumed from when the state directory holds none as recent.
+        #[arg(long, value_name = "BASE64", value_parser = parse_seed, requires = "block")]
+        checkpoint_seed: Option<Seed>,
         /// Where a block session keeps its checkpoint (default for an image
         /// D/NAME: D/.NAME.volmig; a device has none).
         #[arg(long, value_name = "DIR")]
@@ -264,6 +268,7 @@ async fn run(cli: Cli) -> u8 {
             listen,
             root,
             block,
+            checkpoint_seed,
             state_dir,
             keep_serving,
             addr_file,
@@ -284,6 +289,8 @@ async fn run(cli: Cli) -> u8 {
             cfg.keep_checkpoint = keep_checkpoint;
             cfg.block_only = block;
             cfg.state_dir = state_dir;
+            cfg.checkpoint_seed = checkpoint_seed.map(|s| s.0);
+            cfg.on_checkpoint = output::checkpoint_sink(output.progress);
             let job = net::ReceiveJob {
                 listen,
                 keep_serving,
@@ -334,6 +341,18 @@ fn inspect(root: &Path, against: Option<&Path>) -> u8 {
     }
     mover::stdio::out(&format!("{value}\n"));
     0
+}
+
+/// `--checkpoint-seed`'s bytes.
+#[derive(Debug, Clone)]
+struct Seed(Vec<u8>);
+
+fn parse_seed(s: &str) -> Result<Seed, String> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map(Seed)
+        .map_err(|e| format!("not base64: {e}"))
 }
 
 /// `mover inspect` of a block device or image: its size, and the

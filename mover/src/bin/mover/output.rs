@@ -53,6 +53,27 @@ pub fn progress_sink(mode: ProgressMode) -> Option<ProgressFn> {
     })
 }
 
+/// With `--progress json`: each block checkpoint told as a JSON line,
+/// `{"event":"checkpoint","operation_id":..,"attempt":..,"verified":N,"data":"<base64>"}`,
+/// which a driver gives the next attempt's receiver as `--checkpoint-seed`.
+pub fn checkpoint_sink(mode: ProgressMode) -> Option<mover::session::CheckpointFn> {
+    use base64::Engine;
+    (mode == ProgressMode::Json).then(|| {
+        Arc::new(
+            |cp: &mover::block::checkpoint::BlockCheckpoint, bytes: &[u8]| {
+                let line = serde_json::json!({
+                    "event": "checkpoint",
+                    "operation_id": cp.operation_id,
+                    "attempt": cp.attempt,
+                    "verified": cp.verified,
+                    "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+                });
+                mover::stdio::out(&format!("{line}\n"));
+            },
+        ) as mover::session::CheckpointFn
+    })
+}
+
 /// Reports a session's end and returns the exit code.
 pub fn finish(result: Result<Summary, SessionError>, output: &OutputArgs) -> u8 {
     finish_wiped(result, output, None)

@@ -48,6 +48,9 @@ const WRITER_QUEUE: usize = 16;
 /// A checkpoint is recorded at most this often, or every [`CHECKPOINT_BYTES`].
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 const CHECKPOINT_BYTES: u64 = 64 << 20;
+/// A checkpoint is told (`on_checkpoint`: a log line) at most this often,
+/// and when the session stops.
+const TELL_EVERY: Duration = Duration::from_secs(10);
 /// How often progress is reported.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 
@@ -165,6 +168,7 @@ where
         head,
         state: opened.state,
         operation: opts.operation_id.clone().map(|id| (id, opts.attempt)),
+        on_checkpoint: cfg.on_checkpoint.clone(),
         counters: counters.clone(),
         cvs: signer.is_some().then_some(cv_rx),
     };
@@ -283,6 +287,10 @@ fn open(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Opened, SessionEr
                 .map_err(|e| SessionError::local(format!("state directory {}", p.display()), e))
         })
         .transpose()?;
+    if let (Some(state), Some(id), Some(seed)) = (&state, &opts.operation_id, &cfg.checkpoint_seed)
+    {
+        plant(state, id, seed)?;
+    }
     let (offer, problem) = match (&state, &opts.operation_id) {
         (Some(state), Some(id)) => offer(state, id, opts.attempt, &source, &dest)?,
         _ => (None, None),
@@ -295,6 +303,34 @@ fn open(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<Opened, SessionEr
         offer,
         problem,
     })
+}
+
+/// Writes a seed into the state directory unless it already holds this
+/// operation's checkpoint of the same or a later attempt. A seed that does
+/// not decode is said and ignored: it costs a full compare, never data.
+fn plant(state: &StateDir, operation: &str, seed: &[u8]) -> Result<(), SessionError> {
+    let cp = match BlockCheckpoint::decode(seed) {
+        Ok(cp) if cp.operation_id == operation => cp,
+        Ok(cp) => {
+            warn(format_args!(
+                "--checkpoint-seed is of operation {}, not {operation}: ignored",
+                cp.operation_id
+            ));
+            return Ok(());
+        }
+        Err(e) => {
+            warn(format_args!("--checkpoint-seed: {e}: ignored"));
+            return Ok(());
+        }
+    };
+    let held = state.load().ok().flatten();
+    let newer = held.is_some_and(|h| h.operation_id == operation && h.attempt >= cp.attempt);
+    if !newer {
+        state
+            .save(&cp)
+            .map_err(|e| SessionError::local("recording the checkpoint seed", e))?;
+    }
+    Ok(())
 }
 
 /// The checkpoint an earlier attempt of this operation left, if it still
@@ -411,6 +447,7 @@ struct WriteJob {
     head: Head,
     state: Option<StateDir>,
     operation: Option<(String, u32)>,
+    on_checkpoint: Option<super::super::CheckpointFn>,
     counters: Arc<Counters>,
     cvs: Option<sync_mpsc::Receiver<(u64, ChainingValue)>>,
 }
@@ -439,6 +476,7 @@ impl WriteJob {
             false => None,
         };
         let mut recorded = (Instant::now(), w.settled());
+        let mut told = Instant::now();
         let mut sent_root = None;
         let outcome = loop {
             let Some(batch) = rx.blocking_recv() else {
@@ -465,14 +503,18 @@ impl WriteJob {
             let due = recorded.0.elapsed() >= CHECKPOINT_EVERY
                 || w.settled() >= recorded.1 + CHECKPOINT_BYTES;
             if due && w.settled() > recorded.1 {
-                self.record(&w)?;
+                let tell = told.elapsed() >= TELL_EVERY;
+                self.record(&w, tell)?;
                 recorded = (Instant::now(), w.settled());
+                if tell {
+                    told = Instant::now();
+                }
             }
         };
         if let Err(e) = outcome {
             // What is settled is kept for the next attempt.
-            if w.settled() > recorded.1 {
-                if let Err(ce) = self.record(&w) {
+            if w.settled() > recorded.1 || told < recorded.0 {
+                if let Err(ce) = self.record(&w, true) {
                     warn(format_args!(
                         "cannot record progress for the next attempt: {ce}"
                     ));
@@ -531,8 +573,9 @@ impl WriteJob {
         })
     }
 
-    /// Makes the settled blocks durable, then says so in the checkpoint.
-    fn record(&self, w: &Writer<'_>) -> Result<(), SessionError> {
+    /// Makes the settled blocks durable, then says so in the checkpoint
+    /// (and, with `tell`, to `on_checkpoint`).
+    fn record(&self, w: &Writer<'_>, tell: bool) -> Result<(), SessionError> {
         let (Some(state), Some((id, attempt))) = (&self.state, &self.operation) else {
             return Ok(());
         };
@@ -557,7 +600,11 @@ impl WriteJob {
         };
         state
             .save(&cp)
-            .map_err(|e| SessionError::local("recording the checkpoint", e))
+            .map_err(|e| SessionError::local("recording the checkpoint", e))?;
+        if let Some(to) = self.on_checkpoint.as_ref().filter(|_| tell) {
+            to(&cp, &cp.encode());
+        }
+        Ok(())
     }
 
     fn drop_checkpoint(&self) {

@@ -89,6 +89,12 @@ pub struct ReceiverConfig {
     /// Where a block session keeps its checkpoint (an image's default is
     /// beside it; a device has none).
     pub state_dir: Option<PathBuf>,
+    /// A block checkpoint an earlier attempt's receiver recorded elsewhere
+    /// (encoded): written into the state directory when it holds none as
+    /// recent, then checked as any.
+    pub checkpoint_seed: Option<Vec<u8>>,
+    /// Told each block checkpoint recorded.
+    pub on_checkpoint: Option<super::CheckpointFn>,
 }
 
 impl ReceiverConfig {
@@ -106,6 +112,8 @@ impl ReceiverConfig {
             capacity: None,
             block_only: false,
             state_dir: None,
+            checkpoint_seed: None,
+            on_checkpoint: None,
         }
     }
 }
