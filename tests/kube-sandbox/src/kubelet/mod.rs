@@ -5,6 +5,7 @@
 //! `restartPolicy`, and on deletion stops the containers with the pod's
 //! grace period and removes the pod.
 
+pub mod devices;
 mod env;
 pub mod freeze;
 pub mod image;
@@ -33,6 +34,7 @@ use crate::auth::Authority;
 use crate::store::Store;
 use crate::task::Owned;
 
+pub use devices::{BlockBacking, Devices};
 pub use freeze::Freezer;
 pub use image::{ImageMapping, Images, OciArchive};
 pub use processes::PodProcesses;
@@ -50,6 +52,9 @@ pub struct Shared {
     /// Stops the containers writing to a volume while it is snapshotted;
     /// one for the whole sandbox, which the controllers' `Ctx` shares.
     pub freezer: Arc<Freezer>,
+    /// The loop devices of Block volumes; the volume controller's `Ctx`
+    /// shares them, to detach a deleted PV's.
+    pub devices: Arc<Devices>,
     ips: Mutex<IpPool>,
 }
 
@@ -63,6 +68,7 @@ impl Shared {
         block: u8,
         authority: Arc<Authority>,
         processes: Arc<PodProcesses>,
+        devices: Arc<Devices>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             store,
@@ -72,6 +78,7 @@ impl Shared {
             authority,
             processes,
             freezer: Arc::default(),
+            devices,
             ips: Mutex::new(IpPool {
                 block,
                 next: 0,

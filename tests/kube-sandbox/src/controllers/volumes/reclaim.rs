@@ -250,7 +250,17 @@ fn remove_provisioned_dir(ctx: &Ctx, volume: &Value) {
     .into_iter()
     .find(|p| !p.is_empty())
     .map(std::path::PathBuf::from);
+    // A Block volume's PV names its image: the directory holding it goes.
+    let path = path.map(|p| match p.file_name() {
+        Some(name) if name == crate::kubelet::devices::IMAGE => {
+            p.parent().map(std::path::Path::to_path_buf).unwrap_or(p)
+        }
+        _ => p,
+    });
     if let Some(path) = path.filter(|p| p.starts_with(&root) && p != &root) {
+        // Its loop devices first, as a CSI driver's NodeUnstage and
+        // DeleteVolume release the device before the data goes.
+        ctx.devices.release(&path);
         if let Err(e) = std::fs::remove_dir_all(&path) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!("reclaiming {}: {e}", path.display());
