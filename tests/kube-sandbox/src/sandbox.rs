@@ -190,7 +190,7 @@ impl Sandbox {
             snapshots: config.snapshots,
         });
         let mut tasks = vec![api::serve(listener, TlsAcceptor::from(tls), api.clone())];
-        let shared = Shared::new(
+        let mut shared = Shared::new(
             store.clone(),
             logs,
             data_dir.clone(),
@@ -198,8 +198,9 @@ impl Sandbox {
             block,
             authority.clone(),
             processes,
-            devices.clone(),
         );
+        shared.devices = devices.clone();
+        let shared = Arc::new(shared);
         let mut ctx = Ctx::new(store.clone(), data_dir.clone(), authority.clone());
         ctx.snapshots = config.snapshots;
         ctx.csi_clone = config.csi_clone;

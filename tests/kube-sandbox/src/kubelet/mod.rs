@@ -59,7 +59,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Pod IPs come from the loopback block `127.block.0.0/16`.
+    /// Pod IPs come from the loopback block `127.block.0.0/16`; Block
+    /// volumes get loop devices as [`Devices::default`] does until
+    /// `devices` is set.
     pub fn new(
         store: Arc<Store>,
         logs: Arc<LogIndex>,
@@ -68,9 +70,8 @@ impl Shared {
         block: u8,
         authority: Arc<Authority>,
         processes: Arc<PodProcesses>,
-        devices: Arc<Devices>,
-    ) -> Arc<Shared> {
-        Arc::new(Shared {
+    ) -> Shared {
+        Shared {
             store,
             logs,
             data_dir,
@@ -78,13 +79,13 @@ impl Shared {
             authority,
             processes,
             freezer: Arc::default(),
-            devices,
+            devices: Arc::default(),
             ips: Mutex::new(IpPool {
                 block,
                 next: 0,
                 free: Vec::new(),
             }),
-        })
+        }
     }
 
     fn allocate_ip(&self) -> Ipv4Addr {
