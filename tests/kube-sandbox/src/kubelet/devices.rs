@@ -84,6 +84,20 @@ pub enum BlockBacking {
     File,
 }
 
+impl std::str::FromStr for BlockBacking {
+    type Err = String;
+
+    /// `auto`, `loop` or `file` (`--block-backing`).
+    fn from_str(s: &str) -> Result<BlockBacking, String> {
+        match s {
+            "auto" => Ok(BlockBacking::Auto),
+            "loop" => Ok(BlockBacking::Loop),
+            "file" => Ok(BlockBacking::File),
+            other => Err(format!("{other:?}: expected auto, loop or file")),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
     #[error("no free loop device")]
