@@ -131,7 +131,7 @@ pub fn prepare(
 
 /// The names of the volumes the pod's containers (init containers too)
 /// list in `field` (`volumeMounts` or `volumeDevices`).
-fn used_in<'a>(pod: &'a Value, field: &str) -> Vec<&'a str> {
+pub(super) fn used_in<'a>(pod: &'a Value, field: &str) -> Vec<&'a str> {
     ["initContainers", "containers"]
         .iter()
         .flat_map(|list| pod["spec"][*list].as_array().into_iter().flatten())

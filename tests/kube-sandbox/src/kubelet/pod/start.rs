@@ -103,7 +103,7 @@ impl Worker {
             (&self.shared.data_dir, &self.dir),
         )
         .map_err(Some)?;
-        self.map_devices(&mut volumes).map_err(Some)?;
+        self.map_devices(pod, &mut volumes).map_err(Some)?;
         let warnings =
             ownership::apply(&self.shared.store, pod, &self.node, &volumes).map_err(Some)?;
         for warning in warnings {
@@ -112,14 +112,24 @@ impl Worker {
         Ok(volumes)
     }
 
-    /// Maps each Block volume to the device its containers will bind (a
-    /// loop device, or the image file; see [`crate::kubelet::devices`]),
-    /// as the kubelet's `MapVolume` does before the containers start.
-    fn map_devices(&self, volumes: &mut HashMap<String, HostVolume>) -> Result<(), NotReady> {
+    /// Maps each Block volume a container lists in `volumeDevices` to the
+    /// device it will bind (a loop device, or the image file; see
+    /// [`crate::kubelet::devices`]), as the kubelet's `MapVolume` does
+    /// before the containers start. A volume no container uses is not
+    /// mapped, as the kubelet leaves it alone.
+    fn map_devices(
+        &self,
+        pod: &Value,
+        volumes: &mut HashMap<String, HostVolume>,
+    ) -> Result<(), NotReady> {
+        let used = volumes::used_in(pod, "volumeDevices");
         for (name, volume) in volumes.iter_mut() {
             let Some(image) = volume.block.clone() else {
                 continue;
             };
+            if !used.contains(&name.as_str()) {
+                continue;
+            }
             let mapped = self
                 .shared
                 .devices
