@@ -464,3 +464,49 @@ async fn csi_snapshots_and_clones_of_a_block_volume_are_equal_and_sparse() {
     assert!(log.split_whitespace().all(|b| b == "3"), "{log}");
     let _ = kubectl(&sb, &["delete", "pod", "reader"], None).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_loop_that_a_vanished_sandbox_left_is_detached_at_the_next_start() {
+    let Some(_lock) = loops_or_skip("leaked loops").await else {
+        return;
+    };
+    // What a sandbox killed with SIGKILL leaves: a loop over an image in
+    // its temporary directory, which is gone.
+    let gone = tempfile::Builder::new()
+        .prefix("kube-sandbox-")
+        .tempdir()
+        .expect("temp dir");
+    let image = gone.path().join("volumes/pvc-leaked/disk.img");
+    std::fs::create_dir_all(image.parent().expect("dir")).expect("dirs");
+    std::fs::File::create(&image)
+        .and_then(|f| f.set_len(MIB))
+        .expect("image");
+    let attached = std::process::Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&image)
+        .output();
+    let node = match attached {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        other => {
+            eprintln!("leaked loops: skipped, losetup could not attach a loop: {other:?}");
+            return;
+        }
+    };
+    let number: u32 = node
+        .trim_start_matches("/dev/loop")
+        .parse()
+        .expect("loop number");
+    let canonical = std::fs::canonicalize(&image).expect("image");
+    drop(gone);
+    assert_eq!(
+        backing_file(number),
+        Some(canonical.clone()),
+        "attached over the removed image"
+    );
+    let _sb = sandbox_backed(BlockBacking::Loop).await;
+    assert_ne!(
+        backing_file(number),
+        Some(canonical),
+        "loop{number} still attached"
+    );
+}
