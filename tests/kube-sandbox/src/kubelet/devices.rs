@@ -151,12 +151,22 @@ struct Attached {
     ro: Option<u32>,
 }
 
+/// How an image gets a loop: [`attach`], or a stand-in in unit tests.
+type Attach = fn(&Path, bool) -> Result<u32, DeviceError>;
+
 /// The sandbox's loop devices, by image; shared by every kubelet and by the
 /// volume controller (which detaches a deleted PV's).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Devices {
     backing: BlockBacking,
     attached: Mutex<HashMap<PathBuf, Attached>>,
+    attach: Attach,
+}
+
+impl Default for Devices {
+    fn default() -> Devices {
+        Devices::new(BlockBacking::default())
+    }
 }
 
 impl Devices {
@@ -164,6 +174,7 @@ impl Devices {
         Devices {
             backing,
             attached: Mutex::default(),
+            attach,
         }
     }
 
@@ -197,7 +208,7 @@ impl Devices {
             }
             *slot = None;
         }
-        match attach(image, read_only) {
+        match (self.attach)(image, read_only) {
             Ok(number) => {
                 *slot = Some(number);
                 Ok(loop_mapped(number))
@@ -457,6 +468,33 @@ mod tests {
             deleted_name(Path::new("/tmp/x/disk.img (deleted)")),
             Some(PathBuf::from("/tmp/x/disk.img"))
         );
+    }
+
+    #[test]
+    fn auto_falls_back_to_the_image_when_no_loop_is_free() {
+        let image = Path::new("/tmp/kube-sandbox-x/volumes/pvc-1/disk.img");
+        let none_free: Attach = |_, _| Err(DeviceError::NoFreeLoop);
+        let auto = Devices {
+            attach: none_free,
+            ..Devices::new(BlockBacking::Auto)
+        };
+        let mapped = auto.map(image, false).expect("the image instead");
+        assert_eq!(
+            (mapped.path.as_path(), mapped.bind_read_only),
+            (image, false)
+        );
+        let mapped = auto.map(image, true).expect("the image instead");
+        assert!(
+            mapped.bind_read_only,
+            "bound read-only for a read-only claim"
+        );
+        let only_loops = Devices {
+            attach: none_free,
+            ..Devices::new(BlockBacking::Loop)
+        };
+        let refused = only_loops.map(image, false).expect_err("no loop");
+        assert!(refused.retryable(), "{refused}");
+        assert!(only_loops.loops_of(image).is_empty());
     }
 
     #[test]
