@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use kube_sandbox::kubelet::{ImageMapping, OciArchive};
+use kube_sandbox::kubelet::{BlockBacking, ImageMapping, OciArchive};
 use kube_sandbox::sandbox::Taint;
 use kube_sandbox::{Sandbox, SandboxConfig};
 use tokio::signal::unix::{signal, SignalKind};
@@ -41,6 +41,10 @@ struct Args {
     /// e.g. ghcr.io/volmig/mover=target/debug/mover
     #[arg(long = "image")]
     images: Vec<String>,
+    /// What a Block volume's device is: a loop device when one can be had
+    /// (auto), always (loop), or the image file itself (file)
+    #[arg(long, default_value = "auto")]
+    block_backing: BlockBacking,
 }
 
 /// An `--image` flag: `IMAGE=PATH` (a host binary) or
@@ -92,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
         kubeconfig: Some(args.kubeconfig),
         images,
         oci_archives,
+        block_backing: args.block_backing,
         ..SandboxConfig::default()
     })
     .await

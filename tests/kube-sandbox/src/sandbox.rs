@@ -17,7 +17,8 @@ use crate::api::{self, Api, AuditEntry, AuditLog, Faults, Tripwire};
 use crate::auth::{Authority, Subject, Validity};
 use crate::controllers::{self, volumes, Ctx};
 use crate::kubelet::{
-    self, ImageMapping, Images, Kubelet, LogIndex, OciArchive, PodProcesses, Shared,
+    self, BlockBacking, Devices, ImageMapping, Images, Kubelet, LogIndex, OciArchive, PodProcesses,
+    Shared,
 };
 use crate::registry;
 use crate::store::Store;
@@ -85,6 +86,11 @@ pub struct SandboxConfig {
     /// `ProvisioningFailed` "CSI driver does not support clone operations:
     /// controller CLONE_VOLUME capability is not reported".
     pub csi_clone: bool,
+    /// What a Block volume's device is on the nodes: a loop device over
+    /// its image file when one can be had ([`BlockBacking::Auto`]), always
+    /// ([`BlockBacking::Loop`]), or the image file itself
+    /// ([`BlockBacking::File`]). See `kubelet::devices`.
+    pub block_backing: BlockBacking,
 }
 
 impl Default for SandboxConfig {
@@ -100,6 +106,7 @@ impl Default for SandboxConfig {
             watch_history: 10_000,
             snapshots: true,
             csi_clone: true,
+            block_backing: BlockBacking::Auto,
         }
     }
 }
@@ -113,6 +120,8 @@ pub struct Sandbox {
     kubeconfig: PathBuf,
     kubelets: Vec<Kubelet>,
     tasks: Vec<Owned>,
+    /// The loop devices of Block volumes, detached when the sandbox stops.
+    devices: Arc<Devices>,
     /// Holds the sandbox's loopback block against other sandboxes.
     _block: std::net::TcpListener,
     _temp: Option<tempfile::TempDir>,
@@ -153,6 +162,10 @@ impl Sandbox {
         std::fs::create_dir_all(data_dir.join("volumes"))?;
         std::fs::create_dir_all(data_dir.join("pods"))?;
         std::fs::create_dir_all(data_dir.join("snapshots"))?;
+        if config.block_backing != BlockBacking::File {
+            kubelet::devices::detach_leaked(&data_dir);
+        }
+        let devices = Arc::new(Devices::new(config.block_backing));
         let (block, reservation) = claim_block()?;
         let store = Store::with_block(config.watch_history, block);
         let listener = TcpListener::bind(("127.0.0.1", config.port)).await?;
@@ -177,7 +190,7 @@ impl Sandbox {
             snapshots: config.snapshots,
         });
         let mut tasks = vec![api::serve(listener, TlsAcceptor::from(tls), api.clone())];
-        let shared = Shared::new(
+        let mut shared = Shared::new(
             store.clone(),
             logs,
             data_dir.clone(),
@@ -186,12 +199,15 @@ impl Sandbox {
             authority.clone(),
             processes,
         );
+        shared.devices = devices.clone();
+        let shared = Arc::new(shared);
         let mut ctx = Ctx::new(store.clone(), data_dir.clone(), authority.clone());
         ctx.snapshots = config.snapshots;
         ctx.csi_clone = config.csi_clone;
         // The kubelets' freezer: the CSI driver stops a volume's writers
         // on whichever nodes they run.
         ctx.freezer = shared.freezer.clone();
+        ctx.devices = devices.clone();
         let ctx = Arc::new(ctx);
         tasks.extend(controllers::spawn_all(ctx));
         tasks.push(crate::services::spawn(store.clone()));
@@ -216,6 +232,7 @@ impl Sandbox {
             kubeconfig,
             kubelets,
             tasks,
+            devices,
             _block: reservation,
             _temp: temp,
         })
@@ -261,6 +278,16 @@ impl Sandbox {
     /// of the VolumeSnapshot), which is also its `snapshotHandle`.
     pub fn snapshot_dir(&self, content_name: &str) -> PathBuf {
         controllers::snapshots::snapshot_dir(&self.data_dir, content_name)
+    }
+
+    /// The numbers of the loop devices attached to a Block volume's image
+    /// now (`data_dir/volumes/<pv name>/disk.img`): read-write first, then
+    /// the read-only mirror; empty when it has none (file backing, or not
+    /// used by a pod yet).
+    pub fn loop_devices(&self, pv_name: &str) -> Vec<u32> {
+        let image = self.volume_dir(pv_name).join(kubelet::devices::IMAGE);
+        let image = std::fs::canonicalize(&image).unwrap_or(image);
+        self.devices.loops_of(&image)
     }
 
     /// The store, for tests that look behind the API.
@@ -419,6 +446,8 @@ impl Drop for Sandbox {
         // Kubelets first: their pod workers, and the containers with them.
         self.kubelets.clear();
         self.tasks.clear();
+        // A loop still open by a dying container goes at its last close.
+        self.devices.release_all();
         // Clients may outlive the sandbox: their watches end now.
         self.store.close();
     }

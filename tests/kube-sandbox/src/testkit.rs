@@ -97,3 +97,27 @@ pub fn release_file(prefix: &str, suffix: &str) -> PathBuf {
     );
     path
 }
+
+/// Holds the machine's loop devices for one test at a time, across test
+/// binaries (an exclusive `flock` on a file in the temporary directory),
+/// until dropped: a test that needs loop devices takes it, so that
+/// sandboxes running side by side do not exhaust them (a machine may have
+/// eight). Blocking: call it from `spawn_blocking` in async tests.
+pub struct LoopLock(#[allow(dead_code)] std::fs::File);
+
+pub fn loop_lock() -> std::io::Result<LoopLock> {
+    let path = std::env::temp_dir().join("volmig-loop-devices.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+    Ok(LoopLock(file))
+}
+
+/// Whether this process may attach loop devices (root and
+/// `/dev/loop-control`); loop-only tests say they were skipped otherwise.
+pub fn loops_available() -> bool {
+    crate::kubelet::devices::loops_available()
+}

@@ -57,6 +57,8 @@ pub struct Ctx {
     /// The kubelets' container processes, which the CSI driver stops
     /// while it copies a volume (see `kubelet::freeze`).
     pub freezer: Arc<Freezer>,
+    /// The kubelets' loop devices, detached when their PV is deleted.
+    pub devices: Arc<crate::kubelet::Devices>,
 }
 
 impl Ctx {
@@ -72,6 +74,7 @@ impl Ctx {
             csi_clone: true,
             snapshots: true,
             freezer: Arc::default(),
+            devices: Arc::default(),
         }
     }
 }

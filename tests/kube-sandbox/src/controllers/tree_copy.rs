@@ -3,7 +3,8 @@
 //! directory and symlink with its mode, owner and group (as far as this
 //! process may set them) and modification time; hard links become separate
 //! files. A file that vanishes while the tree is walked is skipped, as a
-//! crash-consistent snapshot of a volume in use would miss it.
+//! crash-consistent snapshot of a volume in use would miss it. Files are
+//! copied sparse ([`copy_image`]): a Block volume's image keeps its holes.
 
 use std::io;
 use std::os::unix::fs::{lchown, MetadataExt, PermissionsExt};
@@ -76,13 +77,77 @@ fn copy_entry(source: &Path, target: &PathBuf) -> io::Result<u64> {
     if kind.is_symlink() {
         std::os::unix::fs::symlink(std::fs::read_link(source)?, target)?;
     } else if kind.is_file() {
-        bytes = std::fs::copy(source, target)?;
+        bytes = copy_image(source, target)?;
     } else {
         // Sockets, FIFOs and devices have no data to copy: skipped.
         return Ok(0);
     }
     finish(target, &meta)?;
     Ok(bytes)
+}
+
+/// Copies the regular file `from` to the new file `to`, sparse: only the
+/// extents `SEEK_DATA`/`SEEK_HOLE` find holding data are copied (by
+/// `copy_file_range`, or read and written where it is refused), the rest
+/// left holes of the same length. Returns the file's length.
+pub fn copy_image(from: &Path, to: &Path) -> io::Result<u64> {
+    use rustix::fs::SeekFrom;
+    let source = std::fs::File::open(from)?;
+    let target = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)?;
+    let len = source.metadata()?.len();
+    target.set_len(len)?;
+    let mut at = 0;
+    while at < len {
+        let start = match rustix::fs::seek(&source, SeekFrom::Data(at)) {
+            Ok(start) => start,
+            // No data after `at`: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let end = rustix::fs::seek(&source, SeekFrom::Hole(start))?.min(len);
+        copy_range(&source, &target, start, end)?;
+        at = end;
+    }
+    target.sync_data()?;
+    Ok(len)
+}
+
+/// Copies bytes `start..end` of `source` to the same offsets of `target`.
+fn copy_range(
+    source: &std::fs::File,
+    target: &std::fs::File,
+    start: u64,
+    end: u64,
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut at = start;
+    while at < end {
+        let (mut from, mut to) = (at, at);
+        let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(1 << 30);
+        match rustix::fs::copy_file_range(source, Some(&mut from), target, Some(&mut to), want) {
+            Ok(0) => break,
+            Ok(n) => at += n as u64,
+            Err(rustix::io::Errno::XDEV | rustix::io::Errno::NOSYS | rustix::io::Errno::INVAL) => {
+                let mut buffer = vec![0u8; 1 << 20];
+                while at < end {
+                    let chunk = usize::try_from(end - at)
+                        .unwrap_or(usize::MAX)
+                        .min(buffer.len());
+                    let n = source.read_at(&mut buffer[..chunk], at)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    target.write_all_at(&buffer[..n], at)?;
+                    at += n as u64;
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Owner, mode and times of `path` as `meta` has them; a `chown` this
@@ -158,5 +223,26 @@ mod tests {
         assert!(!dir.path().join(".to.partial").exists());
         // The target must not exist yet.
         assert!(copy_tree(&from, &to).is_err());
+    }
+
+    #[test]
+    fn images_are_copied_sparse() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (from, to) = (dir.path().join("from.img"), dir.path().join("to.img"));
+        let file = std::fs::File::create(&from).expect("create");
+        let len = 64 << 20;
+        file.set_len(len).expect("set_len");
+        for (at, byte) in [(0, 1u8), (5 << 20, 2), (len - 4096, 3)] {
+            file.write_all_at(&vec![byte; 4096], at).expect("write");
+        }
+        drop(file);
+        assert_eq!(copy_image(&from, &to).expect("copy"), len);
+        assert_eq!(
+            std::fs::read(&from).expect("read"),
+            std::fs::read(&to).expect("read")
+        );
+        let allocated = std::fs::metadata(&to).expect("meta").blocks() * 512;
+        assert!(allocated < 1 << 20, "{allocated} bytes allocated");
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! Every container process (and exec probe) of every node starts through
 //! [`Freezer::spawn`], which records its process group with the host paths
-//! it mounts until the returned [`Registration`] is dropped (when the
+//! it mounts (and the images behind the loop devices it maps) until the returned [`Registration`] is dropped (when the
 //! kubelet has seen the process end). [`Freezer::freeze`] of a directory
 //! sends `SIGSTOP` to each group mounting it (or a path inside it, or a
 //! directory containing it), waits until every thread of those groups is
@@ -94,7 +94,9 @@ impl Freezer {
         let paths = launch
             .mounts
             .iter()
-            .map(|m| canonical(&m.host_path))
+            .map(|m| m.host_path.as_path())
+            .chain(launch.watched.iter().map(PathBuf::as_path))
+            .map(canonical)
             .collect();
         let ticket = self.admit(paths).await;
         let process = Process::spawn(launch)?;

@@ -106,6 +106,12 @@ pub fn build(
     for m in spec["volumeMounts"].as_array().into_iter().flatten() {
         mounts.push(mount(m, volumes)?);
     }
+    let mut watched = Vec::new();
+    for d in spec["volumeDevices"].as_array().into_iter().flatten() {
+        let (device, image) = device(d, volumes)?;
+        mounts.push(device);
+        watched.push(image);
+    }
     if let Some(parent) = log_path.parent() {
         std::fs::create_dir_all(parent).map_err(create_error)?;
     }
@@ -117,6 +123,7 @@ pub fn build(
         env,
         working_dir,
         mounts,
+        watched,
         image_root,
         scratch_dir,
         log_path,
@@ -244,6 +251,29 @@ fn mount(
         container_path: PathBuf::from(m["mountPath"].as_str().unwrap_or_default()),
         read_only: volume.read_only || m["readOnly"] == json!(true),
     })
+}
+
+/// A container's `volumeDevices` entry on the host: the mapped device
+/// (or image file) bound at `devicePath`, and the image behind it.
+fn device(
+    d: &Value,
+    volumes: &HashMap<String, HostVolume>,
+) -> Result<(runtime::Mount, PathBuf), (&'static str, String)> {
+    let config_error = |message: String| ("CreateContainerConfigError", message);
+    let name = d["name"].as_str().unwrap_or_default();
+    let volume = volumes
+        .get(name)
+        .ok_or_else(|| config_error(format!("volume {name:?} not found")))?;
+    let image = volume
+        .block
+        .clone()
+        .ok_or_else(|| config_error(format!("volume {name:?} is not a block volume")))?;
+    let mount = runtime::Mount {
+        host_path: volume.path.clone(),
+        container_path: PathBuf::from(d["devicePath"].as_str().unwrap_or_default()),
+        read_only: volume.read_only,
+    };
+    Ok((mount, image))
 }
 
 #[cfg(test)]

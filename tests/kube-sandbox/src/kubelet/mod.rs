@@ -5,6 +5,7 @@
 //! `restartPolicy`, and on deletion stops the containers with the pod's
 //! grace period and removes the pod.
 
+pub mod devices;
 mod env;
 pub mod freeze;
 pub mod image;
@@ -33,6 +34,7 @@ use crate::auth::Authority;
 use crate::store::Store;
 use crate::task::Owned;
 
+pub use devices::{BlockBacking, Devices};
 pub use freeze::Freezer;
 pub use image::{ImageMapping, Images, OciArchive};
 pub use processes::PodProcesses;
@@ -50,11 +52,16 @@ pub struct Shared {
     /// Stops the containers writing to a volume while it is snapshotted;
     /// one for the whole sandbox, which the controllers' `Ctx` shares.
     pub freezer: Arc<Freezer>,
+    /// The loop devices of Block volumes; the volume controller's `Ctx`
+    /// shares them, to detach a deleted PV's.
+    pub devices: Arc<Devices>,
     ips: Mutex<IpPool>,
 }
 
 impl Shared {
-    /// Pod IPs come from the loopback block `127.block.0.0/16`.
+    /// Pod IPs come from the loopback block `127.block.0.0/16`; Block
+    /// volumes get loop devices as [`Devices::default`] does until
+    /// `devices` is set.
     pub fn new(
         store: Arc<Store>,
         logs: Arc<LogIndex>,
@@ -63,8 +70,8 @@ impl Shared {
         block: u8,
         authority: Arc<Authority>,
         processes: Arc<PodProcesses>,
-    ) -> Arc<Shared> {
-        Arc::new(Shared {
+    ) -> Shared {
+        Shared {
             store,
             logs,
             data_dir,
@@ -72,12 +79,13 @@ impl Shared {
             authority,
             processes,
             freezer: Arc::default(),
+            devices: Arc::default(),
             ips: Mutex::new(IpPool {
                 block,
                 next: 0,
                 free: Vec::new(),
             }),
-        })
+        }
     }
 
     fn allocate_ip(&self) -> Ipv4Addr {

@@ -207,6 +207,7 @@ mod tests {
             env: Vec::new(),
             working_dir: None,
             mounts: Vec::new(),
+            watched: Vec::new(),
             image_root: None,
             scratch_dir: std::env::temp_dir(),
             log_path: "/dev/null".into(),

@@ -11,8 +11,10 @@
 //! `<scratch_dir>/root` holding one mount point per entry of the host's `/`:
 //! directories and files are bind-mounted (recursively, then made read-only
 //! recursively), symlinks such as `/bin -> usr/bin` are recreated. `/proc`
-//! and `/dev` are bound writable, `/tmp` is `<scratch_dir>/tmp`, emptied at
-//! each spawn. Then each volume is bind-mounted at its `mountPath`, and the
+//! is bound writable; `/dev` is a tmpfs of the container's own with runc's
+//! default devices bound from the host (no disks, no loop devices: a
+//! `volumeDevices` entry binds its device there or anywhere else); `/tmp`
+//! is `<scratch_dir>/tmp`, emptied at each spawn. Then each volume is bind-mounted at its `mountPath`, and the
 //! process `chroot`s into the root. New entries land in tmpfs, as writes to
 //! a container's writable layer would; the host is never written.
 //!
@@ -100,8 +102,13 @@ pub struct Launch {
     /// The working directory, created in the container if missing; `/` when
     /// `None`.
     pub working_dir: Option<PathBuf>,
-    /// Volume mounts, in order (later ones may be nested in earlier ones).
+    /// Volume mounts, in order (later ones may be nested in earlier ones);
+    /// then the devices of `volumeDevices`, bound as files.
     pub mounts: Vec<Mount>,
+    /// Host files the container reaches through a device rather than a
+    /// mount (the image behind a loop device): the freezer stops the
+    /// container while they are snapshotted, as it does for mounts.
+    pub watched: Vec<PathBuf>,
     /// The image's unpacked root file system, shown read-only as the
     /// container's `/` (with the host's `/proc` and `/sys`, a `/dev` of its
     /// own and the container's `/tmp`); `None` shows the host's `/`.

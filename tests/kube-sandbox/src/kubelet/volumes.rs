@@ -33,6 +33,9 @@ pub struct HostVolume {
     pub managed: Managed,
     /// The claim it comes from, if it does.
     pub claim: Option<String>,
+    /// A Block volume's image file; `path` is then what containers bind
+    /// at a `devicePath` (see [`super::devices`]) once it is mapped.
+    pub block: Option<PathBuf>,
 }
 
 impl HostVolume {
@@ -42,6 +45,7 @@ impl HostVolume {
             read_only,
             managed,
             claim: None,
+            block: None,
         }
     }
 }
@@ -57,6 +61,8 @@ pub fn prepare(
     (data_dir, pod_dir): (&Path, &Path),
 ) -> Result<HashMap<String, HostVolume>, NotReady> {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let (mounted, mapped) = (used_in(pod, "volumeMounts"), used_in(pod, "volumeDevices"));
+    let mut mismatched = Vec::new();
     let mut out = HashMap::new();
     for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
         let name = volume["name"].as_str().unwrap_or_default();
@@ -66,11 +72,28 @@ pub fn prepare(
                 .get("claimName")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let (path, managed) = claim_path(store, ns, claim_name, node, data_dir)?;
+            let (path, managed, block) = claim_path(store, ns, claim_name, node, data_dir)?;
             let read_only = claim.get("readOnly") == Some(&Value::Bool(true));
+            // The desired-state populator's checks, made for each volume
+            // before any is set up.
+            let (mode, wrong_list) = match block {
+                true => ("Block", mounted.contains(&name).then_some("volumeMounts")),
+                false => (
+                    "Filesystem",
+                    mapped.contains(&name).then_some("volumeDevices"),
+                ),
+            };
+            if let Some(list) = wrong_list {
+                mismatched.push((
+                    name.to_string(),
+                    format!("volume {name} has volumeMode {mode}, but is specified in {list}"),
+                ));
+                continue;
+            }
             HostVolume {
                 claim: Some(claim_name.to_string()),
-                ..HostVolume::new(path, read_only, managed)
+                block: block.then(|| path.clone()),
+                ..HostVolume::new(path, read_only, if block { Managed::No } else { managed })
             }
         } else if let Some((plural, source, object)) = keys_source(volume) {
             write_keys(store, plural, ns, object, source, &own_dir, name)?;
@@ -100,7 +123,37 @@ pub fn prepare(
         };
         out.insert(name.to_string(), hv);
     }
+    if !mismatched.is_empty() {
+        return Err(unprocessed(&mismatched));
+    }
     Ok(out)
+}
+
+/// The names of the volumes the pod's containers (init containers too)
+/// list in `field` (`volumeMounts` or `volumeDevices`).
+pub(super) fn used_in<'a>(pod: &'a Value, field: &str) -> Vec<&'a str> {
+    ["initContainers", "containers"]
+        .iter()
+        .flat_map(|list| pod["spec"][*list].as_array().into_iter().flatten())
+        .flat_map(|c| c[field].as_array().into_iter().flatten())
+        .filter_map(|m| m["name"].as_str())
+        .collect()
+}
+
+/// The kubelet's FailedMount for volumes its populator could not process:
+/// `WaitForAttachAndMount`'s error, the populator's errors joined.
+fn unprocessed(failed: &[(String, String)]) -> NotReady {
+    let mut names: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    let list = names.join(" ");
+    let errors: Vec<&str> = failed.iter().map(|(_, e)| e.as_str()).collect();
+    NotReady {
+        reason: "FailedMount",
+        message: format!(
+            "Unable to attach or mount volumes: unmounted volumes=[{list}], unattached volumes=[], failed to process volumes=[{list}]: {}",
+            errors.join("; ")
+        ),
+    }
 }
 
 /// A Secret or ConfigMap volume's source: the resource, the source, and
@@ -144,7 +197,7 @@ fn claim_path(
     claim_name: &str,
     node: &Value,
     data_dir: &Path,
-) -> Result<(PathBuf, Managed), NotReady> {
+) -> Result<(PathBuf, Managed, bool), NotReady> {
     let waiting = |message: String| NotReady {
         reason: "FailedMount",
         message,
@@ -174,8 +227,13 @@ fn claim_path(
             "MountVolume.NodeAffinity check failed for volume \"{pv_name}\" : no matching NodeSelectorTerms"
         )));
     }
+    let block = pv["spec"]["volumeMode"] == "Block";
     if let Some(csi) = pv["spec"]["csi"].as_object() {
-        return csi_path(pv_name, csi, data_dir);
+        let (dir, managed) = csi_path(pv_name, csi, data_dir)?;
+        return Ok(match block {
+            true => (dir.join(super::devices::IMAGE), managed, true),
+            false => (dir, managed, false),
+        });
     }
     let (path, managed) = match (
         pv["spec"]["hostPath"]["path"].as_str(),
@@ -189,7 +247,7 @@ fn claim_path(
             )))
         }
     };
-    Ok((PathBuf::from(path), managed))
+    Ok((PathBuf::from(path), managed, block))
 }
 
 /// A CSI volume's directory: the sandbox's driver is the only one

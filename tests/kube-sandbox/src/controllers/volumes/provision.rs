@@ -99,7 +99,12 @@ pub(super) fn make_volume(
             .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))),
     };
     made.map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let path = dir.to_string_lossy().to_string();
+    let block = claim["spec"]["volumeMode"] == "Block";
+    let path = match block {
+        true => make_image(claim, &dir, content.is_some())?,
+        false => dir,
+    };
+    let path = path.to_string_lossy().to_string();
     let mut spec = json!({
         "capacity": {"storage": claim["spec"]["resources"]["requests"]["storage"]},
         "accessModes": claim["spec"]["accessModes"],
@@ -137,6 +142,38 @@ pub(super) fn make_volume(
         Err(e) => return Err(e.to_string()),
     }
     Ok(())
+}
+
+/// A Block volume's image in its directory `dir`: sparse, mode 0600, as
+/// long as the claim's request (a copy from a snapshot or clone is grown
+/// to it, never shrunk). The PV names it, and nodes attach it.
+fn make_image(
+    claim: &Value,
+    dir: &std::path::Path,
+    copied: bool,
+) -> Result<std::path::PathBuf, String> {
+    let image = dir.join(crate::kubelet::devices::IMAGE);
+    let failed = |e: std::io::Error| format!("creating {}: {e}", image.display());
+    let size = claim["spec"]["resources"]["requests"]["storage"]
+        .as_str()
+        .and_then(crate::registry::rules::parse_quantity)
+        .and_then(|b| u64::try_from(b).ok())
+        .unwrap_or(0);
+    if copied && !image.is_file() {
+        return Err("the data source holds no block volume image: it is not a Block volume".into());
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&image)
+        .map_err(failed)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(failed)?;
+    if file.metadata().map_err(failed)?.len() < size {
+        file.set_len(size).map_err(failed)?;
+    }
+    Ok(image)
 }
 
 /// `ProvisioningFailed`, as the PV controller records it.

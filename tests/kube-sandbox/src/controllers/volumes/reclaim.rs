@@ -225,10 +225,11 @@ fn protect_volume(ctx: &Ctx, view: &mut View, volume: Value) -> Option<Value> {
     (!is_gone(&written)).then_some(written)
 }
 
-/// Deletes the directory of a volume this sandbox provisioned (and only
-/// under its own data dir).
+/// Detaches the loop devices of a volume this sandbox provisioned, and
+/// with the Delete policy deletes its directory (only under its own data
+/// dir).
 fn remove_provisioned_dir(ctx: &Ctx, volume: &Value) {
-    if !provisioned_here(volume) || policy(volume) != "Delete" {
+    if !provisioned_here(volume) {
         return;
     }
     let root = ctx.data_dir.join("volumes");
@@ -250,7 +251,20 @@ fn remove_provisioned_dir(ctx: &Ctx, volume: &Value) {
     .into_iter()
     .find(|p| !p.is_empty())
     .map(std::path::PathBuf::from);
+    // A Block volume's PV names its image: the directory holding it goes.
+    let path = path.map(|p| match p.file_name() {
+        Some(name) if name == crate::kubelet::devices::IMAGE => {
+            p.parent().map(std::path::Path::to_path_buf).unwrap_or(p)
+        }
+        _ => p,
+    });
     if let Some(path) = path.filter(|p| p.starts_with(&root) && p != &root) {
+        // Its loop devices first, whatever the policy: the PV goes, and
+        // the device with it, before any data does.
+        ctx.devices.release(&path);
+        if policy(volume) != "Delete" {
+            return;
+        }
         if let Err(e) = std::fs::remove_dir_all(&path) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!("reclaiming {}: {e}", path.display());

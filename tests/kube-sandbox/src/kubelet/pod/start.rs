@@ -95,7 +95,7 @@ impl Worker {
                 message,
             }));
         }
-        let volumes = volumes::prepare(
+        let mut volumes = volumes::prepare(
             &self.shared.store,
             &self.shared.authority,
             pod,
@@ -103,12 +103,45 @@ impl Worker {
             (&self.shared.data_dir, &self.dir),
         )
         .map_err(Some)?;
+        self.map_devices(pod, &mut volumes).map_err(Some)?;
         let warnings =
             ownership::apply(&self.shared.store, pod, &self.node, &volumes).map_err(Some)?;
         for warning in warnings {
             self.event(pod, EventType::Warning, warning.reason, &warning.message);
         }
         Ok(volumes)
+    }
+
+    /// Maps each Block volume a container lists in `volumeDevices` to the
+    /// device it will bind (a loop device, or the image file; see
+    /// [`crate::kubelet::devices`]), as the kubelet's `MapVolume` does
+    /// before the containers start. A volume no container uses is not
+    /// mapped, as the kubelet leaves it alone.
+    fn map_devices(
+        &self,
+        pod: &Value,
+        volumes: &mut HashMap<String, HostVolume>,
+    ) -> Result<(), NotReady> {
+        let used = volumes::used_in(pod, "volumeDevices");
+        for (name, volume) in volumes.iter_mut() {
+            let Some(image) = volume.block.clone() else {
+                continue;
+            };
+            if !used.contains(&name.as_str()) {
+                continue;
+            }
+            let mapped = self
+                .shared
+                .devices
+                .map(&image, volume.read_only)
+                .map_err(|e| NotReady {
+                    reason: "FailedMapVolume",
+                    message: format!("MapVolume.MapPodDevice failed for volume \"{name}\" : {e}"),
+                })?;
+            volume.path = mapped.path;
+            volume.read_only = mapped.bind_read_only;
+        }
+        Ok(())
     }
 
     /// The attach-detach controller's verdict on the pod's claims. A pod

@@ -41,6 +41,11 @@ pub(super) enum Op {
     Tmpfs {
         target: CString,
     },
+    /// The container's `/dev/shm`, as runc mounts it: a tmpfs of 64 MiB,
+    /// mode 1777, nosuid, nodev, noexec.
+    Shm {
+        target: CString,
+    },
     Mkdir {
         path: CString,
     },
@@ -86,6 +91,11 @@ impl Op {
                 let flags = MountFlags::NOSUID | MountFlags::NODEV;
                 mount::mount(c"tmpfs", target.as_c_str(), c"tmpfs", flags, c"mode=755")?;
             }
+            Op::Shm { target } => {
+                let flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+                let data = c"mode=1777,size=65536k";
+                mount::mount(c"shm", target.as_c_str(), c"tmpfs", flags, data)?;
+            }
             Op::Mkdir { path } => fs::mkdir(path.as_c_str(), Mode::from_raw_mode(0o755))?,
             Op::Mkfile { path } => {
                 let flags = OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC;
@@ -108,6 +118,7 @@ impl Op {
     fn describe(&self) -> String {
         match self {
             Op::Tmpfs { target } => format!("mounting a tmpfs on {target:?}"),
+            Op::Shm { target } => format!("mounting the shm tmpfs on {target:?}"),
             Op::Mkdir { path } => format!("creating directory {path:?}"),
             Op::Mkfile { path } => format!("creating mount point {path:?}"),
             Op::Symlink { target, link } => format!("creating symlink {link:?} -> {target:?}"),

@@ -68,7 +68,7 @@ pub(super) struct Plan {
 
 impl Plan {
     /// The root in `scratch`: a tmpfs with the host's `/` bound entry by
-    /// entry, read-only except `/proc` and `/dev`, and `/tmp` our own; or,
+    /// entry, read-only except `/proc`, and `/tmp` and `/dev` our own; or,
     /// with `image`, that unpacked image's `/` instead of the host's (see
     /// [`Plan::add_image`]).
     pub(super) fn new(scratch: &Path, image: Option<&Path>) -> Result<Self, RuntimeError> {
@@ -139,7 +139,8 @@ impl Plan {
         self.add_dev()
     }
 
-    /// A tmpfs at `/dev` with runc's default devices bound from the host.
+    /// A tmpfs at `/dev` with runc's default devices bound from the host,
+    /// `/dev/fd` and `/dev/std*` symlinks and an empty `/dev/shm`.
     fn add_dev(&mut self) -> Result<(), RuntimeError> {
         let dev = Path::new("/dev");
         self.ensure(dev, true)?;
@@ -169,7 +170,10 @@ impl Plan {
         ] {
             self.symlink(dev.join(name), PathBuf::from(target), None)?;
         }
-        self.ensure(&dev.join("shm"), true)?;
+        let shm = self.ensure(&dev.join("shm"), true)?;
+        self.ops.push(Op::Shm {
+            target: self.physical(&shm)?,
+        });
         Ok(())
     }
 
@@ -245,13 +249,19 @@ impl Plan {
         Err(error("executable file not found in $PATH"))
     }
 
-    /// Shows the host's `/name` in the root. `/tmp` is the container's own;
-    /// the image is read-only but for `/dev` and `/proc`, and `/proc/sys` is
-    /// read-only too, as with runc.
+    /// Shows the host's `/name` in the root. `/tmp` and `/dev` are the
+    /// container's own (see [`Plan::add_dev`]); the image is read-only but
+    /// for `/proc`, and `/proc/sys` is read-only too, as with runc.
     fn add_host_entry(&mut self, name: &OsStr, tmp: &Path) -> Result<(), RuntimeError> {
         let at = Path::new("/").join(name);
         if name == "tmp" {
             return self.mount(tmp, &at, true, Source::Ours);
+        }
+        // The container's own /dev, as runc makes it: the host's devices
+        // (loop devices, disks, the images of other pods' Block volumes)
+        // stay out of reach unless a `volumeDevices` entry binds one.
+        if name == "dev" {
+            return self.add_dev();
         }
         match host_entry(&at, false).map_err(|e| create(format!("{at:?}: {e}")))? {
             None => Ok(()),
@@ -259,7 +269,6 @@ impl Plan {
             Some(entry) => {
                 self.mount(&at, &at, entry == Entry::Dir, Source::Image(at.clone()))?;
                 match name.to_str() {
-                    Some("dev") => Ok(()),
                     Some("proc") => {
                         let sys = at.join("sys");
                         let target = self.physical(&sys)?;

@@ -39,6 +39,7 @@ impl Fixture {
             env: vec![("PATH".to_owned(), DEFAULT_PATH.to_owned())],
             working_dir: None,
             mounts: Vec::new(),
+            watched: Vec::new(),
             image_root: None,
             scratch_dir: self.dir.path().join("scratch"),
             log_path: self.dir.path().join("container.log"),

@@ -107,10 +107,13 @@ fn claim_spec_causes(spec: &Value) -> Vec<String> {
     causes
 }
 
-fn validate_pod_spec(spec: &Value) -> Option<String> {
+/// A pod spec's containers, images and volume names; then every
+/// container's `volumeMounts` and `volumeDevices` against each other, as
+/// `ValidateVolumeMounts` and `ValidateVolumeDevices` check them.
+fn validate_pod_spec(spec: &Value) -> Vec<String> {
     let containers = spec["containers"].as_array().filter(|c| !c.is_empty());
     let Some(containers) = containers else {
-        return Some("spec.containers: Required value".into());
+        return vec!["spec.containers: Required value".into()];
     };
     let volumes: Vec<&str> = spec["volumes"]
         .as_array()
@@ -118,10 +121,10 @@ fn validate_pod_spec(spec: &Value) -> Option<String> {
         .unwrap_or_default();
     for (i, c) in containers.iter().enumerate() {
         if c["name"].as_str().is_none_or(str::is_empty) {
-            return Some(format!("spec.containers[{i}].name: Required value"));
+            return vec![format!("spec.containers[{i}].name: Required value")];
         }
         if c["image"].as_str().is_none_or(str::is_empty) {
-            return Some(format!("spec.containers[{i}].image: Required value"));
+            return vec![format!("spec.containers[{i}].image: Required value")];
         }
         for (j, m) in c["volumeMounts"]
             .as_array()
@@ -131,13 +134,24 @@ fn validate_pod_spec(spec: &Value) -> Option<String> {
         {
             let name = m["name"].as_str().unwrap_or_default();
             if !volumes.contains(&name) {
-                return Some(format!(
+                return vec![format!(
                     "spec.containers[{i}].volumeMounts[{j}].name: Not found: {name:?}"
-                ));
+                )];
             }
         }
     }
-    None
+    let mut causes = Vec::new();
+    for (i, c) in containers.iter().enumerate() {
+        causes.extend(super::devices::container_causes(
+            &format!("spec.containers[{i}]"),
+            c,
+            spec["volumes"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
+        ));
+    }
+    causes
 }
 
 /// The template's labels must carry the selector's `matchLabels`
@@ -152,7 +166,7 @@ pub(super) fn selector_mismatch(selector: &Value, template: &Value) -> Option<St
     })
 }
 
-fn validate_workload(kind: &str, spec: &Value) -> Option<String> {
+fn validate_workload(kind: &str, spec: &Value) -> Vec<String> {
     // A ReplicationController's selector is the map a LabelSelector's
     // matchLabels is (`ValidateReplicationControllerSpec`).
     let selector = match kind {
@@ -163,21 +177,21 @@ fn validate_workload(kind: &str, spec: &Value) -> Option<String> {
         _ => spec["selector"].clone(),
     };
     if selector.is_null() {
-        return Some("spec.selector: Required value".into());
+        return vec!["spec.selector: Required value".into()];
     }
     if spec["template"].is_null() {
-        return Some("spec.template: Required value".into());
+        return vec!["spec.template: Required value".into()];
     }
     if let Some(cause) = selector_mismatch(&selector, &spec["template"]) {
-        return Some(cause);
+        return vec![cause];
     }
     // Pods that a controller replaces when they finish must not finish on
     // their own terms.
     let restart = spec["template"]["spec"]["restartPolicy"].as_str();
     if let Some(r) = restart.filter(|r| *r != "Always") {
-        return Some(format!("spec.template.spec.restartPolicy: Unsupported value: \"{r}\": supported values: \"Always\""));
+        return vec![format!("spec.template.spec.restartPolicy: Unsupported value: \"{r}\": supported values: \"Always\"")];
     }
-    // A StatefulSet's claim templates are volumes its pods mount too.
+    // A StatefulSet's claim templates are its pods' claims too.
     let mut pod_spec = spec["template"]["spec"].clone();
     for t in spec["volumeClaimTemplates"]
         .as_array()
@@ -188,10 +202,14 @@ fn validate_workload(kind: &str, spec: &Value) -> Option<String> {
             pod_spec["volumes"] = json!([]);
         }
         if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
-            volumes.push(json!({"name": t["metadata"]["name"]}));
+            let name = &t["metadata"]["name"];
+            volumes.push(json!({"name": name, "persistentVolumeClaim": {"claimName": name}}));
         }
     }
-    validate_pod_spec(&pod_spec).map(|m| format!("spec.template.{m}"))
+    validate_pod_spec(&pod_spec)
+        .into_iter()
+        .map(|m| format!("spec.template.{m}"))
+        .collect()
 }
 
 /// `validateHorizontalPodAutoscalerSpec`: the target named, at least one

@@ -9,6 +9,7 @@ mod crds;
 mod create;
 mod decode;
 mod defaults;
+mod devices;
 pub mod jobs;
 mod metadata;
 pub mod pod_security;
