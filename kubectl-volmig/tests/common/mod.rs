@@ -327,7 +327,7 @@ pub async fn volume_dir(client: &Client, ns: &str, claim: &str) -> PathBuf {
 
 /// The directory of the sandbox's CSI volume `handle` (its PV's name), in
 /// the volumes directory of the sandbox that holds it.
-fn csi_volume_dir(handle: &str) -> PathBuf {
+pub fn csi_volume_dir(handle: &str) -> PathBuf {
     let dirs = VOLUME_DIRS.lock().unwrap_or_else(|e| e.into_inner());
     dirs.iter()
         .map(|d| d.join(handle))

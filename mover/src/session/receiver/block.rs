@@ -145,10 +145,17 @@ where
     }
 
     let (out_tx, writer_task) = writer::start(sink, cfg.bwlimit, tx_count.clone());
+    // The resumed prefix is what earlier attempts did (`bytes_prior`).
+    let prior = Prior {
+        files_done: 0,
+        bytes_done: from,
+        files_total: Some(1),
+        bytes_total: Some(opened.shape.size),
+    };
     let counters = Arc::new(Counters::new(
         opts.operation_id.clone(),
         opts.attempt,
-        Prior::default(),
+        prior,
     ));
     counters.file_listed(opened.shape.size);
     counters.set_listing_done();
