@@ -182,7 +182,10 @@ where
         Ok(()) => sup.join(writing).await,
         Err(e) => Err(e),
     };
+    // Gone for good before anything else is sent: a tick being polled on
+    // another worker could otherwise queue a Progress after Done.
     ticker.abort();
+    let _ = ticker.await;
     let written = match written {
         Ok(w) => w,
         Err(e) => {
