@@ -70,11 +70,18 @@ fn wrap(body: &[u8]) -> Vec<u8> {
 
 fn check(cp: &BlockCheckpoint, input: &[u8]) {
     let shape = BlockShape::for_size(cp.source_size);
-    assert_eq!(cp.block_len, shape.block_len, "a block length not the shape's");
+    assert_eq!(
+        cp.block_len, shape.block_len,
+        "a block length not the shape's"
+    );
     assert!(cp.verified.is_multiple_of(shape.block_len()));
     assert!(cp.verified <= cp.source_size && cp.source_size <= cp.destination_size);
     assert!(cp.attempt > 0);
-    assert_eq!(cp.head().len(), cp.verified, "a hash state not the prefix's");
+    assert_eq!(
+        cp.head().len(),
+        cp.verified,
+        "a hash state not the prefix's"
+    );
     let described = cp.describe();
     let _ = described.to_string();
     assert_eq!(described["operation_id"], cp.operation_id.as_str());
@@ -84,10 +91,17 @@ fn check(cp: &BlockCheckpoint, input: &[u8]) {
     let again = BlockCheckpoint::decode(&encoded)
         .unwrap_or_else(|e| panic!("a decoded checkpoint does not decode after encode: {e}"));
     assert_eq!(&again, cp, "decode(encode(cp)) != cp");
-    assert_eq!(again.encode(), encoded, "encoding not stable across a round trip");
+    assert_eq!(
+        again.encode(),
+        encoded,
+        "encoding not stable across a round trip"
+    );
     if encoded.len() == input.len() {
         // Same length: no overlong varint, so the same bytes.
-        assert_eq!(encoded, input, "a canonical checkpoint re-encodes differently");
+        assert_eq!(
+            encoded, input,
+            "a canonical checkpoint re-encodes differently"
+        );
     }
 }
 
@@ -138,7 +152,11 @@ mod seeds {
         for (name, cp) in checkpoints() {
             let file = cp.encode();
             let body = file[HEADER_LEN..file.len() - 32].to_vec();
-            assert_eq!(wrap(&body), file, "wrap() lays a checkpoint out as encode() does");
+            assert_eq!(
+                wrap(&body),
+                file,
+                "wrap() lays a checkpoint out as encode() does"
+            );
             assert_eq!(BlockCheckpoint::decode(&file).expect("a seed decodes"), cp);
             out.push((format!("file-{name}"), [&[0u8][..], &file].concat()));
             out.push((format!("body-{name}"), [&[1u8][..], &body].concat()));

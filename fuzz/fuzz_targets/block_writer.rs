@@ -163,7 +163,10 @@ fn run(data: &[u8]) {
     };
     let mut next_asked = first;
     let mut supply_fn = |i: u64| -> Result<[u8; 32], WriterError> {
-        assert_eq!(i, next_asked, "the writer skipped or repeated a block's value");
+        assert_eq!(
+            i, next_asked,
+            "the writer skipped or repeated a block's value"
+        );
         if i >= limit {
             return Err(WriterError::Stopped);
         }
@@ -316,7 +319,12 @@ impl Model {
     }
 
     fn room(&self, len: u64, kind: &'static str) -> Expect {
-        if len == 0 || self.cur.checked_add(len).is_none_or(|e| e > self.shape.size) {
+        if len == 0
+            || self
+                .cur
+                .checked_add(len)
+                .is_none_or(|e| e > self.shape.size)
+        {
             return Expect::Violation(kind);
         }
         match self.supply_lasts(self.cur + len) {
@@ -433,10 +441,7 @@ mod seeds {
                     .op(3, &(b + 300).to_le_bytes()),
             ),
             // The sums run out in the middle of a copy.
-            (
-                "stopped",
-                Input::new(5, size, 0, 10, 1, 2).op(6, &[4]),
-            ),
+            ("stopped", Input::new(5, size, 0, 10, 1, 2).op(6, &[4])),
             // Refused ops, then a legal end.
             (
                 "refused",
