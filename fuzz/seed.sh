@@ -14,7 +14,7 @@ triple="${CARGO_BUILD_TARGET:-x86_64-unknown-linux-gnu}"
 bin_dir="${CARGO_TARGET_DIR:-target}/$triple/release"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(frame_decoder delta_applier checkpoint_parser)
+    targets=(frame_decoder delta_applier checkpoint_parser block_writer block_checkpoint_parser)
 fi
 for t in "${targets[@]}"; do
     if [ ! -x "$bin_dir/$t" ]; then

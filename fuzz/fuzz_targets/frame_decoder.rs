@@ -180,8 +180,8 @@ mod seeds {
     use mover::meta::{Kind, Meta, Mtime};
     use mover::path::RelPath;
     use mover::protocol::{
-        AbortReason, Entry, FileOutcome, Hello, ListStats, PrefixState, Request, SessionOptions,
-        WireOp,
+        AbortReason, BlockResume, BlockSource, BlockTarget, Entry, FileOutcome, Hello, ListStats,
+        PrefixState, Request, SessionOptions, WireOp,
     };
     use mover::signature::{BlockSig, SigShape};
     use mover::stats::{Progress, Summary};
@@ -211,10 +211,53 @@ mod seeds {
             operation_id: Some("op-1".into()),
             attempt: 2,
             verify: true,
+            block: None,
+        };
+        // A block session's options: an image of 1 GiB and 5 bytes.
+        let block = SessionOptions {
+            whole_file: false,
+            compress: Some(1),
+            operation_id: Some("blk".into()),
+            attempt: 3,
+            block: Some(BlockSource {
+                size: (1 << 30) + 5,
+                block_len: 32 << 10,
+                image_mtime: Some(Mtime { sec: 7, nsec: 9 }),
+                zero_tail: true,
+            }),
+            ..SessionOptions::default()
         };
         vec![
             Frame::Hello(Hello::new(opts.clone())),
             Frame::Accept(opts),
+            Frame::Hello(Hello::new(block.clone())),
+            Frame::Accept(block),
+            Frame::BlockTarget(BlockTarget {
+                size: 2 << 30,
+                resume: None,
+            }),
+            Frame::BlockTarget(BlockTarget {
+                size: 2 << 30,
+                resume: Some(BlockResume {
+                    offset: 96 << 10,
+                    head: vec![(64 << 10, [3; 32]), (32 << 10, [4; 32])],
+                    source_mtime: Some(Mtime { sec: 7, nsec: 9 }),
+                }),
+            }),
+            Frame::BlockStart(96 << 10),
+            Frame::BlockSums {
+                first: 3,
+                sums: vec![[1; 16], [2; 16], [0; 16]],
+            },
+            Frame::Ops {
+                id: 0,
+                ops: vec![
+                    WireOp::Plain(Op::Copy { block: 3, count: 7 }),
+                    WireOp::Plain(Op::Zeros(32 << 10)),
+                    WireOp::Plain(Op::Literal(vec![0xAB; 300])),
+                ],
+            },
+            Frame::BlockVerify([8; 32]),
             Frame::Abort(AbortReason {
                 message: "disk full".into(),
                 retryable: true,

@@ -123,14 +123,15 @@ where
     };
     sink.send(Frame::Accept(opts.clone())).await?;
     sink.send(Frame::BlockTarget(target)).await?;
-    let from = match next_frame(&mut frames, &idle, "before the data").await? {
-        Frame::BlockStart(from) => from,
-        f => return Err(violation(format!("expected BlockStart, got {}", f.name())).into()),
-    };
     let offered = resume.as_ref().map_or(0, |r| r.offset);
-    if from != 0 && from != offered {
-        return Err(violation(format!("a start at {from} where {offered} was offered")).into());
-    }
+    let from = match start_of(&mut frames, &idle, offered).await {
+        Ok(from) => from,
+        Err(e) => {
+            // The sender is told why, as at `Hello`.
+            let _ = sink.send(Frame::Abort(e.to_abort())).await;
+            return Err(e);
+        }
+    };
     let head = match (&opened.offer, from) {
         (Some(cp), f) if f > 0 => cp.head(),
         _ => Head::empty(),
@@ -192,7 +193,10 @@ where
         Ok(()) => sup.join(writing).await,
         Err(e) => Err(e),
     };
+    // Gone for good before anything else is sent: a tick being polled on
+    // another worker could otherwise queue a Progress after Done.
     ticker.abort();
+    let _ = ticker.await;
     let written = match written {
         Ok(w) => w,
         Err(e) => {
@@ -240,6 +244,22 @@ where
         .map_err(|e| SessionError::Internal(e.to_string()))??;
     summary.bytes_on_wire = rx_count.get() + tx_count.get();
     Ok(summary)
+}
+
+/// Where the sender starts: 0, or the offset offered to it.
+async fn start_of<R: AsyncRead + Unpin>(
+    frames: &mut FramedRead<R, FrameCodec>,
+    idle: &Idle,
+    offered: u64,
+) -> Result<u64, SessionError> {
+    let from = match next_frame(frames, idle, "before the data").await? {
+        Frame::BlockStart(from) => from,
+        f => return Err(violation(format!("expected BlockStart, got {}", f.name())).into()),
+    };
+    if from != 0 && from != offered {
+        return Err(violation(format!("a start at {from} where {offered} was offered")).into());
+    }
+    Ok(from)
 }
 
 /// Checks the sender's options, opens the destination, and finds what an

@@ -88,6 +88,16 @@ impl State {
                 let next = next + sums.len() as u64;
                 Ok((State::Comparing { next }, Action::Sums(sums)))
             }
+            // Both end the comparer's supply of sums: every block's must be in.
+            (State::Comparing { next }, f @ (Frame::Verify | Frame::Done(_)))
+                if rules.sums && next < rules.count =>
+            {
+                Err(violation(format!(
+                    "{} before the sums of every block ({next} of {})",
+                    f.name(),
+                    rules.count
+                )))
+            }
             (State::Comparing { .. }, Frame::Verify) => Ok((State::Verifying, Action::Verify)),
             (_, Frame::Done(s)) => Ok((self, Action::Done(Box::new(s)))),
             (state, frame) => Err(violation(format!(
@@ -123,16 +133,28 @@ where
                 Frame::BlockTarget(t) => Ok::<_, SessionError>(t),
                 f => Err(violation(format!("expected BlockTarget, got {}", f.name())).into()),
             }
-        } => r?,
+        } => r,
         () = cfg.cancel.cancelled() => return Err(SessionError::Interrupted),
     };
     let source = Arc::new(source);
     let read = Arc::new(AtomicU64::new(0));
-    let start_at = {
-        let (source, read) = (source.clone(), read.clone());
-        tokio::task::spawn_blocking(move || start_from(&source, shape, &target, &read))
-            .await
-            .map_err(|e| SessionError::Internal(e.to_string()))??
+    let start_at = match target {
+        Ok(target) => {
+            let (source, read) = (source.clone(), read.clone());
+            tokio::task::spawn_blocking(move || start_from(&source, shape, &target, &read))
+                .await
+                .map_err(|e| SessionError::Internal(e.to_string()))
+                .and_then(|r| r)
+        }
+        Err(e) => Err(e),
+    };
+    let start_at = match start_at {
+        Ok(s) => s,
+        Err(e) => {
+            // The receiver is told why (its target or offer refused).
+            let _ = sink.send(Frame::Abort(e.to_abort())).await;
+            return Err(e);
+        }
     };
     sink.send(Frame::BlockStart(start_at.0)).await?;
 
@@ -179,10 +201,11 @@ where
             Err(e) => break Err(e),
         }
     };
+    // The comparer waits for no more sums.
+    drop(sums_tx);
     let mut summary = match ended {
         Ok(s) => s,
         Err(e) => {
-            drop(sums_tx);
             let e = tell_peer(e, out_tx, writer).await;
             drain(comparer).await;
             if let Some(v) = verifier {
@@ -611,7 +634,22 @@ mod tests {
                 }
             )
             .is_err());
-        let (v, _) = s.step(rules(), Frame::Verify).unwrap();
+        // Verify and Done end the sums: only once every block's is in
+        // (with sums; without, the comparer waits for none).
+        assert!(s.step(rules(), Frame::Verify).is_err());
+        assert!(s.step(rules(), Frame::Done(Summary::default())).is_err());
+        assert!(s.step(none, Frame::Verify).is_ok());
+        let (all, _) = s
+            .step(
+                rules(),
+                Frame::BlockSums {
+                    first: 5,
+                    sums: vec![[0; 16]; 5],
+                },
+            )
+            .unwrap();
+        assert!(all.step(rules(), Frame::Done(Summary::default())).is_ok());
+        let (v, _) = all.step(rules(), Frame::Verify).unwrap();
         assert_eq!(v, State::Verifying);
         assert!(v.step(rules(), Frame::Verify).is_err());
         assert!(v.step(rules(), Frame::Request(dummy_request())).is_err());
