@@ -303,7 +303,10 @@ where
         &cfg.cancel,
     );
     let read = sup.watch_winding_down(reading, STOP_GRACE).await;
+    // Gone for good before anything else is sent: a tick being polled on
+    // another worker could otherwise queue a Progress after Done.
     ticker.abort();
+    let _ = ticker.await;
     if let Err(e) = read {
         // Stop everything, tell the sender why, and let the workers clean up.
         inflight.close();
