@@ -240,6 +240,54 @@ async fn a_block_claim_an_app_writes_cuts_over_with_every_record() {
     assert_eq!(commit.code, 0, "{}", commit.stderr);
 }
 
+/// Rollback after success: the app's records written on the new device are
+/// copied back to the old one (a block session the other way), the claim is
+/// bound to its old volume again, and the app goes on from its newest record.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_block_cutover_rolls_back_with_the_records_written_since() {
+    let env = env().await;
+    let client = env.client().await;
+    let ns = env.namespace.clone();
+    let old_image = block_claim(&client, &ns, "disk", "32Mi").await;
+    disk_app(&client, &ns, "vm", "disk").await;
+    await_records_past(&old_image, 20).await;
+    let old_volume = bound_volume(&claim_of(&client, &ns, "disk").await);
+    let run = cutover(&env, &[], "disk", &["-o", "json"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation().metadata.name;
+    await_running(&client, &ns, "vm").await;
+    let new_image = image_of(&client, &ns, "disk").await;
+    let (on_old, _) = disk_records(&old_image);
+    await_records_past(&new_image, on_old + 30).await;
+
+    let run = volmig(&env, &["rollback", &op, "-o", "json"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let vm = run.operation();
+    assert_eq!(
+        vm.status.phase,
+        Phase::RolledBack,
+        "{:?}",
+        vm.status.message
+    );
+    let r = vm
+        .status
+        .cutover
+        .as_ref()
+        .and_then(|c| c.rollback.clone())
+        .expect("rollback");
+    assert!(r.sync_back && r.synced_back, "{r:?}");
+    let claim = claim_of(&client, &ns, "disk").await;
+    assert_eq!(bound_volume(&claim), old_volume);
+    let mode = claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref());
+    assert_eq!(mode, Some("Block"));
+    // The new device is kept as the app left it; the old one got its writes.
+    let (on_new, new_records) = disk_records(&new_image);
+    assert_records_gapless(&new_records, "the new device");
+    await_running(&client, &ns, "vm").await;
+    let (_, after) = await_records_past(&old_image, on_new + 10).await;
+    assert_records_gapless(&after, "the old device after the rollback");
+}
+
 /// A copy killed midway: the next attempt's receiver, in a new pod,
 /// starts from the prefix the killed one told.
 #[tokio::test(flavor = "multi_thread")]
