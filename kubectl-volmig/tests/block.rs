@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 
 use common::app::{await_running, bound_volume, claim_of, cutover, volume};
 use common::{env, object, records, volmig, wait_until, MOVER_IMAGE};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::Client;
 use serde_json::json;
 use volmig::names::{pod_name, Component};
@@ -88,30 +87,12 @@ fn image_of_volume(pv: &PersistentVolume) -> PathBuf {
 
 /// Deployment `name` writing records on Block claim `claim`, running.
 async fn disk_app(client: &Client, ns: &str, name: &str, claim: &str) {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let deployment: Deployment = object(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 10,
-                    "containers": [{
-                        "name": "app", "image": "busybox",
-                        "command": ["sh", "-c", DISK_SCRIPT],
-                        "volumeDevices": [{"name": "disk", "devicePath": "/dev/app-disk"}],
-                    }],
-                    "volumes": [{"name": "disk", "persistentVolumeClaim": {"claimName": claim}}],
-                },
-            },
-        },
-    }));
-    api.create(&PostParams::default(), &deployment)
-        .await
-        .expect("deployment");
-    await_running(client, ns, name).await;
+    let container = json!({
+        "name": "app", "image": "busybox",
+        "command": ["sh", "-c", DISK_SCRIPT],
+        "volumeDevices": [{"name": "data", "devicePath": "/dev/app-disk"}],
+    });
+    common::app::app_deployment(client, ns, name, claim, container).await;
 }
 
 /// The number in block 0, and the records 1..=it as numbers (0 where a

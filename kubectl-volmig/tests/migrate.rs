@@ -335,21 +335,19 @@ async fn a_copy_abandoned_mid_way_leaves_nothing_in_the_next_one() {
         "the abandoned copy left no checkpoint or partial file ({temps}): the test proves nothing"
     );
 
-    let again = common::volmig(
-        &env,
-        &[
-            "migrate",
-            "data",
-            "--to",
-            "twin",
-            "--reuse",
-            "--mover-image",
-            MOVER_IMAGE,
-            "-o",
-            "json",
-        ],
-    )
-    .await;
+    // Copies into the same claim, as a user would run them again.
+    let into_twin = [
+        "migrate",
+        "data",
+        "--to",
+        "twin",
+        "--reuse",
+        "--mover-image",
+        MOVER_IMAGE,
+        "-o",
+        "json",
+    ];
+    let again = common::volmig(&env, &into_twin).await;
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(again.operation().status.phase, Phase::Succeeded);
     // Before the first attempt, it said what the claim held (issue 20): the
@@ -372,21 +370,7 @@ async fn a_copy_abandoned_mid_way_leaves_nothing_in_the_next_one() {
     // finds there already, and the copy finds exactly that.
     std::fs::write(src.join("d00/f0000.bin"), b"grown\n").expect("write");
     std::fs::write(src.join("d01/f0001.bin"), vec![1u8; (256 << 10) + 1]).expect("write");
-    let third = common::volmig(
-        &env,
-        &[
-            "migrate",
-            "data",
-            "--to",
-            "twin",
-            "--reuse",
-            "--mover-image",
-            MOVER_IMAGE,
-            "-o",
-            "json",
-        ],
-    )
-    .await;
+    let third = common::volmig(&env, &into_twin).await;
     assert_eq!(third.code, 0, "{}", third.stderr);
     let status = third.operation().status;
     let held = status.reusable.clone().unwrap_or_default();

@@ -157,13 +157,7 @@ impl Checkpoint {
     pub fn encode(&self) -> Vec<u8> {
         // Serializing plain data into a Vec cannot fail.
         let body = postcard::to_allocvec(self).unwrap_or_default();
-        let mut out = Vec::with_capacity(HEADER_LEN + body.len() + 32);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&FORMAT.to_le_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(&body);
-        out.extend_from_slice(blake3::hash(&body).as_bytes());
-        out
+        framed(MAGIC, FORMAT, &body)
     }
 
     /// Parses and validates untrusted bytes.
@@ -284,6 +278,18 @@ impl Checkpoint {
             "updated_unix_ms": self.updated_unix_ms,
         })
     }
+}
+
+/// `magic | format | body length | body | BLAKE3(body)`, integers
+/// little-endian: how checkpoints of every kind are stored.
+pub(crate) fn framed(magic: [u8; 8], format: u16, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(magic.len() + 6 + body.len() + 32);
+    out.extend_from_slice(&magic);
+    out.extend_from_slice(&format.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(body);
+    out.extend_from_slice(blake3::hash(body).as_bytes());
+    out
 }
 
 /// Format 1, read and converted: no hash states, nothing known of the temporary files.

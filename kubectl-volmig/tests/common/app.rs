@@ -24,6 +24,23 @@ pub const SEQUENCE_SCRIPT: &str = "trap 'exit 0' TERM; n=0; \
 /// Creates Deployment `name` (1 replica) writing the sequence on `claim`;
 /// waits until its pod runs.
 pub async fn sequence_app(client: &Client, ns: &str, name: &str, claim: &str) {
+    let container = json!({
+        "name": "app", "image": "busybox",
+        "command": ["sh", "-c", SEQUENCE_SCRIPT],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    });
+    app_deployment(client, ns, name, claim, container).await;
+}
+
+/// Creates Deployment `name` (1 replica) of `container`, whose volume
+/// `data` is claim `claim`; waits until its pod runs.
+pub async fn app_deployment(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    claim: &str,
+    container: serde_json::Value,
+) {
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let deployment: Deployment = object(json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
@@ -34,11 +51,7 @@ pub async fn sequence_app(client: &Client, ns: &str, name: &str, claim: &str) {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
                     "terminationGracePeriodSeconds": 10,
-                    "containers": [{
-                        "name": "app", "image": "busybox",
-                        "command": ["sh", "-c", SEQUENCE_SCRIPT],
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    }],
+                    "containers": [container],
                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
                 },
             },

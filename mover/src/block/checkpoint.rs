@@ -68,14 +68,9 @@ impl CheckpointError {
 
 impl BlockCheckpoint {
     pub fn encode(&self) -> Vec<u8> {
-        let body = postcard::to_allocvec(self).expect("a checkpoint always encodes");
-        let mut out = Vec::with_capacity(HEADER_LEN + body.len() + 32);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&FORMAT.to_le_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(&body);
-        out.extend_from_slice(blake3::hash(&body).as_bytes());
-        out
+        // Serializing plain data into a Vec cannot fail.
+        let body = postcard::to_allocvec(self).unwrap_or_default();
+        crate::checkpoint::framed(MAGIC, FORMAT, &body)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<BlockCheckpoint, CheckpointError> {

@@ -369,14 +369,38 @@ where
     summary.operation_id = opts.operation_id.clone();
     summary.attempt = opts.attempt;
     summary.checkpoint_problem = problem;
+    let wire = (&rx_count, &tx_count);
+    end_session(
+        summary,
+        &counters,
+        start,
+        cfg.progress.as_ref(),
+        out_tx,
+        writer,
+        wire,
+    )
+    .await
+}
+
+/// A session's last words: the final progress event, here and at the
+/// sender, says everything is done; then `Done` with the summary, once the
+/// writer has sent them.
+async fn end_session(
+    mut summary: Summary,
+    counters: &Counters,
+    start: Instant,
+    progress: Option<&ProgressFn>,
+    out_tx: Out,
+    writer: tokio::task::JoinHandle<Result<(), ProtocolError>>,
+    (rx, tx): (&WireCounter, &WireCounter),
+) -> Result<Summary, SessionError> {
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
-    // The final progress event, here and at the sender, says everything is done.
     let last = counters.snapshot(summary.elapsed_ms);
-    if let Some(p) = &cfg.progress {
+    if let Some(p) = progress {
         p(&last);
     }
     let _ = out_tx.send(vec![Frame::Progress(last)]).await;
-    summary.bytes_on_wire = rx_count.get() + tx_count.get();
+    summary.bytes_on_wire = rx.get() + tx.get();
     out_tx
         .send(vec![Frame::Done(summary.clone())])
         .await
@@ -385,7 +409,7 @@ where
     writer
         .await
         .map_err(|e| SessionError::Internal(e.to_string()))??;
-    summary.bytes_on_wire = rx_count.get() + tx_count.get();
+    summary.bytes_on_wire = rx.get() + tx.get();
     Ok(summary)
 }
 

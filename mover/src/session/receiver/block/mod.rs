@@ -220,23 +220,18 @@ where
             Err(e) => return Err(tell_peer(e, out_tx, writer_task).await),
         }
     }
-    summary.elapsed_ms = start.elapsed().as_millis() as u64;
-    let last = counters.snapshot(summary.elapsed_ms);
-    if let Some(p) = &cfg.progress {
-        p(&last);
-    }
-    let _ = out_tx.send(vec![Frame::Progress(last)]).await;
-    summary.bytes_on_wire = rx_count.get() + tx_count.get();
-    out_tx
-        .send(vec![Frame::Done(summary.clone())])
-        .await
-        .map_err(|_| SessionError::Cancelled)?;
-    drop(out_tx);
-    writer_task
-        .await
-        .map_err(|e| SessionError::Internal(e.to_string()))??;
-    summary.bytes_on_wire = rx_count.get() + tx_count.get();
-    Ok(summary)
+    let wire = (&rx_count, &tx_count);
+    let progress = cfg.progress.as_ref();
+    super::end_session(
+        summary,
+        &counters,
+        start,
+        progress,
+        out_tx,
+        writer_task,
+        wire,
+    )
+    .await
 }
 
 /// Where the sender starts: 0, or the offset offered to it.
