@@ -299,9 +299,12 @@ fn component(role: Role) -> Component {
 /// take; the image's entrypoint is the mover.
 fn container<const N: usize>(plan: &Plan, role: Role, attempt: u32, head: [&str; N]) -> Container {
     let attempt = attempt.to_string();
+    let block = plan.source.volume_mode.is_block();
+    // A Block claim is the device at its path, not a mounted tree.
+    let root = if block { DEVICE_PATH } else { DATA_DIR };
     let tail = [
         "--root",
-        DATA_DIR,
+        root,
         "--tls-dir",
         TLS_DIR,
         "--attempt",
@@ -309,13 +312,8 @@ fn container<const N: usize>(plan: &Plan, role: Role, attempt: u32, head: [&str;
         "--progress",
         "json",
     ];
-    let block = plan.source.volume_mode.is_block();
     let mut args: Vec<String> = head.iter().chain(&tail).map(|a| a.to_string()).collect();
     if block {
-        // The same arguments, about the device: `--root` names its path.
-        if let Some(root) = args.iter_mut().find(|a| *a == DATA_DIR) {
-            *root = DEVICE_PATH.to_string();
-        }
         args.push("--block".to_string());
         if role == Role::Receiver {
             args.extend(["--state-dir", BLOCK_STATE_DIR].map(String::from));

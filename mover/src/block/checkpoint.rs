@@ -195,6 +195,11 @@ impl StateDir {
     /// Replaces the checkpoint durably: a temporary file, synced, renamed,
     /// and the directory synced.
     pub fn save(&self, cp: &BlockCheckpoint) -> io::Result<()> {
+        self.save_encoded(&cp.encode())
+    }
+
+    /// [`StateDir::save`] of a checkpoint already encoded.
+    pub fn save_encoded(&self, bytes: &[u8]) -> io::Result<()> {
         let tmp = self.dir.join(format!("{FILE}.tmp"));
         let mut f = OpenOptions::new()
             .write(true)
@@ -202,7 +207,7 @@ impl StateDir {
             .truncate(true)
             .mode(0o600)
             .open(&tmp)?;
-        f.write_all(&cp.encode())?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, self.dir.join(FILE))?;
         File::open(&self.dir)?.sync_all()

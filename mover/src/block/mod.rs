@@ -36,6 +36,8 @@ pub const MAX_BLOCK: u32 = 1 << 20;
 const TARGET_BLOCKS: u64 = 1 << 16;
 /// Most blocks of any source.
 pub const MAX_BLOCKS: u64 = 1 << 20;
+/// Zeros to hash or write from, as long as a block of up to 1 TiB sources.
+pub static ZEROS: [u8; MAX_BLOCK as usize] = [0; MAX_BLOCK as usize];
 /// Largest source: 1 PiB, in 2^20 blocks of 1 GiB.
 pub const MAX_SIZE: u64 = 1 << 50;
 

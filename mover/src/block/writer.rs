@@ -16,7 +16,7 @@ use std::os::unix::fs::FileExt;
 use blake3::hazmat::{ChainingValue, HasherExt};
 
 use super::zero::Zeroer;
-use super::BlockShape;
+use super::{BlockShape, ZEROS};
 use crate::delta::Op;
 use crate::treehash::{BlockRoot, Head};
 
@@ -119,11 +119,10 @@ impl<'f> Writer<'f> {
                 self.check_room(len, "zeros")?;
                 self.zeroer.zero(self.file, self.cur, len)?;
                 self.written.zeroed += len;
-                let zeros = [0u8; 64 << 10];
                 let mut left = len;
                 while left > 0 {
-                    let n = left.min(zeros.len() as u64) as usize;
-                    self.feed(&zeros[..n], cvs)?;
+                    let n = left.min(ZEROS.len() as u64) as usize;
+                    self.feed(&ZEROS[..n], cvs)?;
                     left -= n as u64;
                 }
                 Ok(())

@@ -18,13 +18,13 @@ use std::os::unix::fs::FileExt;
 
 use rustix::fs::{fallocate, FallocateFlags};
 
+use super::ZEROS;
+
 /// Alignment of the ranges given to `fallocate`: a page, which covers 512
 /// and 4096-byte sectors.
 const ALIGN: u64 = 4096;
 /// Most bytes one call zeroes, so that progress and liveness stay smooth.
 const RUN: u64 = 64 << 20;
-/// Zeros written at a time by the last resort.
-static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Method {

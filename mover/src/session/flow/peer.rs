@@ -2,12 +2,55 @@
 //! bytes, so a slow link is not a dead one), heartbeats dropped, and an
 //! `Abort` turned into the error it carries.
 
-use futures::{FutureExt, Stream, StreamExt};
+use std::time::Duration;
 
-use super::liveness::Idle;
+use futures::{FutureExt, Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use super::liveness::{Idle, Metered};
 use super::outbox::weight;
-use crate::protocol::{Frame, ProtocolError};
+use crate::protocol::{Frame, FrameCodec, ProtocolError, WireCounter};
 use crate::session::SessionError;
+
+/// A session's connection: its two halves framed, metered for the idle
+/// timeout, and counted for the summary.
+pub struct Connection<S> {
+    pub frames: FramedRead<ReadHalf<Metered<S>>, FrameCodec>,
+    pub sink: FramedWrite<WriteHalf<Metered<S>>, FrameCodec>,
+    pub idle: Idle,
+    pub wire: Wire,
+}
+
+impl<S: AsyncRead + AsyncWrite> Connection<S> {
+    /// `stream`, with no byte for `timeout` ending any wait on the peer.
+    pub fn open(stream: S, timeout: Option<Duration>) -> Connection<S> {
+        let (stream, activity) = Metered::new(stream);
+        let idle = Idle::new(timeout, activity);
+        let (rd, wr) = tokio::io::split(stream);
+        let wire = Wire::default();
+        Connection {
+            frames: FramedRead::new(rd, FrameCodec::new(wire.rx.clone())),
+            sink: FramedWrite::new(wr, FrameCodec::new(wire.tx.clone())),
+            idle,
+            wire,
+        }
+    }
+}
+
+/// Bytes that crossed a connection, each way.
+#[derive(Debug, Clone, Default)]
+pub struct Wire {
+    pub rx: WireCounter,
+    pub tx: WireCounter,
+}
+
+impl Wire {
+    /// Both directions: the summary's `bytes_on_wire`.
+    pub fn bytes(&self) -> u64 {
+        self.rx.get() + self.tx.get()
+    }
+}
 
 /// What a frame from the peer means here: `None` for a heartbeat.
 fn screen(frame: Result<Frame, ProtocolError>) -> Result<Option<Frame>, SessionError> {

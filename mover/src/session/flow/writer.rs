@@ -33,6 +33,19 @@ pub fn start<W: AsyncWrite + Unpin + Send + 'static>(
     )
 }
 
+/// Closes the queue to the writer task and waits until it has sent
+/// everything queued and flushed the connection.
+pub async fn finish(
+    out: mpsc::Sender<Vec<Frame>>,
+    writer: JoinHandle<Result<(), ProtocolError>>,
+) -> Result<(), crate::session::SessionError> {
+    drop(out);
+    writer
+        .await
+        .map_err(|e| crate::session::SessionError::Internal(e.to_string()))??;
+    Ok(())
+}
+
 /// How far behind its pace a `--bwlimit` writer may fall (while it has nothing
 /// to send) and then catch up at full speed.
 const MAX_CREDIT: Duration = Duration::from_millis(100);

@@ -5,6 +5,8 @@ mod block;
 pub(super) mod commit;
 mod generator;
 mod journal;
+mod options;
+use options::prepare;
 mod pending;
 pub(super) mod remove;
 mod resume;
@@ -20,24 +22,21 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt, SinkExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Semaphore};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use super::flow::liveness::{Idle, Metered};
+use super::flow::liveness::Idle;
 use super::flow::outbox::Out;
-use super::flow::peer::{first_frame, next_frames};
+use super::flow::peer::{first_frame, next_frames, Connection, Wire};
 use super::flow::supervise::{drain, tell_peer, Supervisor};
 use super::flow::writer;
 use super::flow::{DataBatch, Inflight, ListWindow, DATA_BUDGET};
 use super::{is_fatal, warn, ProgressFn, SessionError};
 use crate::beneath::{Placer, TreeRoot};
-use crate::checkpoint::check_operation_id;
-use crate::filter::Filter;
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;
 use crate::protocol::{
-    violation, Frame, FrameCodec, Hello, ProtocolError, SessionOptions, WireCounter,
-    INITIAL_CREDIT, MAX_EXCLUDES, MAX_EXCLUDE_BYTES, MAX_EXCLUDE_LEN,
+    violation, Frame, FrameCodec, Hello, ProtocolError, SessionOptions, INITIAL_CREDIT,
 };
 use crate::stats::{Counters, Prior, Summary, VerifyResult};
 use applier::Applier;
@@ -169,12 +168,12 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let start = Instant::now();
-    let (stream, activity) = Metered::new(stream);
-    let idle = Idle::new(cfg.timeout, activity);
-    let (rd, wr) = tokio::io::split(stream);
-    let (rx_count, tx_count) = (WireCounter::default(), WireCounter::default());
-    let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
-    let mut sink = FramedWrite::new(wr, FrameCodec::new(tx_count.clone()));
+    let Connection {
+        mut frames,
+        mut sink,
+        idle,
+        wire,
+    } = Connection::open(stream, cfg.timeout);
 
     sink.send(Frame::Hello(Hello::new(SessionOptions::default())))
         .await?;
@@ -190,7 +189,6 @@ where
         }
     };
     if opts.block.is_some() {
-        let wire = (rx_count, tx_count);
         return block::receive(frames, sink, idle, cfg, opts, wire, start).await;
     }
     let accepted = async {
@@ -225,7 +223,7 @@ where
         warn("no CAP_CHOWN (not root, or capabilities dropped): owner and group are not preserved");
     }
 
-    let (out_tx, writer) = writer::start(sink, cfg.bwlimit, tx_count.clone());
+    let (out_tx, writer) = writer::start(sink, cfg.bwlimit, wire.tx.clone());
     let inflight = Arc::new(Inflight::<PendingFile>::new(MAX_INFLIGHT));
     let (journal, prior, problem) = match opened {
         Some(o) => (Some(o.journal), o.prior, o.problem),
@@ -369,7 +367,6 @@ where
     summary.operation_id = opts.operation_id.clone();
     summary.attempt = opts.attempt;
     summary.checkpoint_problem = problem;
-    let wire = (&rx_count, &tx_count);
     end_session(
         summary,
         &counters,
@@ -377,7 +374,7 @@ where
         cfg.progress.as_ref(),
         out_tx,
         writer,
-        wire,
+        &wire,
     )
     .await
 }
@@ -392,7 +389,7 @@ async fn end_session(
     progress: Option<&ProgressFn>,
     out_tx: Out,
     writer: tokio::task::JoinHandle<Result<(), ProtocolError>>,
-    (rx, tx): (&WireCounter, &WireCounter),
+    wire: &Wire,
 ) -> Result<Summary, SessionError> {
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     let last = counters.snapshot(summary.elapsed_ms);
@@ -400,16 +397,13 @@ async fn end_session(
         p(&last);
     }
     let _ = out_tx.send(vec![Frame::Progress(last)]).await;
-    summary.bytes_on_wire = rx.get() + tx.get();
+    summary.bytes_on_wire = wire.bytes();
     out_tx
         .send(vec![Frame::Done(summary.clone())])
         .await
         .map_err(|_| SessionError::Cancelled)?;
-    drop(out_tx);
-    writer
-        .await
-        .map_err(|e| SessionError::Internal(e.to_string()))??;
-    summary.bytes_on_wire = rx.get() + tx.get();
+    writer::finish(out_tx, writer).await?;
+    summary.bytes_on_wire = wire.bytes();
     Ok(summary)
 }
 
@@ -423,75 +417,6 @@ async fn handshake<R: AsyncRead + Unpin>(
     };
     hello.check()?;
     Ok(hello.options)
-}
-
-/// Validates the sender's options and makes the destination root.
-fn prepare(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(Filter, PathBuf), SessionError> {
-    check_operation(cfg, opts)?;
-    if cfg.block_only {
-        return Err(SessionError::Usage(format!(
-            "this receiver serves block sessions only, and the sender's source is a directory \
-             tree (the destination is {})",
-            cfg.root.display()
-        )));
-    }
-    if crate::block::kind_of(&cfg.root).is_some() {
-        return Err(SessionError::Usage(format!(
-            "the destination {} is a block device or a regular file; the source is a directory tree",
-            cfg.root.display()
-        )));
-    }
-    let pattern_bytes: usize = opts.excludes.iter().map(String::len).sum();
-    let longest = opts.excludes.iter().map(String::len).max().unwrap_or(0);
-    if opts.excludes.len() > MAX_EXCLUDES
-        || longest > MAX_EXCLUDE_LEN
-        || pattern_bytes > MAX_EXCLUDE_BYTES
-    {
-        return Err(violation(format!(
-            "{} exclude patterns of {pattern_bytes} bytes, the longest {longest} \
-             (at most {MAX_EXCLUDES} patterns, {MAX_EXCLUDE_LEN} bytes each, {MAX_EXCLUDE_BYTES} in all)",
-            opts.excludes.len()
-        ))
-        .into());
-    }
-    let filter = Filter::new(&opts.excludes).map_err(|e| SessionError::Usage(e.to_string()))?;
-    fs::create_dir_all(&cfg.root)
-        .map_err(|e| SessionError::local(format!("creating {}", cfg.root.display()), e))?;
-    let root = fs::canonicalize(&cfg.root)
-        .map_err(|e| SessionError::local(format!("resolving {}", cfg.root.display()), e))?;
-    Ok((filter, root))
-}
-
-/// The operation and attempt the sender names, against what this receiver
-/// serves; and the compression level it asks for.
-fn check_operation(cfg: &ReceiverConfig, opts: &SessionOptions) -> Result<(), SessionError> {
-    if let Some(id) = &opts.operation_id {
-        check_operation_id(id).map_err(SessionError::Usage)?;
-        if opts.attempt == 0 {
-            return Err(SessionError::Usage("attempts are numbered from 1".into()));
-        }
-    }
-    if cfg.operation_id.is_some() && cfg.operation_id != opts.operation_id {
-        return Err(SessionError::Usage(format!(
-            "this receiver serves operation {}, not {}",
-            cfg.operation_id.as_deref().unwrap_or("-"),
-            opts.operation_id.as_deref().unwrap_or("(none)")
-        )));
-    }
-    if let Some(attempt) = cfg.attempt.filter(|&a| a != opts.attempt) {
-        return Err(SessionError::Usage(format!(
-            "this receiver serves attempt {attempt}, the sender is attempt {}",
-            opts.attempt
-        )));
-    }
-    if let Some(level) = opts.compress {
-        if !zstd::compression_level_range().contains(&level) {
-            return Err(SessionError::Usage(format!(
-                "zstd level {level} is out of range"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// How long a stopped receiver may take to apply what had already arrived.

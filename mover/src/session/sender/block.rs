@@ -18,20 +18,20 @@ use std::time::Instant;
 use futures::SinkExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 
-use super::super::flow::liveness::{Idle, Metered};
+use super::super::flow::liveness::Idle;
 use super::super::flow::outbox::Outbox;
-use super::super::flow::peer::{next_frame, next_frames};
+use super::super::flow::peer::{next_frame, next_frames, Connection};
 use super::super::flow::supervise::{drain, tell_peer, Supervisor};
 use super::super::flow::writer;
 use super::super::{cancelled, ProgressFn, SessionError};
 use super::{handshake, SenderConfig};
-use crate::block::{sum_of, BlockShape, Kind, Source, MAX_SIZE};
+use crate::block::{sum_of, BlockShape, Kind, Source, MAX_SIZE, ZEROS};
 use crate::delta::{Op, LITERAL_CHUNK};
 use crate::protocol::{
     violation, BlockSource, BlockSum, BlockTarget, FileOutcome, Frame, FrameCodec, Hello,
-    ProtocolError, SessionOptions, WireCounter, WireOp,
+    ProtocolError, SessionOptions, WireOp,
 };
 use crate::stats::Summary;
 use crate::treehash::{block_cv, BlockRoot, Head};
@@ -39,8 +39,6 @@ use crate::treehash::{block_cv, BlockRoot, Head};
 /// Ops per `Ops` frame, and literal bytes, before the frame is handed over.
 const OPS_BATCH: usize = 1024;
 const BYTES_BATCH: usize = 1 << 20;
-/// A zero block, hashed where an image has a hole.
-static ZEROS: [u8; crate::block::MAX_BLOCK as usize] = [0; crate::block::MAX_BLOCK as usize];
 
 /// Where the session is; decides which frames from the receiver are legal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,12 +116,12 @@ where
         .map_err(|e| SessionError::local(format!("source {}", cfg.root.display()), e))?;
     let options = block_options(&cfg, &source)?;
     let shape = BlockShape::for_size(source.size);
-    let (stream, activity) = Metered::new(stream);
-    let idle = Idle::new(cfg.timeout, activity);
-    let (rd, wr) = tokio::io::split(stream);
-    let (rx_count, tx_count) = (WireCounter::default(), WireCounter::default());
-    let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
-    let mut sink = FramedWrite::new(wr, FrameCodec::new(tx_count.clone()));
+    let Connection {
+        mut frames,
+        mut sink,
+        idle,
+        wire,
+    } = Connection::open(stream, cfg.timeout);
 
     sink.send(Frame::Hello(Hello::new(options.clone()))).await?;
     let target = tokio::select! {
@@ -158,7 +156,7 @@ where
     };
     sink.send(Frame::BlockStart(start_at.0)).await?;
 
-    let (out_tx, writer) = writer::start(sink, cfg.bwlimit, tx_count.clone());
+    let (out_tx, writer) = writer::start(sink, cfg.bwlimit, wire.tx.clone());
     let (sums_tx, sums_rx) = mpsc::unbounded_channel();
     let mut sup = Supervisor::new(cfg.cancel.clone());
     let comparer = {
@@ -218,11 +216,8 @@ where
     if let Some(v) = verifier {
         sup.join(v).await?;
     }
-    drop(out_tx);
-    writer
-        .await
-        .map_err(|e| SessionError::Internal(e.to_string()))??;
-    summary.bytes_on_wire = rx_count.get() + tx_count.get();
+    writer::finish(out_tx, writer).await?;
+    summary.bytes_on_wire = wire.bytes();
     summary.source_bytes_read = read.load(Ordering::Relaxed);
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     Ok(summary)
@@ -413,9 +408,9 @@ impl Comparer {
         let mut single = None;
         for i in from / shape.block_len()..count {
             let (at, len) = (shape.offset(i), shape.len_of(i));
-            let block = match holes.is_hole(&source.file, at, len) {
-                true => &ZEROS[..len as usize],
-                false => {
+            let block = match holes.zeros(&source.file, at, len) {
+                Some(zeros) => zeros,
+                None => {
                     let b = &mut buf[..len as usize];
                     source
                         .file
@@ -541,35 +536,55 @@ impl Comparer {
 /// Where an image's holes are (`SEEK_DATA`), so that they are not read. A
 /// device, or a file system that cannot tell, has none.
 struct Holes {
-    /// Known to read as zeros up to here.
-    until: u64,
+    /// What is known of `[from, to)`: a hole (reads as zeros) or data.
+    from: u64,
+    to: u64,
+    hole: bool,
     works: bool,
 }
 
 impl Holes {
     fn new(source: &Source) -> Holes {
         Holes {
-            until: 0,
+            from: 0,
+            to: 0,
+            hole: false,
             works: source.kind == Kind::Image,
         }
     }
 
+    /// Whether `[at, at + len)` lies in a hole. One `SEEK_DATA` and one
+    /// `SEEK_HOLE` per extent, not per block.
     fn is_hole(&mut self, file: &File, at: u64, len: u64) -> bool {
+        use rustix::fs::{seek, SeekFrom};
         if !self.works {
             return false;
         }
-        if at >= self.until {
-            match rustix::fs::seek(file, rustix::fs::SeekFrom::Data(at)) {
-                Ok(data) => self.until = data,
+        if !(self.from..self.to).contains(&at) {
+            let extent = match seek(file, SeekFrom::Data(at)) {
+                Ok(data) if data > at => Ok((data, true)),
+                Ok(_) => seek(file, SeekFrom::Hole(at)).map(|end| (end, false)),
                 // No data at or after `at`: zeros to the end.
-                Err(rustix::io::Errno::NXIO) => self.until = u64::MAX,
+                Err(rustix::io::Errno::NXIO) => Ok((u64::MAX, true)),
+                Err(e) => Err(e),
+            };
+            match extent {
+                Ok((to, hole)) => (self.from, self.to, self.hole) = (at, to, hole),
                 Err(_) => {
                     self.works = false;
                     return false;
                 }
             }
         }
-        at + len <= self.until
+        self.hole && at + len <= self.to
+    }
+
+    /// The block `[at, at + len)` when it is known to be zeros without
+    /// reading it (blocks longer than [`ZEROS`], of sources over 1 TiB, are
+    /// read).
+    fn zeros(&mut self, file: &File, at: u64, len: u64) -> Option<&'static [u8]> {
+        let known = len <= ZEROS.len() as u64 && self.is_hole(file, at, len);
+        known.then(|| &ZEROS[..len as usize])
     }
 }
 
@@ -675,5 +690,8 @@ mod tests {
         assert!(holes.is_hole(&source.file, 0, 64 << 10));
         assert!(!holes.is_hole(&source.file, 512 << 10, 16 << 10));
         assert!(holes.is_hole(&source.file, (1 << 20) - (16 << 10), 16 << 10));
+        // A hole longer than the zeros at hand is read instead.
+        assert!(holes.zeros(&source.file, 0, 64 << 10).is_some());
+        assert!(holes.zeros(&source.file, 0, 2 << 20).is_none());
     }
 }

@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 use futures::SinkExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use super::flow::Credits;
 use denied::Denied;
 
-use super::flow::liveness::{Idle, Metered};
+use super::flow::liveness::Idle;
 use super::flow::outbox::Outbox;
-use super::flow::peer::{first_frame, next_frame, next_frames};
+use super::flow::peer::{first_frame, next_frame, next_frames, Connection};
 use super::flow::supervise::{drain, tell_peer, Supervisor};
 use super::flow::writer;
 use super::{cancelled, warn, ProgressFn, SessionError};
@@ -28,7 +28,7 @@ use crate::beneath::TreeRoot;
 use crate::filter::Filter;
 use crate::protocol::{
     violation, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
-    WireCounter, INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
+    INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
 };
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
@@ -165,12 +165,12 @@ where
         TreeRoot::open(&cfg.root)
             .map_err(|e| SessionError::local(format!("source {}", cfg.root.display()), e))?,
     );
-    let (stream, activity) = Metered::new(stream);
-    let idle = Idle::new(cfg.timeout, activity);
-    let (rd, wr) = tokio::io::split(stream);
-    let (rx_count, tx_count) = (WireCounter::default(), WireCounter::default());
-    let mut frames = FramedRead::new(rd, FrameCodec::new(rx_count.clone()));
-    let mut sink = FramedWrite::new(wr, FrameCodec::new(tx_count.clone()));
+    let Connection {
+        mut frames,
+        mut sink,
+        idle,
+        wire,
+    } = Connection::open(stream, cfg.timeout);
 
     sink.send(Frame::Hello(Hello::new(cfg.options.clone())))
         .await?;
@@ -179,7 +179,7 @@ where
         () = cfg.cancel.cancelled() => return Err(SessionError::Interrupted),
     };
 
-    let (out_tx, writer) = writer::start(sink, cfg.bwlimit, tx_count.clone());
+    let (out_tx, writer) = writer::start(sink, cfg.bwlimit, wire.tx.clone());
     let credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
     let denied = Arc::new(Denied::default());
     let mut sup = Supervisor::new(cfg.cancel.clone());
@@ -245,11 +245,8 @@ where
     if let Some(v) = verifier {
         sup.join(v).await?;
     }
-    drop(out_tx);
-    writer
-        .await
-        .map_err(|e| SessionError::Internal(e.to_string()))??;
-    summary.bytes_on_wire = rx_count.get() + tx_count.get();
+    writer::finish(out_tx, writer).await?;
+    summary.bytes_on_wire = wire.bytes();
     summary.source_bytes_read = source_read.load(Ordering::Relaxed);
     summary.elapsed_ms = start.elapsed().as_millis() as u64;
     match denied.error() {

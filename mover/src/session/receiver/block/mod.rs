@@ -24,16 +24,17 @@ mod write;
 
 use super::super::flow::liveness::Idle;
 use super::super::flow::outbox::Out;
-use super::super::flow::peer::{next_frame, next_frames};
+use super::super::flow::peer::{next_frame, next_frames, Wire};
 use super::super::flow::supervise::{drain, tell_peer, Supervisor};
 use super::super::flow::writer;
 use super::super::{warn, SessionError};
-use super::{check_operation, ReceiverConfig};
+use super::options::check_operation;
+use super::ReceiverConfig;
 use crate::block::checkpoint::{BlockCheckpoint, StateDir};
 use crate::block::{BlockShape, Destination, DestinationError, Kind, MAX_SIZE};
 use crate::protocol::{
     violation, BlockResume, BlockSource, BlockTarget, Frame, FrameCodec, ProtocolError,
-    SessionOptions, WireCounter,
+    SessionOptions,
 };
 use crate::stats::{BlockSummary, Counters, Prior, Summary, VerifyResult};
 use crate::treehash::Head;
@@ -91,7 +92,7 @@ pub async fn receive<R, W>(
     idle: Idle,
     cfg: ReceiverConfig,
     opts: SessionOptions,
-    (rx_count, tx_count): (WireCounter, WireCounter),
+    wire: Wire,
     start: Instant,
 ) -> Result<Summary, SessionError>
 where
@@ -138,7 +139,7 @@ where
         }
     }
 
-    let (out_tx, writer_task) = writer::start(sink, cfg.bwlimit, tx_count.clone());
+    let (out_tx, writer_task) = writer::start(sink, cfg.bwlimit, wire.tx.clone());
     // The resumed prefix is what earlier attempts did (`bytes_prior`).
     let prior = Prior {
         files_done: 0,
@@ -220,7 +221,6 @@ where
             Err(e) => return Err(tell_peer(e, out_tx, writer_task).await),
         }
     }
-    let wire = (&rx_count, &tx_count);
     let progress = cfg.progress.as_ref();
     super::end_session(
         summary,
@@ -229,7 +229,7 @@ where
         progress,
         out_tx,
         writer_task,
-        wire,
+        &wire,
     )
     .await
 }

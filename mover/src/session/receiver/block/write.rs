@@ -186,11 +186,12 @@ impl WriteJob {
             head: head.pieces(),
             probe,
         };
+        let bytes = cp.encode();
         state
-            .save(&cp)
+            .save_encoded(&bytes)
             .map_err(|e| SessionError::local("recording the checkpoint", e))?;
         if let Some(to) = self.on_checkpoint.as_ref().filter(|_| tell) {
-            to(&cp, &cp.encode());
+            to(&cp, &bytes);
         }
         Ok(())
     }
