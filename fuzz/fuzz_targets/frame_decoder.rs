@@ -183,6 +183,7 @@ mod seeds {
         AbortReason, BlockResume, BlockSource, BlockTarget, Entry, FileOutcome, Hello, ListStats,
         PrefixState, Request, SessionOptions, WireOp,
     };
+    use mover::protocol::pack::{EntryBatch, SigBatch};
     use mover::signature::{BlockSig, SigShape};
     use mover::stats::{Progress, Summary};
 
@@ -281,6 +282,32 @@ mod seeds {
                 meta,
                 checksum: None,
             }),
+            Frame::Entries(EntryBatch(vec![
+                Entry {
+                    path: p("a"),
+                    kind: Kind::Dir,
+                    meta,
+                    checksum: None,
+                },
+                Entry {
+                    path: p("a/c.txt"),
+                    kind: Kind::File,
+                    meta,
+                    checksum: Some([9; 32]),
+                },
+                Entry {
+                    path: p("a/dev"),
+                    kind: Kind::CharDev(0x0103),
+                    meta: Meta::default(),
+                    checksum: None,
+                },
+                Entry {
+                    path: p("a/link2"),
+                    kind: Kind::HardLink(p("a/c.txt")),
+                    meta,
+                    checksum: None,
+                },
+            ])),
             Frame::DirDone(p("a")),
             Frame::ListEnd(ListStats {
                 failed: 1,
@@ -307,11 +334,14 @@ mod seeds {
             }),
             Frame::Sigs {
                 id: 1,
-                sigs: vec![
-                    BlockSig::of(&[1; 700]),
-                    BlockSig::of(&[2; 700]),
-                    BlockSig::of(&[3; 100]),
-                ],
+                sigs: SigBatch::new(
+                    SigShape::for_len(1500).strong_len(),
+                    &[
+                        BlockSig::of(&[1; 700]),
+                        BlockSig::of(&[2; 700]),
+                        BlockSig::of(&[3; 100]),
+                    ],
+                ),
             },
             Frame::RequestsEnd,
             Frame::FileBegin { id: 1, meta },

@@ -1,7 +1,8 @@
 //! Block signatures of a basis file and the index the sender searches them with.
 //!
 //! The receiver cuts the file it already has into blocks and sends, per block,
-//! the rolling weak checksum and a 128-bit BLAKE3 strong hash. The sender looks
+//! the rolling weak checksum and the first bytes of its BLAKE3 hash, as many
+//! as the file needs ([`SigShape::strong_len`]). The sender looks
 //! every window of the new file up in an [`Index`]: a bitmap rejects most
 //! windows in one memory access, a sorted table finds the candidates, and the
 //! strong hash confirms a match.
@@ -12,8 +13,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::rolling::Rolling;
 
-/// Bytes of BLAKE3 output kept per block.
+/// Bytes of BLAKE3 output kept per block, at most.
 pub const STRONG_LEN: usize = 16;
+/// Fewest bytes of BLAKE3 output sent per block.
+pub const MIN_STRONG_LEN: usize = 2;
+/// Bits beyond what a file's comparisons use up, in the strong sum's length:
+/// a false match (every check passes for a block that differs) happens in
+/// about one file in 2^25. It costs no data, only time: the whole-file BLAKE3
+/// catches it and the file is sent again whole. rsync uses 10.
+const SUM_BIAS: u32 = 24;
 /// rsync's minimum block length.
 pub const MIN_BLOCK_LEN: u32 = 700;
 /// rsync's maximum block length (protocol 30 and later).
@@ -60,6 +68,18 @@ impl SigShape {
         self.file_len.div_ceil(self.block_len as u64)
     }
 
+    /// Bytes of each block's strong sum that are sent and compared: as in
+    /// rsync, enough that the `file_len` windows the sender tries against
+    /// `block_count` blocks, on 32 bits of weak sum and these, all miss
+    /// unless equal, with [`SUM_BIAS`] bits to spare.
+    pub fn strong_len(&self) -> usize {
+        let log2 = |n: u64| 63 - n.max(1).leading_zeros();
+        let bits = (SUM_BIAS + 2 * log2(self.file_len)).saturating_sub(log2(self.block_len as u64));
+        // One bit more, less the weak sum's 32, rounded up to whole bytes.
+        let bytes = (bits + 1).saturating_sub(32).div_ceil(8) as usize;
+        bytes.clamp(MIN_STRONG_LEN, STRONG_LEN)
+    }
+
     /// Length of block `i` (the last one may be short).
     pub fn len_of(&self, i: u64) -> usize {
         let start = i * self.block_len as u64;
@@ -68,6 +88,13 @@ impl SigShape {
 }
 
 impl BlockSig {
+    /// Keeps the first `len` bytes of the strong sum, zeroing the rest: the
+    /// form both sides compare in.
+    pub fn truncated(mut self, len: usize) -> BlockSig {
+        self.strong[len.min(STRONG_LEN)..].fill(0);
+        self
+    }
+
     /// The signature of one block's bytes.
     pub fn of(block: &[u8]) -> BlockSig {
         BlockSig {
@@ -175,7 +202,12 @@ pub struct Index {
 }
 
 impl Index {
-    pub fn new(shape: SigShape, sigs: Vec<BlockSig>) -> Index {
+    /// Strong sums are compared in their first `shape.strong_len()` bytes.
+    pub fn new(shape: SigShape, mut sigs: Vec<BlockSig>) -> Index {
+        let len = shape.strong_len();
+        for s in &mut sigs {
+            *s = s.truncated(len);
+        }
         let mut table: Vec<(u32, u32)> = sigs
             .iter()
             .enumerate()
@@ -203,6 +235,13 @@ impl Index {
         self.shape
     }
 
+    /// `window`'s strong sum as the signatures hold theirs.
+    fn strong(&self, window: &[u8]) -> [u8; STRONG_LEN] {
+        let mut sum = strong(window);
+        sum[self.shape.strong_len()..].fill(0);
+        sum
+    }
+
     pub fn block_count(&self) -> usize {
         self.sigs.len()
     }
@@ -216,7 +255,7 @@ impl Index {
     pub fn is_block(&self, block: u32, window: &[u8]) -> bool {
         (block as usize) < self.sigs.len()
             && self.shape.len_of(block as u64) == window.len()
-            && self.sigs[block as usize].strong == strong(window)
+            && self.sigs[block as usize].strong == self.strong(window)
     }
 
     /// Whether block `block` has exactly this content, weak checksum first
@@ -225,7 +264,7 @@ impl Index {
         (block as usize) < self.sigs.len()
             && self.shape.len_of(block as u64) == window.len()
             && self.sigs[block as usize].weak == Rolling::new(window).digest()
-            && self.sigs[block as usize].strong == strong(window)
+            && self.sigs[block as usize].strong == self.strong(window)
     }
 
     /// Cheap pre-test: false means no block has this weak checksum.
@@ -251,7 +290,8 @@ impl Index {
         let strong_hash = std::cell::OnceCell::new();
         let matches = |block: u32| {
             self.shape.len_of(block as u64) == window.len()
-                && self.sigs[block as usize].strong == *strong_hash.get_or_init(|| strong(window))
+                && self.sigs[block as usize].strong
+                    == *strong_hash.get_or_init(|| self.strong(window))
         };
         if let Some(h) = hint.filter(|&h| h >= min_block) {
             if self.table.binary_search(&(weak, h)).is_ok() && matches(h) {
@@ -276,6 +316,42 @@ fn bucket(weak: u32, bits: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strong_sums_are_as_long_as_the_file_needs() {
+        let len = |file_len: u64| SigShape::for_len(file_len).strong_len();
+        // rsync's formula with a bias of 24 bits instead of 10.
+        assert_eq!(len(0), MIN_STRONG_LEN);
+        assert_eq!(len(8 << 10), 2);
+        assert_eq!(len(256 << 20), 5);
+        assert_eq!(len(1 << 40), 7);
+        assert_eq!(len(u64::MAX), 11);
+        for shift in 0..64 {
+            let shape = SigShape::for_len(1u64 << shift);
+            let (blocks, windows) = (shape.block_count().max(1), shape.file_len.max(1));
+            // Every window against every block, on the weak and strong bits.
+            let tries = (windows as f64).log2() + (blocks as f64).log2();
+            let bits = 32.0 + 8.0 * shape.strong_len() as f64;
+            assert!(
+                bits - tries >= SUM_BIAS as f64 - 1.0,
+                "{shift}: {bits} bits for 2^{tries}"
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_sums_still_find_their_blocks() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let shape = SigShape::for_len(data.len() as u64);
+        let idx = Index::new(shape, sign_bytes(&data, shape));
+        let block = &data[..shape.block_len as usize];
+        let w = Rolling::new(block).digest();
+        assert_eq!(idx.find(w, block, None, 0), Some(0));
+        assert!(idx.matches_at(0, block));
+        let mut other = block.to_vec();
+        other[5] ^= 1;
+        assert!(!idx.is_block(0, &other));
+    }
 
     #[test]
     fn block_len_follows_rsync() {

@@ -76,7 +76,7 @@ impl Case {
             recorded_at: Mtime::default(),
         });
         edit(&mut cp);
-        Store::open(&self.dst).unwrap().save(&cp).unwrap();
+        store(&self.dst).save(&cp).unwrap();
     }
 
     /// [`Case::plant`] as a receiver of this build records it: with the
@@ -488,9 +488,9 @@ fn a_wrong_stored_hash_state_is_not_used() {
     let (c, verified) = stored_state_case();
     c.plant_with_state(&c.data[..verified], verified, 0);
     // The checkpoint is intact, but its hash state is not the prefix's.
-    let mut cp = Store::open(&c.dst).unwrap().load().unwrap().unwrap();
+    let mut cp = store(&c.dst).load().unwrap().unwrap();
     cp.partials[0].head[0].1[0] ^= 1;
-    Store::open(&c.dst).unwrap().save(&cp).unwrap();
+    store(&c.dst).save(&cp).unwrap();
     let out = c.sync(2, &[]);
     c.assert_done(&out, "wrong hash state");
     let s = out.summary();
@@ -617,4 +617,24 @@ fn inspect_against_a_source_foretells_what_a_session_finds_up_to_date() {
     assert_eq!(r.stat("files_up_to_date"), 39, "{}", r.summary());
     assert_eq!(s.stat("bytes_total"), total, "{}", s.summary());
     assert_eq!(inspect(&dst)["quick_check"], serde_json::Value::Null);
+}
+
+/// The state directory of `dst`, locked. Another test's thread may be
+/// forking a mover at the moment a store is dropped here: until the child
+/// execs, it holds a copy of the lock's descriptor (close-on-exec closes it
+/// only at exec), and the flock with it. So a lock taken just after one was
+/// released can be refused for a few milliseconds; wait that out.
+fn store(dst: &Path) -> Store {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match Store::open(dst) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            other => return other.unwrap(),
+        }
+    }
 }

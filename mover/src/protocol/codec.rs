@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
-use super::{Frame, ProtocolError, MAX_FRAME_LEN};
+use super::{Entry, Frame, ProtocolError, MAX_FRAME_LEN};
 
 /// Bytes that crossed the connection, both directions, length prefixes included.
 #[derive(Clone, Debug, Default)]
@@ -29,6 +29,8 @@ pub struct FrameCodec {
     counter: WireCounter,
     /// Frames decoded so far; the first one gets a closer look when it fails.
     decoded: u64,
+    /// The entries of an `Entries` frame not handed out yet.
+    unpacked: std::collections::VecDeque<Entry>,
 }
 
 impl FrameCodec {
@@ -41,6 +43,7 @@ impl FrameCodec {
             inner,
             counter,
             decoded: 0,
+            unpacked: Default::default(),
         }
     }
 }
@@ -49,7 +52,11 @@ impl Decoder for FrameCodec {
     type Item = Frame;
     type Error = ProtocolError;
 
+    /// An `Entries` frame comes out as its entries, one `Entry` frame each.
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, ProtocolError> {
+        if let Some(entry) = self.unpacked.pop_front() {
+            return Ok(Some(Frame::Entry(entry)));
+        }
         if self.decoded == 0 && looks_like_tls(src) {
             return Err(ProtocolError::PeerSpeaksTls);
         }
@@ -59,13 +66,23 @@ impl Decoder for FrameCodec {
         self.counter.add(payload.len() + 4);
         self.decoded += 1;
         crate::path::take_refused();
+        super::pack::take_refused();
         match postcard::from_bytes(&payload) {
+            Ok(Frame::Entries(batch)) => {
+                self.unpacked = batch.0.into();
+                Ok(self.unpacked.pop_front().map(Frame::Entry))
+            }
             Ok(frame) => Ok(Some(frame)),
             Err(e) if self.decoded == 1 => Err(first_frame_error(&payload, e)),
-            Err(e) => Err(match crate::path::take_refused() {
-                Some(path) => super::violation(format!("the peer sent an invalid path ({path})")),
-                None => e.into(),
-            }),
+            Err(e) => Err(
+                match (crate::path::take_refused(), super::pack::take_refused()) {
+                    (_, Some(why)) => super::violation(format!("the peer sent {why}")),
+                    (Some(path), None) => {
+                        super::violation(format!("the peer sent an invalid path ({path})"))
+                    }
+                    (None, None) => e.into(),
+                },
+            ),
         }
     }
 
@@ -244,6 +261,53 @@ mod tests {
             .decode(&mut buf)
             .unwrap_err();
         assert!(matches!(err, ProtocolError::NotMover), "{err}");
+    }
+
+    #[test]
+    fn packed_entries_come_out_one_by_one() {
+        use crate::meta::{Kind, Meta};
+        use crate::path::RelPath;
+        let entry = |p: &str| Entry {
+            path: RelPath::new(p.as_bytes().to_vec()).unwrap(),
+            kind: Kind::File,
+            meta: Meta::default(),
+            checksum: None,
+        };
+        let mut codec = FrameCodec::new(WireCounter::default());
+        let mut buf = BytesMut::new();
+        let frames = vec![
+            Frame::Entry(entry("a")),
+            Frame::Entry(entry("a/b")),
+            Frame::Entry(entry("a/c")),
+            Frame::ListEnd(Default::default()),
+        ];
+        for frame in crate::protocol::pack::coalesce(frames) {
+            codec.encode(frame, &mut buf).unwrap();
+        }
+        let mut paths = Vec::new();
+        while let Some(frame) = codec.decode_eof(&mut buf).unwrap() {
+            paths.push(match frame {
+                Frame::Entry(e) => e.path.to_string(),
+                other => other.name().to_string(),
+            });
+        }
+        assert_eq!(paths, ["a", "a/b", "a/c", "ListEnd"]);
+
+        // A packed path with "..", after a good first frame, is named.
+        let evil = crate::protocol::pack::EntryBatch(vec![entry("a"), entry("b")]);
+        let mut payload = postcard::to_allocvec(&Frame::Entries(evil)).unwrap();
+        let at = payload.windows(1).rposition(|w| w == b"b").unwrap();
+        payload.splice(at..at + 1, *b"..");
+        payload[at - 1] = 2;
+        let len = payload.len() - 2;
+        payload[1] = len as u8;
+        let mut buf = BytesMut::new();
+        codec.encode(Frame::Credit(1), &mut buf).unwrap();
+        buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        buf.extend_from_slice(&payload);
+        assert!(codec.decode(&mut buf).unwrap().is_some());
+        let err = codec.decode(&mut buf).unwrap_err().to_string();
+        assert!(err.contains("entry 1 of an Entries frame"), "{err}");
     }
 
     #[test]

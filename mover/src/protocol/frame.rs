@@ -6,7 +6,7 @@ use super::{MAGIC, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use crate::delta::Op;
 use crate::meta::{Kind, Meta, Mtime};
 use crate::path::RelPath;
-use crate::signature::{BlockSig, SigShape};
+use crate::signature::SigShape;
 use crate::stats::{Progress, Summary};
 use crate::treehash::{Head, HeadPiece};
 
@@ -32,7 +32,10 @@ pub enum Frame {
     /// Receiver → sender: send the contents of a file.
     Request(Request),
     /// Receiver → sender: the next signature blocks of a request's basis.
-    Sigs { id: u64, sigs: Vec<BlockSig> },
+    Sigs {
+        id: u64,
+        sigs: super::pack::SigBatch,
+    },
     /// Receiver → sender: no more requests will come.
     RequestsEnd,
     /// Sender → receiver: the data of a requested file follows.
@@ -64,6 +67,10 @@ pub enum Frame {
     /// Block session, sender → receiver, after `Verify`: BLAKE3 of the
     /// source as read again.
     BlockVerify([u8; 32]),
+    /// Sender → receiver (protocol 6): a run of list entries, packed. Only
+    /// the connection's writer and codec see it: the writer packs runs of
+    /// `Entry` frames into it and the codec unpacks it into them again.
+    Entries(super::pack::EntryBatch),
 }
 
 impl Frame {
@@ -102,6 +109,7 @@ impl Frame {
             Frame::BlockStart(_) => "BlockStart",
             Frame::BlockSums { .. } => "BlockSums",
             Frame::BlockVerify(_) => "BlockVerify",
+            Frame::Entries(_) => "Entries",
         }
     }
 }
@@ -206,7 +214,7 @@ pub struct BlockResume {
 }
 
 /// One entry of the source tree.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub path: RelPath,
     pub kind: Kind,

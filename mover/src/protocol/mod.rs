@@ -36,6 +36,7 @@
 
 mod codec;
 mod frame;
+pub mod pack;
 
 pub use codec::{FrameCodec, WireCounter};
 pub use frame::*;
@@ -43,14 +44,16 @@ pub use frame::*;
 use crate::delta::LITERAL_CHUNK;
 
 /// Protocol version spoken by this build.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 /// Oldest peer version this build can talk to (2 added operations,
 /// resumable requests and verification; 3, verification that tells a
 /// source changed during the copy from a destination that differs; 4, the
 /// hash state of a resumed prefix in its request, so the sender reads only
 /// the rest, and the bytes each side read for it in the summary; 5, block
-/// sessions, whose options every `Hello` carries).
-pub const MIN_PROTOCOL_VERSION: u16 = 5;
+/// sessions, whose options every `Hello` carries; 6, the file list packed
+/// in `Entries` frames and signatures with strong sums as long as each file
+/// needs).
+pub const MIN_PROTOCOL_VERSION: u16 = 6;
 /// First bytes of every session's first frame.
 pub const MAGIC: [u8; 6] = *b"VOLMIG";
 

@@ -64,7 +64,7 @@ pub fn weight(frame: &Frame) -> usize {
                 _ => 0,
             } + std::mem::size_of::<WireOp>())
             .sum(),
-        Frame::Sigs { sigs, .. } => sigs.len() * 24,
+        Frame::Sigs { sigs, .. } => sigs.sigs.len() * 24,
         // A list entry carries its path and, for a symlink, a target of up to
         // a frame's length (refused later, by the reader's state machine): a
         // batch of them must not be weighed as if they were all small.

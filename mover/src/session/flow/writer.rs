@@ -76,7 +76,7 @@ pub async fn run<W: AsyncWrite + Unpin>(
             None => rx.recv().await,
         };
         let Some(batch) = next else { break };
-        for frame in batch {
+        for frame in crate::protocol::pack::coalesce(batch) {
             sink.feed(frame).await?;
         }
         if let Some(rate) = bwlimit {

@@ -110,6 +110,14 @@ impl State {
                 if id == req.id =>
             {
                 let want = req.basis.map_or(0, |s| s.block_count());
+                let strong_len = req.basis.map_or(0, |s| s.strong_len());
+                if more.strong_len as usize != strong_len {
+                    return Err(violation(format!(
+                        "signature of {} with strong sums of {} bytes instead of {strong_len}",
+                        req.path, more.strong_len
+                    )));
+                }
+                let more = more.sigs;
                 if sigs.len() as u64 + more.len() as u64 > want {
                     return Err(violation(format!(
                         "more signature blocks than announced for {}",

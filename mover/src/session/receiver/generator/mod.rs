@@ -24,7 +24,8 @@ use crate::filter::Filter;
 use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
 use crate::path::RelPath;
 use crate::protocol::{
-    violation, Entry, Frame, ListStats, PrefixState, Request, SessionOptions, SIGS_PER_FRAME,
+    pack::SigBatch, violation, Entry, Frame, ListStats, PrefixState, Request, SessionOptions,
+    SIGS_PER_FRAME,
 };
 use crate::session::flow::outbox::{recv_or_flush, Out, Outbox};
 use crate::session::flow::{Inflight, ListWindow, Wake};
@@ -565,11 +566,11 @@ impl Generator {
             resume_from,
             prefix,
         }))?;
-        if let Some((_, sigs)) = signed {
+        if let Some((shape, sigs)) = signed {
             for chunk in sigs.chunks(SIGS_PER_FRAME) {
                 self.send(Frame::Sigs {
                     id,
-                    sigs: chunk.to_vec(),
+                    sigs: SigBatch::new(shape.strong_len(), chunk),
                 })?;
             }
         }
