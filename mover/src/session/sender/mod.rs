@@ -2,6 +2,7 @@
 
 pub mod block;
 mod denied;
+mod packer;
 mod serve;
 
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! The sender's file service: requests queued from the reader, read ahead by
 //! prefetch lanes, answered in order by the delta thread, and (with
-//! compression) packed by a second thread so reading and compressing overlap.
+//! compression) packed by threads of their own (`packer`) so reading and
+//! compressing overlap.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -35,8 +36,6 @@ const PREFETCH_BYTES: u64 = 1 << 20;
 const PREFETCH_THREADS: usize = 4;
 /// Reads of a file that keeps changing before it is reported as changed.
 const MAX_TRIES: usize = 3;
-/// Frames between the delta thread and the packer.
-const PACK_QUEUE: usize = 16;
 /// Most threads hashing the prefix of a resumed file.
 const HASH_THREADS: usize = 8;
 
@@ -134,20 +133,8 @@ pub fn serve(
     let Some(level) = opts.compress else {
         return answer(root, &filter, &opts, rx, out, read, denied);
     };
-    let zstd = zstd::bulk::Compressor::new(level).map_err(|e| SessionError::local("zstd", e))?;
-    let (tx, packer_rx) = mpsc::channel(PACK_QUEUE);
-    std::thread::scope(|scope| {
-        let packer = scope.spawn(move || pack(zstd, packer_rx, out));
-        let answered = answer(root, &filter, &opts, rx, PackerIn(tx), read, denied);
-        let packed = packer
-            .join()
-            .map_err(|_| SessionError::Internal("packer panicked".into()))?;
-        // When both stopped, the one that failed for a reason of its own is the
-        // cause; the other only saw its channel close.
-        match (answered, packed) {
-            (Ok(()), r) | (r, Ok(())) => r,
-            (Err(a), Err(p)) => Err(if p.weight() > a.weight() { p } else { a }),
-        }
+    super::packer::packed(level, out, |packers| {
+        answer(root, &filter, &opts, rx, packers, read, denied)
     })
 }
 
@@ -194,64 +181,6 @@ fn listable(filter: &Filter, path: &RelPath) -> bool {
         ancestor = ancestor.parent();
     }
     !path.is_root() && !filter.excludes(path, false)
-}
-
-/// The delta thread's side of the packer.
-struct PackerIn(mpsc::Sender<Frame>);
-
-impl FrameOut for PackerIn {
-    fn push(&mut self, frame: Frame) -> Result<(), SessionError> {
-        self.0.blocking_send(frame).map_err(|_| cancelled())
-    }
-
-    fn flush(&mut self) -> Result<(), SessionError> {
-        Ok(())
-    }
-}
-
-/// The packer thread: compresses literals (keeping a literal as it is when
-/// compression does not make it smaller) while the delta thread reads on.
-fn pack(
-    mut zstd: zstd::bulk::Compressor<'static>,
-    mut rx: mpsc::Receiver<Frame>,
-    mut out: Outbox,
-) -> Result<(), SessionError> {
-    while let Some(frame) = recv_or_flush(&mut rx, &mut out)? {
-        let frame = match frame {
-            Frame::Ops { id, ops } => {
-                let ops = ops
-                    .into_iter()
-                    .map(|op| compress(&mut zstd, op))
-                    .collect::<Result<_, _>>()?;
-                Frame::Ops { id, ops }
-            }
-            other => other,
-        };
-        out.push(frame)?;
-    }
-    out.flush()
-}
-
-fn compress(
-    zstd: &mut zstd::bulk::Compressor<'static>,
-    op: WireOp,
-) -> Result<WireOp, SessionError> {
-    Ok(match op {
-        WireOp::Plain(Op::Literal(data)) => {
-            let packed = zstd
-                .compress(&data)
-                .map_err(|e| SessionError::local("compressing", e))?;
-            if packed.len() < data.len() {
-                WireOp::Zstd {
-                    raw_len: data.len() as u32,
-                    data: packed,
-                }
-            } else {
-                WireOp::Plain(Op::Literal(data))
-            }
-        }
-        other => other,
-    })
 }
 
 fn send_file(
