@@ -11,6 +11,7 @@ pub mod api;
 pub mod auth;
 pub mod controllers;
 pub mod events;
+pub mod kubeconfig;
 pub mod kubelet;
 pub mod patch;
 pub mod registry;

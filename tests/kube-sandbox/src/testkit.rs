@@ -121,3 +121,44 @@ pub fn loop_lock() -> std::io::Result<LoopLock> {
 pub fn loops_available() -> bool {
     crate::kubelet::devices::loops_available()
 }
+
+/// Writes one kubeconfig holding each sandbox as its admin under a context
+/// of the given name (cluster, context and user all take that name; the
+/// namespace is `default`), the first context current, as a user's
+/// kubeconfig holds several clusters: `kubectl --context dst`,
+/// kube-rs's `KubeConfigOptions { context: Some("dst".into()), .. }`.
+///
+/// ```no_run
+/// # async fn f(src: &kube_sandbox::Sandbox, dst: &kube_sandbox::Sandbox) -> std::io::Result<()> {
+/// let path = src.data_dir().join("two-clusters");
+/// kube_sandbox::testkit::merged_kubeconfig(&[(src, "src"), (dst, "dst")], &path)?;
+/// # Ok(()) }
+/// ```
+pub fn merged_kubeconfig(
+    sandboxes: &[(&crate::Sandbox, &str)],
+    path: &Path,
+) -> std::io::Result<()> {
+    let servers: Vec<String> = sandboxes.iter().map(|(sb, _)| sb.server_url()).collect();
+    let contexts: Vec<crate::kubeconfig::Context> = sandboxes
+        .iter()
+        .zip(&servers)
+        .map(|((sb, name), server)| crate::kubeconfig::Context {
+            name,
+            server,
+            ca_pem: sb.ca_pem(),
+            user: name,
+            token: sb.admin_token(),
+            namespace: "default",
+        })
+        .collect();
+    let mut names: Vec<&str> = contexts.iter().map(|c| c.name).collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.len() != contexts.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "each sandbox needs its own context name",
+        ));
+    }
+    crate::kubeconfig::write(path, &contexts)
+}

@@ -196,6 +196,7 @@ fn resource_list(listed: &[Served], group: &str, version: &str) -> Option<Value>
         for sub in &r.subresources {
             let (kind, verbs): (&str, &[&str]) = match &**sub {
                 "log" => ("Pod", &["get"]),
+                "portforward" => ("PodPortForwardOptions", &["create", "get"]),
                 "scale" => ("Scale", &["get", "patch", "update"]),
                 "token" => ("TokenRequest", &["create"]),
                 _ => (&r.kind, &["get", "patch", "update"]),

@@ -13,6 +13,7 @@ pub mod faults;
 mod filter;
 mod logs;
 mod objects;
+pub mod portforward;
 pub mod protobuf;
 mod request;
 pub mod table;
@@ -132,6 +133,7 @@ async fn handle(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    upgrade: portforward::Upgrade,
     body: Bytes,
 ) -> Response {
     let header = |name: header::HeaderName| {
@@ -160,6 +162,8 @@ async fn handle(
         uri,
         accept: header(header::ACCEPT),
         content_type: header(header::CONTENT_TYPE),
+        headers,
+        upgrade: upgrade.0,
         body,
     };
     let (entry, response) = respond(&api, incoming).await;
@@ -176,6 +180,9 @@ struct Incoming {
     uri: Uri,
     accept: String,
     content_type: String,
+    headers: HeaderMap,
+    /// The connection's pending upgrade (port forwarding's WebSocket).
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
     body: Bytes,
 }
 
@@ -188,6 +195,8 @@ async fn respond(api: &Api, incoming: Incoming) -> (AuditEntry, Response) {
         uri,
         accept,
         content_type,
+        headers,
+        upgrade,
         body,
     } = incoming;
     let identity = entry.identity.clone();
@@ -228,6 +237,22 @@ async fn respond(api: &Api, incoming: Incoming) -> (AuditEntry, Response) {
         uri.path(),
     ) {
         return (entry, error(&e));
+    }
+    if path.subresource.as_deref() == Some("portforward") {
+        let request = portforward::Request {
+            api,
+            identity: &identity,
+            attributes: &attributes,
+            method: &method,
+            path: &path,
+            query: uri.query().unwrap_or_default(),
+            headers: &headers,
+        };
+        let response = match method {
+            Method::GET | Method::POST => portforward::serve(&request, upgrade),
+            _ => Err(ApiError::MethodNotAllowed),
+        };
+        return (entry, response.unwrap_or_else(|e| error(&e)));
     }
     let request = objects::Request {
         api,

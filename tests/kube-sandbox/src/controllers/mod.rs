@@ -5,6 +5,7 @@
 //! objects a test makes, that is cheap and cannot miss an event.
 
 pub mod autoscaler;
+pub mod cloud;
 pub mod crds;
 pub mod daemonsets;
 pub mod endpoints;
@@ -24,6 +25,7 @@ pub mod workloads;
 mod workloads_sts;
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +61,9 @@ pub struct Ctx {
     pub freezer: Arc<Freezer>,
     /// The kubelets' loop devices, detached when their PV is deleted.
     pub devices: Arc<crate::kubelet::Devices>,
+    /// Whether the cloud provisions load balancers for LoadBalancer
+    /// Services (see [`cloud`]).
+    pub load_balancers: Arc<AtomicBool>,
 }
 
 impl Ctx {
@@ -75,6 +80,7 @@ impl Ctx {
             snapshots: true,
             freezer: Arc::default(),
             devices: Arc::default(),
+            load_balancers: Arc::new(AtomicBool::new(true)),
         }
     }
 }
@@ -124,6 +130,7 @@ pub fn spawn_all(ctx: Arc<Ctx>) -> Vec<Owned> {
             ctx.clone(),
             autoscaler::reconcile,
         ),
+        spawn("service-controller", ctx.clone(), cloud::reconcile),
         spawn("endpoints", ctx, endpoints::reconcile),
     ]
 }

@@ -112,9 +112,9 @@ struct IpPool {
 }
 
 impl IpPool {
-    /// Pod addresses in the block: X from 1 to 254 (X = 255 is the
-    /// Services'), Y from 1 to 254.
-    const SIZE: u32 = 254 * 254;
+    /// Pod addresses in the block: X from 1 to 253 (X = 254 is the load
+    /// balancers', 255 the Services'), Y from 1 to 254.
+    const SIZE: u32 = 253 * 254;
 
     /// A fresh address while there are any, so that a client still
     /// retrying a gone pod's address never reaches a new pod; freed ones
@@ -127,7 +127,7 @@ impl IpPool {
         }
         self.free
             .pop()
-            .unwrap_or(Ipv4Addr::new(127, self.block, 254, 254))
+            .unwrap_or(Ipv4Addr::new(127, self.block, 253, 254))
     }
 
     fn release(&mut self, ip: Ipv4Addr) {

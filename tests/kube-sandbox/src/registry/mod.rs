@@ -214,7 +214,14 @@ static TABLE: &[Spec] = &[
     core("nodes", "node", "Node", &["no"], false, &["status"]),
     Spec {
         categories: ALL,
-        ..core("pods", "pod", "Pod", &["po"], true, &["status", "log"])
+        ..core(
+            "pods",
+            "pod",
+            "Pod",
+            &["po"],
+            true,
+            &["status", "log", "portforward"],
+        )
     },
     Spec {
         categories: ALL,

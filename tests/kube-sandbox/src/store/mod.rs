@@ -171,6 +171,16 @@ impl Store {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The sandbox's loopback block `127.B.0.0/16`.
+    pub fn block(&self) -> u8 {
+        self.lock().block
+    }
+
+    /// Turns true when the store closes (its sandbox is gone).
+    pub fn subscribe_closed(&self) -> watch::Receiver<bool> {
+        self.closed.subscribe()
+    }
+
     /// Resolves each time anything is written: controllers wait on this.
     pub fn subscribe_version(&self) -> watch::Receiver<u64> {
         self.version.subscribe()
@@ -275,7 +285,8 @@ impl Store {
             })?;
         }
         if res.builtin_kind() == "Service" {
-            inner.allocate_cluster_ip(&mut obj);
+            let others: Vec<&Value> = inner.objects_of(res, None).map(|(_, v)| v).collect();
+            crate::services::allocation::on_create(inner.block, &mut obj, &others)?;
         }
         registry::validate_create(res, &obj)?;
         // The validating admission plugins run on the object as it would
@@ -323,6 +334,14 @@ impl Store {
         let mut new = meta::prepare_update(res, &old, obj, part)?;
         let default_class = inner.default_class();
         registry::default_object(res, &mut new, default_class.as_deref());
+        if res.builtin_kind() == "Service" && part == Part::Main {
+            let others: Vec<&Value> = inner
+                .objects_of(res, None)
+                .filter(|(k, _)| **k != key)
+                .map(|(_, v)| v)
+                .collect();
+            crate::services::allocation::on_update(&old, &mut new, &others)?;
+        }
         // A write that changes nothing (once defaulted) is no write: no new
         // version, no watch event.
         if new == old {
@@ -608,28 +627,6 @@ impl Inner {
                     == json!("true")
             })
             .map(|(k, _)| k.name.clone())
-    }
-
-    /// Gives a ClusterIP Service its address, as the API server's
-    /// allocator does (headless `None` stays).
-    fn allocate_cluster_ip(&self, service: &mut Value) {
-        if service["spec"]["type"] != json!("ClusterIP")
-            || service["spec"]["clusterIP"]
-                .as_str()
-                .is_some_and(|ip| !ip.is_empty())
-        {
-            return;
-        }
-        let in_use: Vec<&str> = self
-            .objects
-            .iter()
-            .filter(|(k, _)| k.resource == "services")
-            .filter_map(|(_, v)| v["spec"]["clusterIP"].as_str())
-            .collect();
-        if let Some(ip) = crate::services::allocate(self.block, &in_use) {
-            service["spec"]["clusterIP"] = json!(ip);
-            service["spec"]["clusterIPs"] = json!([ip]);
-        }
     }
 
     /// Removes ownerReferences to `owner` from every object that has one.

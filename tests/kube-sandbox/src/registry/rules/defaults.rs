@@ -224,6 +224,23 @@ fn default_service(obj: &mut Value) {
     let spec = &mut obj["spec"];
     set_default(spec, "type", json!("ClusterIP"));
     set_default(spec, "sessionAffinity", json!("None"));
+    // SetDefaults_Service: the fields of the types with node ports.
+    let kind = spec["type"].as_str().unwrap_or_default().to_string();
+    if kind == "NodePort" || kind == "LoadBalancer" {
+        set_default(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    if kind == "LoadBalancer" {
+        set_default(spec, "allocateLoadBalancerNodePorts", json!(true));
+        for ingress in obj["status"]["loadBalancer"]["ingress"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["ip"].is_string())
+        {
+            set_default(ingress, "ipMode", json!("VIP"));
+        }
+    }
+    let spec = &mut obj["spec"];
     if let Some(ports) = spec["ports"].as_array_mut() {
         for p in ports {
             set_default(p, "protocol", json!("TCP"));

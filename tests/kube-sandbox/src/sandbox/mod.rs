@@ -4,18 +4,21 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::net::TcpListener;
 
-use base64::prelude::{Engine as _, BASE64_STANDARD};
 use tokio_rustls::TlsAcceptor;
+
+mod bootstrap;
 
 use crate::api::{self, Api, AuditEntry, AuditLog, Faults, Tripwire};
 use crate::auth::{Authority, Subject, Validity};
-use crate::controllers::{self, volumes, Ctx};
+use crate::controllers::{self, Ctx};
+use crate::kubeconfig;
 use crate::kubelet::{
     self, BlockBacking, Devices, ImageMapping, Images, Kubelet, LogIndex, OciArchive, PodProcesses,
     Shared,
@@ -91,6 +94,14 @@ pub struct SandboxConfig {
     /// ([`BlockBacking::Loop`]), or the image file itself
     /// ([`BlockBacking::File`]). See `kubelet::devices`.
     pub block_backing: BlockBacking,
+    /// The name of the cluster, context and admin user in the kubeconfig
+    /// (`kube-sandbox`): sandboxes of other names can share one file.
+    pub name: String,
+    /// Whether the cloud gives LoadBalancer Services an address (see
+    /// `controllers::cloud`); off, they stay `<pending>` as on a cluster
+    /// without a cloud controller. [`Sandbox::set_load_balancers`]
+    /// changes it while the sandbox runs.
+    pub load_balancers: bool,
 }
 
 impl Default for SandboxConfig {
@@ -107,6 +118,8 @@ impl Default for SandboxConfig {
             snapshots: true,
             csi_clone: true,
             block_backing: BlockBacking::Auto,
+            name: DEFAULT_NAME.to_string(),
+            load_balancers: true,
         }
     }
 }
@@ -122,10 +135,19 @@ pub struct Sandbox {
     tasks: Vec<Owned>,
     /// The loop devices of Block volumes, detached when the sandbox stops.
     devices: Arc<Devices>,
+    /// The kubeconfig's cluster, context and admin user.
+    name: String,
+    /// Whether the cloud provisions load balancers.
+    load_balancers: Arc<AtomicBool>,
+    /// The sandbox's loopback block `127.B.0.0/16`.
+    block: u8,
     /// Holds the sandbox's loopback block against other sandboxes.
     _block: std::net::TcpListener,
     _temp: Option<tempfile::TempDir>,
 }
+
+/// The kubeconfig names of a sandbox unless [`SandboxConfig::name`] says.
+pub const DEFAULT_NAME: &str = "kube-sandbox";
 
 /// The storage classes a fresh sandbox has.
 pub const CLASS_STANDARD: &str = "standard";
@@ -170,7 +192,7 @@ impl Sandbox {
         let store = Store::with_block(config.watch_history, block);
         let listener = TcpListener::bind(("127.0.0.1", config.port)).await?;
         let addr = listener.local_addr()?;
-        let service_ip = bootstrap(&store, &config, block, addr.port())
+        let service_ip = bootstrap::bootstrap(&store, &config, block, addr.port())
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let authority = Arc::new(Authority::generate(service_ip).map_err(std::io::Error::other)?);
         let tls = authority
@@ -208,6 +230,8 @@ impl Sandbox {
         // on whichever nodes they run.
         ctx.freezer = shared.freezer.clone();
         ctx.devices = devices.clone();
+        let load_balancers = Arc::new(AtomicBool::new(config.load_balancers));
+        ctx.load_balancers = load_balancers.clone();
         let ctx = Arc::new(ctx);
         tasks.extend(controllers::spawn_all(ctx));
         tasks.push(crate::services::spawn(store.clone()));
@@ -218,12 +242,18 @@ impl Sandbox {
             .kubeconfig
             .clone()
             .unwrap_or_else(|| data_dir.join("kubeconfig"));
-        let admin = User {
-            name: "kube-sandbox",
-            token: authority.admin_token(),
-            namespace: "default",
-        };
-        write_kubeconfig(&kubeconfig, addr, &authority, &admin)?;
+        let server = format!("https://{addr}");
+        kubeconfig::write(
+            &kubeconfig,
+            &[kubeconfig::Context {
+                name: &config.name,
+                server: &server,
+                ca_pem: authority.ca.ca_pem(),
+                user: &config.name,
+                token: authority.admin_token(),
+                namespace: "default",
+            }],
+        )?;
         Ok(Sandbox {
             store,
             addr,
@@ -233,6 +263,9 @@ impl Sandbox {
             kubelets,
             tasks,
             devices,
+            name: config.name.clone(),
+            load_balancers,
+            block,
             _block: reservation,
             _temp: temp,
         })
@@ -422,17 +455,47 @@ impl Sandbox {
             .authority
             .issue(&subject, &validity)
             .map_err(std::io::Error::other)?;
-        let name = format!("system:serviceaccount:{namespace}:{service_account}");
+        let user = format!("system:serviceaccount:{namespace}:{service_account}");
         let path = self
             .data_dir
             .join(format!("kubeconfig-{namespace}-{service_account}"));
-        let user = User {
-            name: &name,
+        let server = self.server_url();
+        let context = kubeconfig::Context {
+            name: &self.name,
+            server: &server,
+            ca_pem: self.ca_pem(),
+            user: &user,
             token: &token,
             namespace,
         };
-        write_kubeconfig(&path, self.addr, &self.api.authority, &user)?;
+        kubeconfig::write(&path, &[context])?;
         Ok(path)
+    }
+
+    /// The kubeconfig's cluster, context and admin user name
+    /// ([`SandboxConfig::name`]).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The sandbox's loopback block: its addresses are `127.B.x.y`.
+    pub fn block(&self) -> u8 {
+        self.block
+    }
+
+    /// Turns the cloud's load balancers on or off: off, LoadBalancer
+    /// Services not yet given an address get none (their
+    /// `status.loadBalancer.ingress` stays empty, as on a cluster without
+    /// a cloud controller); those that have one keep it.
+    pub fn set_load_balancers(&self, on: bool) {
+        self.load_balancers.store(on, Ordering::Relaxed);
+    }
+
+    /// A node's `InternalIP` (`127.B.0.N`), where NodePort Services
+    /// listen; None for a node the sandbox does not have.
+    pub fn node_ip(&self, node: &str) -> Option<IpAddr> {
+        let node = self.store.get(registry::get("nodes"), "", node).ok()?;
+        crate::services::internal_ip(&node)
     }
 }
 
@@ -479,183 +542,4 @@ const BLOCKS: usize = 240;
 
 pub fn node_name(index: usize) -> String {
     format!("node-{}", index + 1)
-}
-
-/// The objects of a fresh cluster; returns the `kubernetes` Service's
-/// ClusterIP.
-fn bootstrap(
-    store: &Store,
-    config: &SandboxConfig,
-    block: u8,
-    api_port: u16,
-) -> Result<IpAddr, crate::ApiError> {
-    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-        store.create(
-            registry::get("namespaces"),
-            "",
-            json!({"metadata": {"name": ns}}),
-        )?;
-        // A cluster handed to its user already has these (the
-        // serviceaccounts controller's first pass): without one, the
-        // ServiceAccount admission plugin refuses every pod of the
-        // namespace. Namespaces made later get theirs from the controller.
-        store.create(
-            registry::get("serviceaccounts"),
-            ns,
-            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}),
-        )?;
-    }
-    let service_ip = master_service(store, api_port)?;
-    for i in 0..config.nodes {
-        let name = node_name(i);
-        let taints: Vec<Value> = config
-            .taints
-            .iter()
-            .filter(|t| t.node == name)
-            .map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect}))
-            .collect();
-        store.create(
-            registry::get("nodes"),
-            "",
-            node_object(&name, i, kubelet::node_ip(block, i), taints),
-        )?;
-    }
-    let class = |name: &str, provisioner: &str, mode: &str, default: bool| {
-        let mut c = json!({
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": provisioner,
-            "reclaimPolicy": "Delete",
-            "volumeBindingMode": mode,
-            "allowVolumeExpansion": true,
-        });
-        if default {
-            c["metadata"]["annotations"] =
-                json!({"storageclass.kubernetes.io/is-default-class": "true"});
-        }
-        c
-    };
-    for c in [
-        class(CLASS_STANDARD, volumes::SHARED, "Immediate", true),
-        class(CLASS_WAIT, volumes::SHARED, "WaitForFirstConsumer", false),
-        class(CLASS_LOCAL, volumes::LOCAL, "WaitForFirstConsumer", false),
-        class(CLASS_CSI, volumes::CSI, "Immediate", false),
-    ] {
-        store.create(registry::get("storageclasses"), "", c)?;
-    }
-    if config.snapshots {
-        store.create(
-            registry::get("volumesnapshotclasses"),
-            "",
-            json!({
-                "apiVersion": "snapshot.storage.k8s.io/v1",
-                "kind": "VolumeSnapshotClass",
-                "metadata": {"name": SNAPSHOT_CLASS, "annotations": {
-                    controllers::snapshots::DEFAULT_CLASS_ANNOTATION: "true",
-                }},
-                "driver": volumes::CSI,
-                "deletionPolicy": "Delete",
-            }),
-        )?;
-    }
-    Ok(service_ip)
-}
-
-/// The `kubernetes` Service in `default` and its Endpoints, the API
-/// server's address, as kube-apiserver's controlplane controllers
-/// reconcile them (pkg/controlplane/controller/kubernetesservice and the
-/// master endpoint reconciler): port 443 named `https`, no selector. It is
-/// the first Service, so it gets the block's first Service address, as a
-/// real one gets the first address of the service CIDR.
-fn master_service(store: &Store, api_port: u16) -> Result<IpAddr, crate::ApiError> {
-    let labels = json!({"component": "apiserver", "provider": "kubernetes"});
-    let service = store.create(
-        registry::get("services"),
-        "default",
-        json!({
-            "metadata": {"name": "kubernetes", "labels": labels},
-            "spec": {"type": "ClusterIP", "sessionAffinity": "None", "ports": [
-                {"name": "https", "port": 443, "protocol": "TCP", "targetPort": api_port},
-            ]},
-        }),
-    )?;
-    store.create(
-        registry::get("endpoints"),
-        "default",
-        json!({
-            "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-            "subsets": [{
-                "addresses": [{"ip": "127.0.0.1"}],
-                "ports": [{"name": "https", "port": api_port, "protocol": "TCP"}],
-            }],
-        }),
-    )?;
-    service["spec"]["clusterIP"]
-        .as_str()
-        .and_then(|ip| ip.parse().ok())
-        .ok_or_else(|| crate::ApiError::Internal("the kubernetes Service got no ClusterIP".into()))
-}
-
-fn node_object(name: &str, index: usize, ip: Ipv4Addr, taints: Vec<Value>) -> Value {
-    let ip = ip.to_string();
-    let now = crate::time::now();
-    json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {
-            "kubernetes.io/hostname": name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            "topology.kubernetes.io/zone": format!("zone-{}", index % 2 + 1),
-        }},
-        "spec": {"taints": taints},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}],
-            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
-            "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
-            "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
-            "nodeInfo": {
-                "kubeletVersion": format!("v{}.{}.0", crate::api::MAJOR, crate::api::MINOR),
-                "kubeProxyVersion": "",
-                "osImage": "kube-sandbox",
-                "kernelVersion": "",
-                "containerRuntimeVersion": "sandbox://0.1.0",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-                "machineID": "", "systemUUID": "", "bootID": "",
-            },
-        },
-    })
-}
-
-/// The user a kubeconfig authenticates as.
-struct User<'a> {
-    name: &'a str,
-    token: &'a str,
-    /// The context's namespace.
-    namespace: &'a str,
-}
-
-/// A kubeconfig: the server's `https://` URL with the cluster CA as
-/// `certificate-authority-data`, and the user's bearer token.
-fn write_kubeconfig(
-    path: &Path,
-    addr: SocketAddr,
-    authority: &Authority,
-    user: &User,
-) -> std::io::Result<()> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)?;
-    }
-    let ca = BASE64_STANDARD.encode(authority.ca.ca_pem());
-    let User {
-        name,
-        token,
-        namespace,
-    } = user;
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: {name:?}\n    namespace: {namespace}\ncurrent-context: kube-sandbox\nusers:\n- name: {name:?}\n  user:\n    token: {token}\n"
-    );
-    std::fs::write(path, text)
 }
