@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::commit::{create_at, create_temp, keyed_temp_path, CommitGroup, Committed, Finished};
+use super::commit::{create_at, create_temp, keyed_temp_path, Finished};
+use super::committer::Committer;
 use super::journal::{Journal, Slot};
 use super::pending::PendingFile;
 use crate::beneath::{Placed, Placer, TreeRoot};
@@ -75,11 +76,9 @@ pub struct Applier {
     counters: Arc<Counters>,
     journal: Option<Arc<Journal>>,
     current: Option<Current>,
-    group: CommitGroup,
+    committer: Committer,
     zstd: zstd::bulk::Decompressor<'static>,
     summary: Summary,
-    /// For waiting on data with a deadline from this blocking thread.
-    runtime: tokio::runtime::Handle,
 }
 
 impl Applier {
@@ -96,13 +95,12 @@ impl Applier {
             inplace,
             owner,
             inflight,
+            committer: Committer::start(journal.clone(), counters.clone())?,
             counters,
-            group: CommitGroup::new(journal.is_some()),
             journal,
             current: None,
             zstd: zstd::bulk::Decompressor::new()?,
             summary: Summary::default(),
-            runtime: tokio::runtime::Handle::current(),
         })
     }
 
@@ -110,21 +108,8 @@ impl Applier {
     pub fn run(mut self, mut rx: mpsc::Receiver<DataBatch>) -> Result<Summary, SessionError> {
         'data: loop {
             // The batch's share of the data budget is returned once it is
-            // applied. Finished files waiting for their group are committed
-            // on time even while no data comes.
-            let batch = match self.group.due_in() {
-                None => rx.blocking_recv(),
-                Some(wait) => {
-                    let next = self.runtime.block_on(tokio::time::timeout(wait, rx.recv()));
-                    match next {
-                        Ok(batch) => batch,
-                        Err(_) => {
-                            self.commit_group()?;
-                            continue;
-                        }
-                    }
-                }
-            };
+            // applied.
+            let batch = rx.blocking_recv();
             let batch = batch.ok_or_else(cancelled)?;
             for frame in batch.frames {
                 match frame {
@@ -144,17 +129,15 @@ impl Applier {
         if self.current.is_some() {
             return Err(violation("data ended in the middle of a file").into());
         }
-        self.commit_group()?;
-        Ok(self.summary)
-    }
-
-    fn commit_group(&mut self) -> Result<(), SessionError> {
-        let committed = self
-            .group
-            .commit()
-            .map_err(|e| SessionError::local("committing files", e))?;
-        self.committed(committed);
-        Ok(())
+        let Applier {
+            committer,
+            mut summary,
+            ..
+        } = self;
+        let tally = committer.finish()?;
+        summary.files_transferred += tally.transferred;
+        summary.files_failed += tally.failed;
+        Ok(summary)
     }
 
     fn begin(&mut self, id: u64, meta: Meta) -> Result<(), SessionError> {
@@ -501,12 +484,7 @@ impl Applier {
             size,
         };
         self.inflight.remove(id);
-        let committed = self
-            .group
-            .push(finished)
-            .map_err(|e| SessionError::local("committing files", e))?;
-        self.committed(committed);
-        Ok(())
+        self.committer.push(finished)
     }
 
     /// The rebuilt file did not match: ask once more for the whole file, then give up.
@@ -526,22 +504,6 @@ impl Applier {
         self.inflight.update(id, |p| p.redo = true);
         self.inflight.request_redo(id);
         Ok(())
-    }
-
-    fn committed(&mut self, c: Committed) {
-        let ended = c.done.iter().map(|(id, _)| *id);
-        let ended = ended.chain(c.failed.iter().map(|(id, ..)| *id));
-        for id in ended {
-            if let Some(journal) = &self.journal {
-                journal.end(id);
-            }
-            self.counters.file_settled();
-        }
-        self.summary.files_transferred += c.done.len() as u64;
-        for (_, path, err) in c.failed {
-            warn(format_args!("{path}: {err}"));
-            self.summary.files_failed += 1;
-        }
     }
 
     /// A file given up on: it leaves the queue, and progress does not count

@@ -20,7 +20,7 @@ use crate::path::RelPath;
 use crate::walk::{is_temp_name, TEMP_PREFIX, TEMP_SUFFIX};
 
 /// Files per group before it is committed.
-const GROUP_FILES: usize = 256;
+const GROUP_FILES: usize = 2048;
 /// Bytes per group before it is committed.
 const GROUP_BYTES: u64 = 256 * 1024 * 1024;
 /// How long a finished file waits for its group at most: files done show as

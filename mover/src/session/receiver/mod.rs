@@ -3,6 +3,7 @@
 mod applier;
 mod block;
 pub(super) mod commit;
+mod committer;
 mod generator;
 mod journal;
 mod options;
