@@ -10,7 +10,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 HELPER="$HERE/helper.py"
 
-MOVER="" WORK="" QUICK=0 KEEP=0 REPEAT=1 REPEAT_SET=0 ONLY="compare,resume,resume-tail,checkpoint-overhead,tls"
+MOVER="" WORK="" QUICK=0 KEEP=0 REPEAT=1 REPEAT_SET=0
+ONLY="compare,resume,resume-tail,checkpoint-overhead,tls,ssh"   # `many` only when asked for
 
 usage() {
     cat <<'EOF'
@@ -26,7 +27,12 @@ usage: tests/bench/run.sh [--mover PATH] [--work DIR] [--quick] [--keep] [--repe
                 resume-tail (receiver SIGKILLed at 90% of one file: attempt 2 vs a
                 fresh copy of the rest),
                 checkpoint-overhead (initial copies without/with --operation-id),
-                tls (--tls-dir vs --insecure on the large set); default: all
+                tls (--tls-dir vs --insecure on the large set),
+                ssh (mover over TLS vs rsync over ssh, and --insecure vs the rsync
+                daemon, in one run; runs its own sshd on 127.0.0.1),
+                many (1M files of 100-2000 bytes, initial copy and no-op re-sync vs the
+                rsync daemon; ~4 GiB x 3 on disk, not in the default list);
+                default: compare,resume,resume-tail,checkpoint-overhead,tls,ssh
 EOF
 }
 
@@ -46,9 +52,9 @@ done
 CASES=" "
 for c in ${ONLY//,/ }; do
     case $c in
-        compare | resume | resume-tail | checkpoint-overhead | tls) CASES+="$c " ;;
+        compare | resume | resume-tail | checkpoint-overhead | tls | ssh | many) CASES+="$c " ;;
         overhead) CASES+="checkpoint-overhead " ;;
-        *) echo "--only: unknown case '$c' (compare, resume, resume-tail, checkpoint-overhead, tls)" >&2; exit 1 ;;
+        *) echo "--only: unknown case '$c' (compare, resume, resume-tail, checkpoint-overhead, tls, ssh, many)" >&2; exit 1 ;;
     esac
 done
 [[ $CASES != " " ]] || { echo "--only needs at least one case" >&2; exit 1; }
@@ -78,8 +84,11 @@ elif ! "$MOVER" send --help 2>&1 | grep -q -- '--insecure'; then
     log "WARNING: '$MOVER send' has no --insecure (a mover from before TLS?); mover runs will FAIL"
 fi
 # How every `mover send` / `mover receive` connects: plain TCP unless a case says otherwise
-# (the tls case sets it to --tls-dir DIR for its TLS runs).
+# (the tls and ssh cases set it to --tls-dir DIR for their TLS runs).
 CONN=(--insecure)
+# The tool names runs.tsv records for run_rsync / run_mover (also in their log names): the ssh
+# case sets them to rsync-ssh / mover-tls for its runs over ssh / TLS.
+RSYNC_TOOL=rsync MOVER_TOOL=mover
 
 # ---------------------------------------------------------------- work dir and cleanup
 if [[ -z $WORK ]]; then
@@ -89,20 +98,23 @@ else
     WORK=$(realpath "$WORK")
 fi
 SRC=$WORK/src DST=$WORK/dst SNAP=$WORK/snap LOGS=$WORK/logs
-TLS_DIR=$WORK/tls-keys
-rm -rf "$SRC" "$DST" "$SNAP" "$LOGS" "$TLS_DIR" \
+TLS_DIR=$WORK/tls-keys SSH_DIR=$WORK/ssh SSH_TLS_DIR=$WORK/ssh-tls-keys
+rm -rf "$SRC" "$DST" "$SNAP" "$LOGS" "$TLS_DIR" "$SSH_DIR" "$SSH_TLS_DIR" \
     "$WORK"/{runs.tsv,verify_failures.tsv,resume.jsonl,tail.jsonl,tls.tsv,results.json,meta.json,table.md}
 mkdir -p "$SRC" "$DST/rsync" "$DST/mover" "$LOGS"
 touch "$WORK/verify_failures.tsv" "$WORK/runs.tsv" "$WORK/tls.tsv"
 
-DAEMON_PID="" RECV_PID="" SEND_PID=""
+DAEMON_PID="" SSHD_PID="" RECV_PID="" SEND_PID=""
 cleanup() {
     # Every background process runs under setsid, so its id is also its process group's.
     if [[ -n $RECV_PID ]]; then kill -- "-$RECV_PID" 2>/dev/null || true; fi
     if [[ -n $SEND_PID ]]; then kill -- "-$SEND_PID" 2>/dev/null || true; fi
     if [[ -n $DAEMON_PID ]]; then kill -- "-$DAEMON_PID" 2>/dev/null || true; fi
+    if [[ -n $SSHD_PID ]]; then kill -- "-$SSHD_PID" 2>/dev/null || true; fi
     rm -f "$WORK/mover.addr"
-    if [[ $KEEP == 0 ]]; then rm -rf "$SRC" "$DST" "$SNAP" "$TLS_DIR" "$WORK/rest"; fi
+    if [[ $KEEP == 0 ]]; then
+        rm -rf "$SRC" "$DST" "$SNAP" "$TLS_DIR" "$SSH_DIR" "$SSH_TLS_DIR" "$WORK/rest"
+    fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -135,29 +147,35 @@ fail() { log "FAIL: $*"; FAILED=1; }
 # runs.tsv: scenario tool rep secs wire_bytes rss_send_kb rss_recv_kb status log
 record() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$WORK/runs.tsv"; }
 
-# run_rsync SCENARIO REP SRC_DIR DEST_SUBDIR [extra rsync args...]: push SRC_DIR/ into the daemon module.
+# run_rsync SCENARIO REP SRC_DIR DEST_SUBDIR [extra rsync args...]: push SRC_DIR/ into the daemon
+# module (DEST_SUBDIR under $DST/rsync), or with RSYNC_TOOL=rsync-ssh over ssh to the bench's
+# sshd (DEST_SUBDIR under $DST/rsync-ssh). The parent of DEST_SUBDIR must exist.
 run_rsync() {
-    local sc=$1 rep=$2 src=$3 sub=$4 out rc=0 t0 secs wire st=ok
+    local sc=$1 rep=$2 src=$3 sub=$4 out rc=0 t0 secs wire st=ok tool=$RSYNC_TOOL
+    local -a to
     shift 4
-    out=$LOGS/$sc.rsync.$rep
+    out=$LOGS/$sc.$tool.$rep
+    if [[ $tool == rsync-ssh ]]; then to=(-e "$SSH_CMD" "$SSH_LOGIN:$DST/rsync-ssh/$sub/")
+    else to=("rsync://127.0.0.1:$PORT/bench/$sub/"); fi
     drop_caches
     t0=$(usec)
     # shellcheck disable=SC2046 # time_prefix is intentionally word-split
     $(time_prefix "$out.rss") rsync -aHS --numeric-ids --delete --stats "$@" \
-        "$src/" "rsync://127.0.0.1:$PORT/bench/$sub/" >"$out.log" 2>&1 || rc=$?
+        "$src/" "${to[@]}" >"$out.log" 2>&1 || rc=$?
     secs=$(secs_since "$t0")
     wire=$(python3 "$HELPER" rsync-wire "$out.log")
-    [[ $rc == 0 ]] || { st="rsync-exit-$rc"; fail "$sc rsync exited $rc (see $out.log)"; }
-    record "$sc" rsync "$rep" "$secs" "$wire" "$(rss_of "$out.rss")" -1 "$st" "$out.log"
-    log "  rsync $sc #$rep: ${secs}s wire=$wire $st"
+    [[ $rc == 0 ]] || { st="rsync-exit-$rc"; fail "$sc $tool exited $rc (see $out.log)"; }
+    record "$sc" "$tool" "$rep" "$secs" "$wire" "$(rss_of "$out.rss")" -1 "$st" "$out.log"
+    log "  $tool $sc #$rep: ${secs}s wire=$wire $st"
 }
 
 # run_mover SCENARIO REP SRC_DIR DEST_DIR [extra send args...]: fresh receiver, then sender,
-# both with "${CONN[@]}". Also sets LAST_SECS, LAST_WIRE, LAST_STATUS and LAST_OUT (log prefix).
+# both with "${CONN[@]}", recorded as tool $MOVER_TOOL. Also sets LAST_SECS, LAST_WIRE,
+# LAST_STATUS and LAST_OUT (log prefix).
 run_mover() {
-    local sc=$1 rep=$2 src=$3 dst=$4 out addr rc=0 rrc=0 t0 secs wire st=ok i
+    local sc=$1 rep=$2 src=$3 dst=$4 out addr rc=0 rrc=0 t0 secs wire st=ok i tool=$MOVER_TOOL
     shift 4
-    out=$LOGS/$sc.mover.$rep addr=$WORK/mover.addr
+    out=$LOGS/$sc.$tool.$rep addr=$WORK/mover.addr
     LAST_SECS=-1 LAST_WIRE=-1 LAST_STATUS=receiver-no-addr LAST_OUT=$out
     rm -f "$addr"
     mkdir -p "$dst"
@@ -175,8 +193,8 @@ run_mover() {
         kill -- "-$RECV_PID" 2>/dev/null || true
         wait "$RECV_PID" 2>/dev/null || true
         RECV_PID=""
-        fail "$sc mover receiver did not write $addr (see $out.recv.err)"
-        record "$sc" mover "$rep" -1 -1 -1 -1 receiver-no-addr "$out.send.out"
+        fail "$sc $tool receiver did not write $addr (see $out.recv.err)"
+        record "$sc" "$tool" "$rep" -1 -1 -1 -1 receiver-no-addr "$out.send.out"
         return 0
     fi
     t0=$(usec)
@@ -195,16 +213,16 @@ run_mover() {
     RECV_PID=""
     wire=$(python3 "$HELPER" mover-wire "$out.send.out")
     if [[ $rc != 0 ]]; then
-        st="sender-exit-$rc"; fail "$sc mover send exited $rc (see $out.send.err)"
+        st="sender-exit-$rc"; fail "$sc $tool send exited $rc (see $out.send.err)"
     elif [[ $rrc != 0 ]]; then
-        st="receiver-exit-$rrc"; fail "$sc mover receive exited $rrc (see $out.recv.err)"
+        st="receiver-exit-$rrc"; fail "$sc $tool receive exited $rrc (see $out.recv.err)"
     elif [[ $wire == -1 ]]; then
-        st="no-summary"; fail "$sc mover send printed no summary with bytes_on_wire (see $out.send.out)"
+        st="no-summary"; fail "$sc $tool send printed no summary with bytes_on_wire (see $out.send.out)"
     fi
-    record "$sc" mover "$rep" "$secs" "$wire" "$(rss_of "$out.send.rss")" "$(rss_of "$out.recv.rss")" \
+    record "$sc" "$tool" "$rep" "$secs" "$wire" "$(rss_of "$out.send.rss")" "$(rss_of "$out.recv.rss")" \
         "$st" "$out.send.out"
     LAST_SECS=$secs LAST_WIRE=$wire LAST_STATUS=$st
-    log "  mover $sc #$rep: ${secs}s wire=$wire $st"
+    log "  $tool $sc #$rep: ${secs}s wire=$wire $st"
 }
 
 # Sorted metadata listing: type, mode, owner, size (non-dirs), mtime (ns), path, link target.
@@ -233,6 +251,9 @@ LARGE_FILES=4 LARGE_SIZE=$((256 * MIB / SCALE))
 SMALL_FILES=$((20000 / SCALE)) SMALL_DIRS=$((300 / SCALE))
 LOG_BYTES=$((512 * MIB / SCALE)) LOG_FILES=8
 EDITS=64
+# `many`: 1M files of 100-2000 bytes in 4096 leaf dirs under 64 top dirs (1/8 with --quick).
+# Each file takes one 4 KiB block: ~4 GiB per tree, source + two destinations.
+MANY_FILES=$((1000000 / SCALE)) MANY_DIRS=$((4096 / SCALE))
 
 log "work dir: $WORK (mover: $MOVER)"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -241,7 +262,16 @@ log "generating data sets (scale 1/$SCALE)"
 t_gen=$(usec)
 log "cases:$CASES"
 SETS=()
-if want compare || want resume || want checkpoint-overhead || want tls; then
+# Disk the data sets and the destinations need at once, roughly (GiB at full scale): 3 for the
+# data sets and two copies of one (6 with ssh: four copies), and ~13 more for `many` (source and
+# two destinations of ~4.2 GiB each: every file takes a 4 KiB block).
+need_gib=3
+if want ssh; then need_gib=6; fi
+if want many; then need_gib=$((need_gib + 13)); fi
+avail_gib=$(df -P -BG "$WORK" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+log "disk: ${avail_gib} GiB available in $(df -P "$WORK" | awk 'NR == 2 { print $6 }'), this run needs about $(( (need_gib + SCALE - 1) / SCALE )) GiB"
+(( avail_gib >= (need_gib + SCALE - 1) / SCALE + 1 )) || die "not enough free disk for these cases"
+if want compare || want resume || want checkpoint-overhead || want tls || want ssh; then
     mkdir -p "$SRC/large"
     for ((i = 0; i < LARGE_FILES; i++)); do
         head -c "$LARGE_SIZE" /dev/urandom >"$SRC/large/blob$i.bin"
@@ -253,11 +283,17 @@ if want resume-tail; then   # `one`: one file as large as the whole of `large`
     head -c "$((LARGE_FILES * LARGE_SIZE))" /dev/urandom >"$SRC/one/big.bin"
     SETS+=("$SRC/one")
 fi
-if want compare || want checkpoint-overhead; then
+if want compare || want checkpoint-overhead || want ssh; then
     python3 "$HELPER" small "$SRC/small" "$SMALL_FILES" "$SMALL_DIRS" 1
     SETS+=("$SRC/small")
 fi
-if want compare; then
+if want many; then
+    t_many=$(usec)
+    python3 "$HELPER" many "$SRC/many" "$MANY_FILES" "$MANY_DIRS" 6
+    log "many: $MANY_FILES files in $MANY_DIRS dirs written in $(secs_since "$t_many")s"
+    SETS+=("$SRC/many")
+fi
+if want compare || want ssh; then
     python3 "$HELPER" logs "$SRC/logs" "$LOG_BYTES" "$LOG_FILES" 2
     SETS+=("$SRC/logs")
 fi
@@ -266,7 +302,7 @@ if [[ $DROP_OK == 1 ]]; then log "page cache: dropped before every run"
 else log "page cache: cannot drop (/proc/sys/vm/drop_caches not writable) — runs are warm-cache"; fi
 
 # ---------------------------------------------------------------- rsync daemon
-if want compare; then
+if want compare || want ssh || want many; then
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 {
     echo "pid file = $WORK/rsyncd.pid"
@@ -288,6 +324,56 @@ for ((i = 0; i < 100; i++)); do
     sleep 0.1
 done
 log "rsync daemon on 127.0.0.1:$PORT ($(rsync --version | head -n1))"
+fi
+
+# ---------------------------------------------------------------- sshd (the ssh case)
+# A private sshd on 127.0.0.1 for rsync over ssh: its own host key, client key, config and
+# authorized_keys under $SSH_DIR; the system's ssh config and service are left alone. Installs
+# openssh-server with apt-get when sshd is missing (Debian's policy-rc.d, where present, keeps
+# the package's own service from starting).
+SSH_CMD="" SSH_LOGIN="" SSH_VERSION=""
+if want ssh; then
+    SSHD=$(command -v sshd || true)
+    if [[ -z $SSHD && -x /usr/sbin/sshd ]]; then SSHD=/usr/sbin/sshd; fi
+    if [[ -z $SSHD ]] || ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
+        log "ssh: installing openssh-server (apt-get)"
+        apt-get install -y openssh-server openssh-client >"$LOGS/apt-openssh.log" 2>&1 ||
+            die "ssh: sshd missing and apt-get install openssh-server failed (see $LOGS/apt-openssh.log)"
+        SSHD=/usr/sbin/sshd
+    fi
+    [[ -x $SSHD ]] || die "ssh: no sshd after installing openssh-server"
+    SSHD=$(realpath "$SSHD")   # sshd re-executes itself: it needs an absolute path
+    mkdir -m 700 "$SSH_DIR"
+    ssh-keygen -q -t ed25519 -N '' -C bench-host -f "$SSH_DIR/host_ed25519" ||
+        die "ssh: ssh-keygen (host key) failed"
+    ssh-keygen -q -t ed25519 -N '' -C bench-client -f "$SSH_DIR/client_ed25519" ||
+        die "ssh: ssh-keygen (client key) failed"
+    cp "$SSH_DIR/client_ed25519.pub" "$SSH_DIR/authorized_keys"
+    # sshd's privilege separation directory (compiled in; the package's service would create it)
+    if [[ $EUID == 0 && ! -d /run/sshd ]]; then mkdir -m 755 /run/sshd; fi
+    SSH_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    printf '%s\n' "ListenAddress 127.0.0.1" "HostKey $SSH_DIR/host_ed25519" \
+        "PidFile $SSH_DIR/sshd.pid" "AuthorizedKeysFile $SSH_DIR/authorized_keys" \
+        "StrictModes no" "UsePAM no" "PermitRootLogin prohibit-password" \
+        "PubkeyAuthentication yes" "PasswordAuthentication no" "KbdInteractiveAuthentication no" \
+        "X11Forwarding no" "PrintMotd no" "UseDNS no" >"$SSH_DIR/sshd_config"
+    "$SSHD" -t -f "$SSH_DIR/sshd_config" >"$LOGS/sshd.check" 2>&1 ||
+        die "ssh: sshd -t rejected $SSH_DIR/sshd_config (see $LOGS/sshd.check)"
+    setsid "$SSHD" -D -e -f "$SSH_DIR/sshd_config" -p "$SSH_PORT" >"$LOGS/sshd.log" 2>&1 &
+    SSHD_PID=$!
+    SSH_LOGIN="$(id -un)@127.0.0.1"
+    SSH_CMD="ssh -p $SSH_PORT -i $SSH_DIR/client_ed25519 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
+    for ((i = 0; i < 100; i++)); do
+        # shellcheck disable=SC2086 # SSH_CMD is a command line, as rsync -e takes it
+        $SSH_CMD "$SSH_LOGIN" true >"$LOGS/ssh.probe" 2>&1 && break
+        kill -0 "$SSHD_PID" 2>/dev/null || die "ssh: sshd died (see $LOGS/sshd.log)"
+        sleep 0.1
+    done
+    # shellcheck disable=SC2086
+    $SSH_CMD "$SSH_LOGIN" rsync --version >/dev/null 2>>"$LOGS/ssh.probe" ||
+        die "ssh: cannot log in as $SSH_LOGIN with the bench key, or no rsync there (see $LOGS/ssh.probe, $LOGS/sshd.log)"
+    SSH_VERSION=$(ssh -V 2>&1)
+    log "sshd on 127.0.0.1:$SSH_PORT ($SSH_VERSION); rsync -e \"$SSH_CMD\""
 fi
 
 # ---------------------------------------------------------------- scenarios
@@ -598,12 +684,124 @@ if want tls; then
     fi
 fi
 
+# ---------------------------------------------------------------- ssh
+# What people really run: mover over TLS (--tls-dir) against rsync over ssh, and from the same
+# run mover --insecure against the rsync daemon. Four tools, each with its own destination:
+#   rsync          daemon module, $DST/rsync/ssh/SET
+#   mover          --insecure,    $DST/mover/ssh/SET
+#   rsync-ssh      -e "$SSH_CMD", $DST/rsync-ssh/SET
+#   mover-tls      --tls-dir,     $DST/mover-tls/SET
+SSH_TOOLS=(rsync mover rsync-ssh mover-tls)
+ssh_dest() {   # ssh_dest TOOL SET: the destination directory of TOOL's copy of SET
+    case $1 in
+        rsync) echo "$DST/rsync/ssh/$2" ;;
+        mover) echo "$DST/mover/ssh/$2" ;;
+        *) echo "$DST/$1/$2" ;;
+    esac
+}
+# ssh_runs SCENARIO REP SET "RSYNC ARGS" "MOVER ARGS": one run of each of the four tools.
+ssh_runs() {
+    local sc=$1 rep=$2 set=$3 rargs=$4 margs=$5
+    # shellcheck disable=SC2086 # argument strings are intentionally word-split
+    {
+        RSYNC_TOOL=rsync; run_rsync "$sc" "$rep" "$SRC/$set" "ssh/$set" $rargs
+        MOVER_TOOL=mover CONN=(--insecure)
+        run_mover "$sc" "$rep" "$SRC/$set" "$(ssh_dest mover "$set")" $margs
+        RSYNC_TOOL=rsync-ssh; run_rsync "$sc" "$rep" "$SRC/$set" "$set" $rargs
+        MOVER_TOOL=mover-tls CONN=(--tls-dir "$SSH_TLS_DIR")
+        run_mover "$sc" "$rep" "$SRC/$set" "$(ssh_dest mover-tls "$set")" $margs
+    }
+    RSYNC_TOOL=rsync MOVER_TOOL=mover CONN=(--insecure)
+}
+ssh_rm() { local t; for t in "${SSH_TOOLS[@]}"; do rm -rf "$(ssh_dest "$t" "$1")"; done; }
+ssh_verify() {   # ssh_verify SCENARIO SET: every tool's destination against the source
+    local t d
+    for t in "${SSH_TOOLS[@]}"; do
+        d=$(ssh_dest "$t" "$2")
+        verify "$1" "$t" "$SRC/$2" "$d"
+        if [[ -e $d/.volmig ]]; then
+            fail "$1: $d/.volmig left after a clean run"
+            printf '%s\t%s\n' "$1" "$t" >>"$WORK/verify_failures.tsv"
+        fi
+    done
+}
+# ssh_scenario SCENARIO SET "RSYNC ARGS" "MOVER ARGS" [fresh]: REPEAT rounds of the four tools;
+# "fresh": every round starts from empty destinations. Then every destination is verified.
+ssh_scenario() {
+    local sc=$1 set=$2 rargs=$3 margs=$4 fresh=${5:-} r
+    for ((r = 1; r <= REPEAT; r++)); do
+        [[ $fresh != fresh ]] || ssh_rm "$set"
+        ssh_runs "$sc" "$r" "$set" "$rargs" "$margs"
+    done
+    ssh_verify "$sc" "$set"
+}
+
+if want ssh; then
+    mkdir -p "$DST/rsync/ssh" "$DST/mover/ssh" "$DST/rsync-ssh" "$DST/mover-tls"
+    SSH_OP=bench-ssh
+    keygen_rc=0
+    "$MOVER" keygen --out "$SSH_TLS_DIR" --operation-id "$SSH_OP" --valid-for 1d \
+        >"$LOGS/ssh.keygen.out" 2>"$LOGS/ssh.keygen.err" || keygen_rc=$?
+    if [[ $keygen_rc != 0 ]]; then
+        fail "ssh: mover keygen exited $keygen_rc (see $LOGS/ssh.keygen.err)"
+    else
+        log "ssh 1: initial copy of large random files (rsync daemon, mover --insecure, rsync over ssh, mover --tls-dir)"
+        ssh_scenario ssh_initial_large large "" "" fresh
+
+        log "ssh 2: delta re-sync of large after $EDITS scattered 4 KiB edits per file"
+        if [[ $REPEAT -gt 1 ]]; then rm -rf "$SNAP"; cp -a "$SRC/large" "$SNAP"; fi
+        python3 "$HELPER" edit "$SRC/large" "$EDITS" 5
+        for ((r = 1; r <= REPEAT; r++)); do
+            if [[ $r -gt 1 ]]; then
+                for t in "${SSH_TOOLS[@]}"; do
+                    rm -rf "$(ssh_dest "$t" large)"
+                    cp -a "$SNAP" "$(ssh_dest "$t" large)"
+                done
+            fi
+            ssh_runs ssh_delta_large "$r" large --no-whole-file --no-whole-file
+        done
+        ssh_verify ssh_delta_large large
+        rm -rf "$SNAP"; ssh_rm large
+
+        log "ssh 3: $SMALL_FILES small files, initial copy then no-op re-sync"
+        ssh_scenario ssh_initial_small small "" "" fresh
+        ssh_scenario ssh_noop_small small "" ""
+        ssh_rm small
+
+        log "ssh 4: compressed initial copy of log text"
+        ssh_scenario ssh_compressed_logs logs "--compress --compress-choice=zstd" --compress fresh
+        ssh_rm logs
+    fi
+fi
+
+# ---------------------------------------------------------------- many
+# 1M small files (1/8 with --quick): initial copy, then a no-op re-sync, mover --insecure
+# against the rsync daemon, as scenario 3 of compare at 50x the files.
+if want many; then
+    log "many: $MANY_FILES files of 100-2000 bytes, initial copy then no-op re-sync"
+    for ((r = 1; r <= REPEAT; r++)); do
+        rm -rf "$DST/rsync/many" "$DST/mover/many"
+        run_rsync initial_many "$r" "$SRC/many" many
+        run_mover initial_many "$r" "$SRC/many" "$DST/mover/many"
+    done
+    verify initial_many rsync "$SRC/many" "$DST/rsync/many"
+    verify initial_many mover "$SRC/many" "$DST/mover/many"
+    for ((r = 1; r <= REPEAT; r++)); do
+        run_rsync noop_many "$r" "$SRC/many" many
+        run_mover noop_many "$r" "$SRC/many" "$DST/mover/many"
+    done
+    verify noop_many rsync "$SRC/many" "$DST/rsync/many"
+    verify noop_many mover "$SRC/many" "$DST/mover/many"
+    rm -rf "$DST/rsync/many" "$DST/mover/many"
+fi
+
 # ---------------------------------------------------------------- report
 META_RSYNC=$(rsync --version | head -n1) META_MOVER_VERSION=$("$MOVER" --version 2>/dev/null | head -n1 || true) \
 META_LOAD=$LOAD_START META_MOVER=$MOVER META_QUICK=$QUICK META_SCALE=$SCALE META_REPEAT=$REPEAT META_DROP=$DROP_OK \
 META_LARGE="$LARGE_FILES $LARGE_SIZE $EDITS" META_SMALL="$SMALL_FILES $SMALL_DIRS" META_LOGS="$LOG_FILES $LOG_BYTES" \
 META_CASES="$CASES" META_RESUME="$RESUME_FRACTION $RESUME_BWLIMIT $RESUME_SECS" META_OVH_REPEAT="${OVH_REPEAT:-0}" \
-META_TLS_REPEAT="${TLS_REPEAT:-0}" \
+META_TLS_REPEAT="${TLS_REPEAT:-0}" META_MANY="$MANY_FILES $MANY_DIRS" META_SSH="$SSH_VERSION" \
+META_SSH_CMD="$SSH_CMD" \
     python3 - "$WORK/meta.json" <<'EOF'
 import json, os, sys, time
 e = os.environ
@@ -623,6 +821,8 @@ json.dump({
                        map(float, e["META_RESUME"].split()))),
     "checkpoint_overhead_repeat": int(e["META_OVH_REPEAT"]),
     "tls_repeat": int(e["META_TLS_REPEAT"]),
+    "many": dict(zip(("files", "dirs"), map(int, e["META_MANY"].split()))),
+    "ssh": {"version": e["META_SSH"], "rsync_e": e["META_SSH_CMD"]} if e["META_SSH"] else None,
 }, open(sys.argv[1], "w"), indent=2)
 EOF
 echo
