@@ -6,11 +6,11 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-use rustix::fs::{AtFlags, Gid, Mode, Timespec, Timestamps, Uid, CWD};
+use rustix::fs::{AtFlags, FileType, Gid, Mode, Timespec, Timestamps, Uid, CWD};
 use serde::{Deserialize, Serialize};
 
 use crate::path::RelPath;
@@ -197,11 +197,88 @@ pub fn apply_to_path(path: &Path, kind: &Kind, meta: &Meta, owner: bool) -> io::
 }
 
 /// Whether the destination's metadata already matches (ignoring size and owner when not preserved).
-pub fn meta_matches(have: &fs::Metadata, want: &Meta, kind: &Kind, owner: bool) -> bool {
-    let h = Meta::from_fs(have);
-    let perm_ok = matches!(kind, Kind::Symlink(_)) || h.perm == want.perm;
-    let owner_ok = !owner || (h.uid == want.uid && h.gid == want.gid);
-    perm_ok && owner_ok && h.mtime == want.mtime
+pub fn meta_matches(have: &Meta, want: &Meta, kind: &Kind, owner: bool) -> bool {
+    let perm_ok = matches!(kind, Kind::Symlink(_)) || have.perm == want.perm;
+    let owner_ok = !owner || (have.uid == want.uid && have.gid == want.gid);
+    perm_ok && owner_ok && have.mtime == want.mtime
+}
+
+/// What `lstat` says of an entry, read relative to the directory handle it
+/// is in (`fstatat`): the receiver's generator looks at every listed entry,
+/// and a path through `/proc/self/fd` cost it a sixth of a no-op re-sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lstat {
+    mode: u32,
+    rdev: u64,
+    len: u64,
+    meta: Meta,
+}
+
+impl Lstat {
+    /// `name` in `dir`, not followed; `None` when there is nothing.
+    // libc's `stat` field types differ between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    pub fn at(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> io::Result<Option<Lstat>> {
+        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => {
+                let mode = st.st_mode as u32;
+                let len = st.st_size as u64;
+                let is_file = FileType::from_raw_mode(mode) == FileType::RegularFile;
+                Ok(Some(Lstat {
+                    mode,
+                    rdev: st.st_rdev as u64,
+                    len,
+                    meta: Meta {
+                        perm: mode & 0o7777,
+                        uid: st.st_uid,
+                        gid: st.st_gid,
+                        mtime: Mtime {
+                            sec: st.st_mtime as i64,
+                            nsec: st.st_mtime_nsec as u32,
+                        },
+                        size: if is_file { len } else { 0 },
+                    },
+                }))
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn file_type(&self) -> FileType {
+        FileType::from_raw_mode(self.mode)
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.file_type() == FileType::Directory
+    }
+
+    pub fn is_file(&self) -> bool {
+        self.file_type() == FileType::RegularFile
+    }
+
+    pub fn is_symlink(&self) -> bool {
+        self.file_type() == FileType::Symlink
+    }
+
+    /// The whole `st_mode`, type bits included.
+    pub fn mode(&self) -> u32 {
+        self.mode
+    }
+
+    pub fn rdev(&self) -> u64 {
+        self.rdev
+    }
+
+    /// `st_size`, whatever the type.
+    pub fn size(&self) -> u64 {
+        self.len
+    }
+
+    /// As [`Meta::from_fs`] reads it.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
 }
 
 #[cfg(test)]
@@ -240,10 +317,45 @@ mod tests {
             want.mtime
         );
         assert!(meta_matches(
-            &fs::symlink_metadata(&l).unwrap(),
+            &Meta::from_fs(&fs::symlink_metadata(&l).unwrap()),
             &want,
             &kind,
             false
         ));
+    }
+
+    /// `Lstat::at` says what `symlink_metadata` says, for every kind.
+    #[test]
+    fn lstat_at_a_handle_equals_lstat_by_path() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        fs::write(p.join("f"), b"hello").unwrap();
+        fs::create_dir(p.join("d")).unwrap();
+        std::os::unix::fs::symlink("d", p.join("l")).unwrap();
+        rustix::fs::mknodat(
+            CWD,
+            p.join("p"),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o640),
+            0,
+        )
+        .unwrap();
+        let handle = fs::File::open(p).unwrap();
+        for name in ["f", "d", "l", "p"] {
+            let md = fs::symlink_metadata(p.join(name)).unwrap();
+            let at = Lstat::at(handle.as_fd(), name.as_ref()).unwrap().unwrap();
+            assert_eq!(at.meta(), &Meta::from_fs(&md), "{name}");
+            assert_eq!(
+                (at.mode(), at.rdev(), at.size()),
+                (md.mode(), md.rdev(), md.len())
+            );
+            assert_eq!(
+                (at.is_file(), at.is_dir(), at.is_symlink()),
+                (md.is_file(), md.is_dir(), md.file_type().is_symlink()),
+                "{name}"
+            );
+        }
+        assert_eq!(Lstat::at(handle.as_fd(), "gone".as_ref()).unwrap(), None);
     }
 }

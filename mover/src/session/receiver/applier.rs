@@ -314,6 +314,7 @@ impl Applier {
             let (t, f) = match &self.journal {
                 Some(j) => {
                     let t = keyed_temp_path(dest, j.operation_id());
+                    let t = dest.sibling(t.file_name().unwrap_or_default());
                     self.reserve(id, pending, meta, &t, (0, TreeHasher::new()));
                     let f = create_at(&t)?;
                     self.opened(id, &f);
@@ -321,7 +322,7 @@ impl Applier {
                 }
                 None => create_temp(dest)?,
             };
-            (t.file_name().map(|name| dest.sibling(name)), f)
+            (Some(t), f)
         };
         // Zero runs become holes (rsync -S); OutFile turns that off in place.
         let out = OutFile::new(file, true, temp.is_none());

@@ -6,10 +6,9 @@
 //! committed in groups: one `syncfs` makes a whole group of small files durable
 //! at the cost of one journal flush, instead of one `fsync` each.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -58,21 +57,27 @@ pub fn temp_path(dest: &Path) -> PathBuf {
 }
 
 /// Creates a new temporary file next to `dest`, readable and writable only by us.
-pub fn create_temp(dest: &Path) -> io::Result<(PathBuf, File)> {
+pub fn create_temp(dest: &Placed) -> io::Result<(Placed, File)> {
     loop {
         let temp = temp_path(dest);
-        match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-        {
+        let temp = dest.sibling(temp.file_name().unwrap_or_default());
+        match create_beneath(&temp) {
             Ok(f) => return Ok((temp, f)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Creates `temp` in the directory its placement holds open: no path is
+/// walked again (through `/proc/self/fd`, a tenth of a small file's cost),
+/// and the name is one component, never followed.
+fn create_beneath(temp: &Placed) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let (dir, name) = temp.at();
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?;
+    Ok(File::from(fd))
 }
 
 /// The temporary file an operation uses for `dest`. Its name depends only on
@@ -97,26 +102,17 @@ pub fn keyed_temp_path(dest: &Path, key: &str) -> PathBuf {
 /// Creates the temporary file `temp`, readable and writable only by us. A
 /// leftover of that name is unlinked rather than truncated, in case it has
 /// other names.
-pub fn create_at(temp: &Path) -> io::Result<File> {
-    let create = || {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(temp)
-    };
-    match create() {
+pub fn create_at(temp: &Placed) -> io::Result<File> {
+    match create_beneath(temp) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_file(temp)?;
-            create()
+            let (dir, name) = temp.at();
+            rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty())?;
+            create_beneath(temp)
         }
         r => r,
     }
 }
 
-/// Runs `make` on fresh temporary names next to `dest` until one is free,
-/// then renames the result over `dest` (symlinks and special files).
 pub fn create_and_replace(dest: &Path, make: impl Fn(&Path) -> io::Result<()>) -> io::Result<()> {
     let temp = loop {
         let temp = temp_path(dest);
@@ -244,11 +240,12 @@ impl CommitGroup {
                 out.done.push((item.id, item.path));
                 continue;
             };
-            match fs::rename(&**temp, &*item.dest) {
+            let ((from_dir, from), (to_dir, to)) = (temp.at(), item.dest.at());
+            match rustix::fs::renameat(from_dir, from, to_dir, to) {
                 Ok(()) => out.done.push((item.id, item.path)),
                 Err(e) => {
                     let _ = fs::remove_file(&**temp);
-                    out.failed.push((item.id, item.path, e));
+                    out.failed.push((item.id, item.path, e.into()));
                 }
             }
         }
@@ -289,10 +286,15 @@ mod tests {
         assert!(name.len() <= 255);
         assert!(!is_temp_name(b".volmig"));
         let d = tempfile::tempdir().unwrap();
+        let placer = crate::beneath::Placer::open(d.path()).unwrap();
+        let dest = placer
+            .place(&RelPath::new(long.clone().into_bytes()).unwrap())
+            .unwrap();
         let t1 = keyed_temp_path(&d.path().join(&long), "op");
-        create_at(&t1).unwrap();
+        create_at(&dest.sibling(t1.file_name().unwrap())).unwrap();
         let t2 = keyed_temp_path(&d.path().join(&long), "op");
-        create_at(&t2).unwrap();
+        create_at(&dest.sibling(t2.file_name().unwrap())).unwrap();
+        assert!(d.path().join(t2.file_name().unwrap()).is_file());
         let t3 = keyed_temp_path(&d.path().join(format!("{long}y")), "op");
         assert_eq!(t1, t2, "the same operation and file reuse one name");
         assert_ne!(t1, t3, "long names that share a prefix do not collide");
@@ -312,7 +314,7 @@ mod tests {
             .push(Finished {
                 id: 0,
                 path: RelPath::new(b"f".to_vec()).unwrap(),
-                temp: Some(dest.sibling(temp.file_name().unwrap())),
+                temp: Some(temp.clone()),
                 dest: dest.clone(),
                 file,
                 size: 4,
@@ -330,7 +332,7 @@ mod tests {
         g.push(Finished {
             id: 1,
             path: RelPath::root(),
-            temp: Some(dest.sibling(temp.file_name().unwrap())),
+            temp: Some(temp.clone()),
             dest,
             file,
             size: 0,

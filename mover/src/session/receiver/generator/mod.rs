@@ -4,10 +4,10 @@
 //! sender with block signatures of the existing file.
 
 use std::collections::HashSet;
-use std::fs::{self, Metadata};
+use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ use super::resume::{self, sign_basis, Resume, Signed};
 use crate::beneath::{Placer, TreeRoot};
 use crate::checkpoint::{Fingerprint, Partial};
 use crate::filter::Filter;
-use crate::meta::{apply_to_path, meta_matches, Kind, Meta};
+use crate::meta::{apply_to_path, meta_matches, Kind, Lstat, Meta};
 use crate::path::RelPath;
 use crate::protocol::{
     pack::SigBatch, violation, Entry, Frame, ListStats, PrefixState, Request, SessionOptions,
@@ -234,9 +234,9 @@ impl Generator {
             Ok(dest) => dest,
             Err(err) => return self.entry_failed(&e, err),
         };
-        let have = match fs::symlink_metadata(&dest) {
-            Ok(md) => Some(md),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+        let (dir, name) = dest.at();
+        let have = match Lstat::at(dir, name) {
+            Ok(have) => have,
             Err(err) => return self.entry_failed(&e, err),
         };
         let r = match &e.kind {
@@ -326,7 +326,7 @@ impl Generator {
         Ok(())
     }
 
-    fn dir(&mut self, e: &Entry, dest: &Path, have: Option<Metadata>) -> io::Result<()> {
+    fn dir(&mut self, e: &Entry, dest: &Path, have: Option<Lstat>) -> io::Result<()> {
         if !e.path.is_root() {
             self.result.summary.dirs += 1;
         }
@@ -352,12 +352,11 @@ impl Generator {
         e: &Entry,
         target: &[u8],
         dest: &Path,
-        have: Option<Metadata>,
+        have: Option<Lstat>,
     ) -> io::Result<()> {
         self.result.summary.symlinks += 1;
         if let Some(md) = &have {
-            if md.file_type().is_symlink() && fs::read_link(dest)?.as_os_str().as_bytes() == target
-            {
+            if md.is_symlink() && fs::read_link(dest)?.as_os_str().as_bytes() == target {
                 return self.fix_meta(e, dest, md);
             }
         }
@@ -369,7 +368,7 @@ impl Generator {
         })
     }
 
-    fn special(&mut self, e: &Entry, dest: &Path, have: Option<Metadata>) -> io::Result<()> {
+    fn special(&mut self, e: &Entry, dest: &Path, have: Option<Lstat>) -> io::Result<()> {
         self.result.summary.specials += 1;
         let (ftype, rdev) = match e.kind {
             Kind::Fifo => (FileType::Fifo, 0),
@@ -379,7 +378,7 @@ impl Generator {
             _ => return Err(io::Error::other("not a special file")),
         };
         if let Some(md) = &have {
-            if FileType::from_raw_mode(md.mode()) == ftype && md.rdev() == rdev {
+            if md.file_type() == ftype && md.rdev() == rdev {
                 return self.fix_meta(e, dest, md);
             }
         }
@@ -390,7 +389,7 @@ impl Generator {
         })
     }
 
-    fn file(&mut self, e: Entry, dest: &Path, have: Option<Metadata>) -> Result<(), SessionError> {
+    fn file(&mut self, e: Entry, dest: &Path, have: Option<Lstat>) -> Result<(), SessionError> {
         let s = &mut self.result.summary;
         s.files_total += 1;
         s.bytes_total += e.meta.size;
@@ -411,7 +410,7 @@ impl Generator {
                     Ok(false) => {}
                     Err(err) => return self.file_failed(&e, err),
                 }
-                with_basis = !self.opts.whole_file && md.len() > 0;
+                with_basis = !self.opts.whole_file && md.size() > 0;
             }
             Some(md) => {
                 let cleared = if md.is_dir() {
@@ -502,20 +501,20 @@ impl Generator {
     }
 
     /// Fixes what differs in the metadata of an entry that is otherwise in place.
-    fn fix_meta(&self, e: &Entry, dest: &Path, have: &Metadata) -> io::Result<()> {
-        if meta_matches(have, &e.meta, &e.kind, self.owner) {
+    fn fix_meta(&self, e: &Entry, dest: &Path, have: &Lstat) -> io::Result<()> {
+        if meta_matches(have.meta(), &e.meta, &e.kind, self.owner) {
             return Ok(());
         }
         apply_to_path(dest, &e.kind, &e.meta, self.owner)
     }
 
-    fn up_to_date(&self, e: &Entry, dest: &Path, md: &Metadata) -> io::Result<bool> {
-        if md.len() != e.meta.size {
+    fn up_to_date(&self, e: &Entry, dest: &Path, md: &Lstat) -> io::Result<bool> {
+        if md.size() != e.meta.size {
             return Ok(false);
         }
         match e.checksum {
             Some(want) => Ok(file_hash(dest)? == want),
-            None => Ok(Meta::from_fs(md).mtime == e.meta.mtime),
+            None => Ok(md.meta().mtime == e.meta.mtime),
         }
     }
 
@@ -599,7 +598,7 @@ impl Generator {
 }
 
 /// A directory where a non-directory must go is removed with its contents.
-fn clear_dir(dest: &Path, have: Option<&Metadata>) -> io::Result<()> {
+fn clear_dir(dest: &Path, have: Option<&Lstat>) -> io::Result<()> {
     match have {
         Some(md) if md.is_dir() => remove_tree(dest),
         _ => Ok(()),
