@@ -18,8 +18,12 @@ use crate::path::RelPath;
 
 use crate::walk::{is_temp_name, TEMP_PREFIX, TEMP_SUFFIX};
 
-/// Files per group before it is committed.
+/// Files per group before it is committed: one `syncfs` per 2048 small
+/// files. With a checkpoint journal, 256: until its group is committed, each
+/// file keeps its journal slot (a hash state of a few KiB) and is named in
+/// every checkpoint, which must stay small.
 const GROUP_FILES: usize = 2048;
+const JOURNALED_GROUP_FILES: usize = 256;
 /// Bytes per group before it is committed.
 const GROUP_BYTES: u64 = 256 * 1024 * 1024;
 /// How long a finished file waits for its group at most: files done show as
@@ -178,6 +182,15 @@ struct Waiting {
 }
 
 impl CommitGroup {
+    /// Files a group gathers before it is committed.
+    pub fn limit(&self) -> usize {
+        if self.keep {
+            JOURNALED_GROUP_FILES
+        } else {
+            GROUP_FILES
+        }
+    }
+
     pub fn new(keep: bool) -> CommitGroup {
         CommitGroup {
             items: Vec::new(),
@@ -201,7 +214,7 @@ impl CommitGroup {
             temp: item.temp,
             dest: item.dest,
         });
-        if self.items.len() >= GROUP_FILES
+        if self.items.len() >= self.limit()
             || self.bytes >= GROUP_BYTES
             || self.due_in() == Some(Duration::ZERO)
         {

@@ -18,9 +18,6 @@ use super::journal::Journal;
 use crate::session::{cancelled, warn, SessionError};
 use crate::stats::Counters;
 
-/// Finished files queued for the committer before the applier waits.
-const QUEUE: usize = 4096;
-
 /// What the committer settled.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Tally {
@@ -39,12 +36,15 @@ pub struct Committer {
 
 impl Committer {
     pub fn start(journal: Option<Arc<Journal>>, counters: Arc<Counters>) -> io::Result<Committer> {
-        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let group = CommitGroup::new(journal.is_some());
+        // Finished files queued before the applier waits: one group's worth,
+        // written while the group before it is flushed.
+        let (tx, rx) = mpsc::sync_channel(group.limit());
         let abandon = Arc::new(AtomicBool::new(false));
         let stop = abandon.clone();
         let thread = std::thread::Builder::new()
             .name("committer".into())
-            .spawn(move || run(rx, journal, counters, stop))?;
+            .spawn(move || run(rx, group, journal, counters, stop))?;
         Ok(Committer {
             tx: Some(tx),
             abandon,
@@ -98,11 +98,11 @@ impl Drop for Committer {
 /// is full or due, and the rest when the applier is done.
 fn run(
     rx: mpsc::Receiver<Finished>,
+    mut group: CommitGroup,
     journal: Option<Arc<Journal>>,
     counters: Arc<Counters>,
     abandon: Arc<AtomicBool>,
 ) -> Result<Tally, SessionError> {
-    let mut group = CommitGroup::new(journal.is_some());
     let mut tally = Tally::default();
     let fail = |e| SessionError::local("committing files", e);
     loop {
