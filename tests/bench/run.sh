@@ -640,16 +640,22 @@ tls_run() {
     log "    $mode cpu: send ${us}u+${ss}s, receive ${ur}u+${sr}s"
 }
 
+# keygen CASE DIR OP: one set of key material for a case's runs (keygen never
+# overwrites: the dir is fresh); false, with a FAIL, when mover keygen fails.
+keygen() {
+    local rc=0
+    "$MOVER" keygen --out "$2" --operation-id "$3" --valid-for 1d \
+        >"$LOGS/$1.keygen.out" 2>"$LOGS/$1.keygen.err" || rc=$?
+    [[ $rc == 0 ]] && return 0
+    fail "$1: mover keygen exited $rc (see $LOGS/$1.keygen.err)"
+    return 1
+}
+
 if want tls; then
     TLS_REPEAT=$REPEAT; [[ $REPEAT_SET == 1 ]] || TLS_REPEAT=3
     TLS_OP=bench-tls TLS_MODES=(insecure insecure-op tls)
     # One set of key material per bench run (keygen never overwrites: the dir is fresh).
-    keygen_rc=0
-    "$MOVER" keygen --out "$TLS_DIR" --operation-id "$TLS_OP" --valid-for 1d \
-        >"$LOGS/tls.keygen.out" 2>"$LOGS/tls.keygen.err" || keygen_rc=$?
-    if [[ $keygen_rc != 0 ]]; then
-        fail "tls: mover keygen exited $keygen_rc (see $LOGS/tls.keygen.err)"
-    else
+    if keygen tls "$TLS_DIR" "$TLS_OP"; then
         read -r TLS_FILES TLS_BYTES < <(python3 "$HELPER" tree-bytes "$SRC/large")
         log "tls: $TLS_FILES files, $TLS_BYTES bytes; modes ${TLS_MODES[*]}; $TLS_REPEAT runs each; key material in $TLS_DIR"
         for ((r = 1; r <= TLS_REPEAT; r++)); do
@@ -739,12 +745,7 @@ ssh_scenario() {
 if want ssh; then
     mkdir -p "$DST/rsync/ssh" "$DST/mover/ssh" "$DST/rsync-ssh" "$DST/mover-tls"
     SSH_OP=bench-ssh
-    keygen_rc=0
-    "$MOVER" keygen --out "$SSH_TLS_DIR" --operation-id "$SSH_OP" --valid-for 1d \
-        >"$LOGS/ssh.keygen.out" 2>"$LOGS/ssh.keygen.err" || keygen_rc=$?
-    if [[ $keygen_rc != 0 ]]; then
-        fail "ssh: mover keygen exited $keygen_rc (see $LOGS/ssh.keygen.err)"
-    else
+    if keygen ssh "$SSH_TLS_DIR" "$SSH_OP"; then
         log "ssh 1: initial copy of large random files (rsync daemon, mover --insecure, rsync over ssh, mover --tls-dir)"
         ssh_scenario ssh_initial_large large "" "" fresh
 
