@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::liveness::{Idle, Metered};
 use super::outbox::weight;
-use crate::protocol::{Frame, FrameCodec, ProtocolError, WireCounter};
+use crate::protocol::{Frame, FrameCodec, Hello, ProtocolError, SessionOptions, WireCounter};
 use crate::session::SessionError;
 
 /// A session's connection: its two halves framed, metered for the idle
@@ -35,6 +35,21 @@ impl<S: AsyncRead + AsyncWrite> Connection<S> {
             idle,
             wire,
         }
+    }
+
+    /// [`Connection::open`], then this side's `Hello` with `options`: how
+    /// every session starts.
+    pub async fn greet(
+        stream: S,
+        timeout: Option<Duration>,
+        options: SessionOptions,
+    ) -> Result<Connection<S>, ProtocolError> {
+        let mut connection = Connection::open(stream, timeout);
+        connection
+            .sink
+            .send(Frame::Hello(Hello::new(options)))
+            .await?;
+        Ok(connection)
     }
 }
 

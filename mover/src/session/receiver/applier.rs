@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::commit::{create_at, create_temp, keyed_temp_path, Finished};
+use super::commit::{create_at, create_temp, keyed_temp_name, Finished};
 use super::committer::Committer;
 use super::journal::{Journal, Slot};
 use super::pending::PendingFile;
@@ -313,8 +313,7 @@ impl Applier {
         } else {
             let (t, f) = match &self.journal {
                 Some(j) => {
-                    let t = keyed_temp_path(dest, j.operation_id());
-                    let t = dest.sibling(t.file_name().unwrap_or_default());
+                    let t = dest.sibling(&keyed_temp_name(dest, j.operation_id()));
                     self.reserve(id, pending, meta, &t, (0, TreeHasher::new()));
                     let f = create_at(&t)?;
                     self.opened(id, &f);

@@ -6,10 +6,11 @@
 //! committed in groups: one `syncfs` makes a whole group of small files durable
 //! at the cost of one journal flush, instead of one `fsync` each.
 
+use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -47,8 +48,8 @@ fn token() -> &'static str {
     })
 }
 
-/// A fresh temporary path next to `dest`.
-pub fn temp_path(dest: &Path) -> PathBuf {
+/// A fresh temporary name for a file next to `dest`.
+pub fn temp_name(dest: &Path) -> OsString {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let name = dest.file_name().map(|n| n.as_bytes()).unwrap_or(b"root");
     let mut t = TEMP_PREFIX.to_vec();
@@ -57,14 +58,13 @@ pub fn temp_path(dest: &Path) -> PathBuf {
         format!(".{}-{:x}", token(), SEQ.fetch_add(1, Ordering::Relaxed)).as_bytes(),
     );
     t.extend_from_slice(TEMP_SUFFIX);
-    dest.with_file_name(std::ffi::OsStr::from_bytes(&t))
+    OsString::from_vec(t)
 }
 
 /// Creates a new temporary file next to `dest`, readable and writable only by us.
 pub fn create_temp(dest: &Placed) -> io::Result<(Placed, File)> {
     loop {
-        let temp = temp_path(dest);
-        let temp = dest.sibling(temp.file_name().unwrap_or_default());
+        let temp = dest.sibling(&temp_name(dest));
         match create_beneath(&temp) {
             Ok(f) => return Ok((temp, f)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -84,11 +84,11 @@ fn create_beneath(temp: &Placed) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
-/// The temporary file an operation uses for `dest`. Its name depends only on
+/// The name of the temporary file an operation uses for `dest`. It depends only on
 /// the operation and the file, so one left behind by a killed attempt
 /// (written after its last checkpoint) is replaced by the next attempt
 /// instead of piling up.
-pub fn keyed_temp_path(dest: &Path, key: &str) -> PathBuf {
+pub fn keyed_temp_name(dest: &Path, key: &str) -> OsString {
     let name = dest.file_name().map(|n| n.as_bytes()).unwrap_or(b"root");
     let mut h = blake3::Hasher::new();
     h.update(key.as_bytes());
@@ -100,7 +100,7 @@ pub fn keyed_temp_path(dest: &Path, key: &str) -> PathBuf {
     t.push(b'.');
     t.extend_from_slice(&tag.as_bytes()[..16]);
     t.extend_from_slice(TEMP_SUFFIX);
-    dest.with_file_name(std::ffi::OsStr::from_bytes(&t))
+    OsString::from_vec(t)
 }
 
 /// Creates the temporary file `temp`, readable and writable only by us. A
@@ -117,9 +117,11 @@ pub fn create_at(temp: &Placed) -> io::Result<File> {
     }
 }
 
+/// Runs `make` on fresh temporary names next to `dest` until one is free,
+/// then renames the result over `dest` (symlinks and special files).
 pub fn create_and_replace(dest: &Path, make: impl Fn(&Path) -> io::Result<()>) -> io::Result<()> {
     let temp = loop {
-        let temp = temp_path(dest);
+        let temp = dest.with_file_name(temp_name(dest));
         match make(&temp) {
             Ok(()) => break temp,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -288,8 +290,8 @@ mod tests {
     #[test]
     fn temp_names_are_recognised_and_bounded() {
         let long = "x".repeat(250);
-        let t = temp_path(&Path::new("/d").join(&long));
-        let name = t.file_name().unwrap().as_bytes();
+        let t = temp_name(&Path::new("/d").join(&long));
+        let name = t.as_bytes();
         assert!(is_temp_name(name));
         assert!(is_own_temp(name));
         assert!(
@@ -303,16 +305,16 @@ mod tests {
         let dest = placer
             .place(&RelPath::new(long.clone().into_bytes()).unwrap())
             .unwrap();
-        let t1 = keyed_temp_path(&d.path().join(&long), "op");
-        create_at(&dest.sibling(t1.file_name().unwrap())).unwrap();
-        let t2 = keyed_temp_path(&d.path().join(&long), "op");
-        create_at(&dest.sibling(t2.file_name().unwrap())).unwrap();
-        assert!(d.path().join(t2.file_name().unwrap()).is_file());
-        let t3 = keyed_temp_path(&d.path().join(format!("{long}y")), "op");
+        let t1 = keyed_temp_name(&d.path().join(&long), "op");
+        create_at(&dest.sibling(&t1)).unwrap();
+        let t2 = keyed_temp_name(&d.path().join(&long), "op");
+        create_at(&dest.sibling(&t2)).unwrap();
+        assert!(d.path().join(&t2).is_file());
+        let t3 = keyed_temp_name(&d.path().join(format!("{long}y")), "op");
         assert_eq!(t1, t2, "the same operation and file reuse one name");
         assert_ne!(t1, t3, "long names that share a prefix do not collide");
-        assert!(is_temp_name(t1.file_name().unwrap().as_bytes()));
-        assert!(t1.file_name().unwrap().len() <= 255);
+        assert!(is_temp_name(t1.as_bytes()));
+        assert!(t1.len() <= 255);
     }
 
     #[test]

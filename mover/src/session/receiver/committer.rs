@@ -52,44 +52,36 @@ impl Committer {
         })
     }
 
-    /// Hands a finished file over. An error means the committer has stopped:
-    /// [`Committer::finish`] tells why.
+    /// Hands a finished file over; an error is why the committer stopped.
     pub fn push(&mut self, file: Finished) -> Result<(), SessionError> {
         let tx = self.tx.as_ref().ok_or_else(cancelled)?;
         if tx.send(file).is_err() {
-            return Err(self.stopped());
+            return Err(self.end().err().unwrap_or_else(cancelled));
         }
         Ok(())
     }
 
     /// Commits what is waiting and returns what was settled in all.
     pub fn finish(mut self) -> Result<Tally, SessionError> {
-        self.tx = None;
-        match self.thread.take() {
-            Some(thread) => thread
-                .join()
-                .map_err(|_| SessionError::Internal("committer panicked".into()))?,
-            None => Err(SessionError::Internal("no committer thread".into())),
-        }
+        self.end()
     }
 
-    /// Why the committer stopped early.
-    fn stopped(&mut self) -> SessionError {
+    /// Closes the queue and waits for the thread (once; later calls find
+    /// no thread and are cancelled).
+    fn end(&mut self) -> Result<Tally, SessionError> {
         self.tx = None;
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(Err(e))) => e,
-            Some(Err(_)) => SessionError::Internal("committer panicked".into()),
-            _ => cancelled(),
-        }
+        let thread = self.thread.take().ok_or_else(cancelled)?;
+        thread
+            .join()
+            .map_err(|_| SessionError::Internal("committer panicked".into()))?
     }
 }
 
 impl Drop for Committer {
     fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
+        if self.thread.is_some() {
             self.abandon.store(true, Ordering::SeqCst);
-            self.tx = None;
-            let _ = thread.join();
+            let _ = self.end();
         }
     }
 }

@@ -37,7 +37,7 @@ use crate::beneath::{Placer, TreeRoot};
 use crate::meta::{apply_to_path, can_preserve_owner, Kind};
 use crate::path::RelPath;
 use crate::protocol::{
-    violation, Frame, FrameCodec, Hello, ProtocolError, SessionOptions, INITIAL_CREDIT,
+    violation, Frame, FrameCodec, ProtocolError, SessionOptions, INITIAL_CREDIT,
 };
 use crate::stats::{Counters, Prior, Summary, VerifyResult};
 use applier::Applier;
@@ -174,10 +174,7 @@ where
         mut sink,
         idle,
         wire,
-    } = Connection::open(stream, cfg.timeout);
-
-    sink.send(Frame::Hello(Hello::new(SessionOptions::default())))
-        .await?;
+    } = Connection::greet(stream, cfg.timeout, SessionOptions::default()).await?;
     let opts = tokio::select! {
         r = handshake(&mut frames, &idle) => r,
         () = cfg.cancel.cancelled() => Err(SessionError::Interrupted),

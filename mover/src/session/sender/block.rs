@@ -30,8 +30,8 @@ use super::{handshake, SenderConfig};
 use crate::block::{sum_of, BlockShape, Kind, Source, MAX_SIZE, ZEROS};
 use crate::delta::{Op, LITERAL_CHUNK};
 use crate::protocol::{
-    violation, BlockSource, BlockSum, BlockTarget, FileOutcome, Frame, FrameCodec, Hello,
-    ProtocolError, SessionOptions, WireOp,
+    violation, BlockSource, BlockSum, BlockTarget, FileOutcome, Frame, FrameCodec, ProtocolError,
+    SessionOptions, WireOp,
 };
 use crate::stats::Summary;
 use crate::treehash::{block_cv, BlockRoot, Head};
@@ -121,9 +121,7 @@ where
         mut sink,
         idle,
         wire,
-    } = Connection::open(stream, cfg.timeout);
-
-    sink.send(Frame::Hello(Hello::new(options.clone()))).await?;
+    } = Connection::greet(stream, cfg.timeout, options.clone()).await?;
     let target = tokio::select! {
         r = async {
             handshake(&mut frames, &idle).await?;

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::SinkExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
@@ -28,7 +27,7 @@ use super::{cancelled, warn, ProgressFn, SessionError};
 use crate::beneath::TreeRoot;
 use crate::filter::Filter;
 use crate::protocol::{
-    violation, Frame, FrameCodec, Hello, ListStats, ProtocolError, Request, SessionOptions,
+    violation, Frame, FrameCodec, ListStats, ProtocolError, Request, SessionOptions,
     INITIAL_CREDIT, MAX_BLOCKS_PER_FILE, SIGS_PER_FRAME,
 };
 use crate::signature::{BlockSig, SigShape};
@@ -176,13 +175,10 @@ where
     );
     let Connection {
         mut frames,
-        mut sink,
+        sink,
         idle,
         wire,
-    } = Connection::open(stream, cfg.timeout);
-
-    sink.send(Frame::Hello(Hello::new(cfg.options.clone())))
-        .await?;
+    } = Connection::greet(stream, cfg.timeout, cfg.options.clone()).await?;
     let options = tokio::select! {
         r = handshake(&mut frames, &idle) => r?,
         () = cfg.cancel.cancelled() => return Err(SessionError::Interrupted),
