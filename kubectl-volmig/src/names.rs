@@ -48,6 +48,9 @@ pub enum Component {
     /// A destination claim given up for a fresh one (issue 20), kept until
     /// `cleanup`.
     AbandonedDestination,
+    /// Where a cross-cluster operation's record is, in the source
+    /// namespace (issue 23), kept until `cleanup`.
+    RecordPointer,
 }
 
 impl Component {
@@ -64,6 +67,7 @@ impl Component {
             Component::SourceCopy => "source-copy",
             Component::Rehome => "rehome",
             Component::AbandonedDestination => "abandoned-destination",
+            Component::RecordPointer => "record-pointer",
         }
     }
 }
@@ -123,6 +127,12 @@ pub fn member_operation(op: &str, key: u32) -> String {
 /// The record ConfigMap of operation `op`.
 pub fn record_name(op: &str) -> String {
     format!("volmig-{op}")
+}
+
+/// The ConfigMap in a cross-cluster operation's source namespace that
+/// points at its record.
+pub fn pointer_name(op: &str) -> String {
+    format!("volmig-{op}-record-pointer")
 }
 
 /// The pod that inspects a reused destination before the first attempt.

@@ -3,6 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+mod clusters;
+
+pub use clusters::{ClusterRef, Clusters, NetworkMode, NetworkPath};
+
 /// The default mover image; its tag follows the plugin's version.
 pub const DEFAULT_MOVER_IMAGE: &str = concat!("ghcr.io/volmig/mover:", env!("CARGO_PKG_VERSION"));
 
@@ -27,6 +31,9 @@ pub struct MigrationSpec {
     /// (`--cutover`); absent: copy only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cutover: Option<CutoverSpec>,
+    /// Into another cluster (`--to-context`); absent: one cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<Clusters>,
 }
 
 impl MigrationSpec {
@@ -50,6 +57,7 @@ impl MigrationSpec {
             retry: RetryPolicy::default(),
             mover: MoverOptions::default(),
             cutover: None,
+            clusters: None,
         }
     }
 }

@@ -205,6 +205,26 @@ pub struct MigrateOptions {
     /// Destination namespace (default: the source's).
     #[arg(long, value_name = "NS")]
     pub to_namespace: Option<String>,
+    /// Copy into the cluster of this kubeconfig context: the receiver, the
+    /// destination claim and the record live there (default claim name:
+    /// the source's).
+    #[arg(long, value_name = "CTX", help_heading = "Another cluster")]
+    pub to_context: Option<String>,
+    /// The kubeconfig file that has --to-context (default: the source's).
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "to_context",
+        help_heading = "Another cluster"
+    )]
+    pub to_kubeconfig: Option<PathBuf>,
+    /// How the sender reaches the receiver in the other cluster:
+    /// loadbalancer (a LoadBalancer Service's address), nodeport (a
+    /// destination node's address), tunnel (through both API servers and
+    /// this client); auto tries them in that order.
+    #[arg(long, value_enum, value_name = "PATH", default_value_t = spec::NetworkMode::Auto,
+          requires = "to_context", help_heading = "Another cluster")]
+    pub network: spec::NetworkMode,
     /// Destination storage class (default: the cluster's default class; with
     /// --to-node, the source's).
     #[arg(long, value_name = "SC")]

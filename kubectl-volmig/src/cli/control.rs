@@ -13,7 +13,7 @@ use super::args::{CleanupArgs, OpArgs, Output, ResumeArgs};
 use super::notes::{self, LeftBehind};
 use super::report::{self, Mode};
 use super::{exit, exit_for, set, show, CliError};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Sides};
 use crate::driver::follow::attempt_logs;
 use crate::driver::judge::PodView;
 use crate::driver::logs::LogDigest;
@@ -43,10 +43,11 @@ pub async fn drive(
     let ns = plan.destination.namespace.clone();
     let holder = options.holder.clone();
     let client = cluster.client.clone();
+    let sides = super::clusters::sides(cluster, &plan.spec).await?;
     let run: Pin<Box<dyn Future<Output = Result<Outcome, DriverError>> + Send>> =
         match plan.spec.cutover {
             Some(_) => Box::pin(Cutover::new(client, plan, record, options, tx).run()),
-            None => Box::pin(Driver::new(client, plan, record, options, tx).run()),
+            None => Box::pin(Driver::new(sides, plan, record, options, tx).run()),
         };
     let result = tokio::select! {
         r = run => Some(r),
@@ -191,6 +192,12 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
                 store.get(op).await?
             }
         };
+        if args.detach && vm.spec.clusters.is_some() {
+            return Err(CliError::Usage(format!(
+                "operation {op} copies into another cluster: --detach does not drive it in this \
+                 version (its driver pod would need credentials for the source's cluster)"
+            )));
+        }
         if args.detach {
             super::detach::preflight(cluster, &vm).await?;
         }
@@ -257,6 +264,10 @@ pub(super) async fn restart_record(
             vm.status.message = None;
             vm.status.aborted_by = None;
             vm.status.completion_time = None;
+            // Network paths that had all been given up are tried afresh.
+            if let Some(net) = vm.status.network.as_mut().filter(|n| n.path.is_none()) {
+                net.tried.clear();
+            }
             let next = vm.status.attempts.last().map_or(1, |a| a.number + 1);
             vm.status.budget_from = Some(next);
             Ok(())
@@ -317,7 +328,7 @@ async fn logged_progress(
     vm: &VolumeMigration,
     attempt: &Attempt,
 ) -> Option<Progress> {
-    let [(_, receiver), _] = attempt_logs(client, vm, attempt, 50).await;
+    let [(_, receiver), _] = attempt_logs(&Sides::one(client.clone()), vm, attempt, 50).await;
     let digest = LogDigest::from_text(receiver.as_deref()?);
     digest.progress.as_ref().map(progress_of)
 }
@@ -330,7 +341,11 @@ pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i3
         set::Found::Rehome(r) => return Err(super::rehome::refuse(&r, "abort")),
     }
     let who = crate::names::who(cluster.user.as_deref());
-    let vm = crate::driver::abort::abort(&cluster.client, &cluster.namespace, op, &who)
+    let record = RecordStore::new(cluster.client.clone(), &cluster.namespace)
+        .get(op)
+        .await?;
+    let sides = super::clusters::sides(cluster, &record.spec).await?;
+    let vm = crate::driver::abort::abort(&sides, &cluster.namespace, op, &who)
         .await
         .map_err(|e| match e {
             DriverError::Refused(m) => CliError::Usage(m),
@@ -414,13 +429,16 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
             step.map_or("", Step::as_str)
         )));
     }
-    let namespaces = [
-        vm.spec.destination.namespace.as_str(),
+    let namespaces = (
         vm.spec.source.namespace.as_str(),
-    ];
-    let removed = objects::cleanup(&cluster.client, op, &namespaces, vm.reads()).await?;
+        vm.spec.destination.namespace.as_str(),
+    );
+    let sides = super::clusters::sides(cluster, &vm.spec).await?;
+    let removed = objects::cleanup_on(&sides, op, namespaces, vm.reads()).await?;
     let abandoned = objects::remove_abandoned(&cluster.client, &vm).await?;
     incluster::remove(&cluster.client, &vm).await?;
+    // The source's way to the record goes just before it.
+    objects::remove_pointer(&sides, op, &vm.spec.source.namespace).await?;
     store.delete(op).await?;
     // The command's result, on stdout like `kubectl delete`'s.
     super::out(&format!(

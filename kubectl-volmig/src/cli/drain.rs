@@ -10,6 +10,12 @@ use crate::cluster::Cluster;
 
 pub async fn run(cluster: &Cluster, args: DrainArgs, output: Output) -> Result<i32, CliError> {
     let DrainArgs { node, mut options } = args;
+    if options.to_context.is_some() {
+        return Err(CliError::Usage(format!(
+            "drain {node} moves apps onto new volumes in their own cluster: --to-context cannot \
+             go with it"
+        )));
+    }
     if options.to_node.is_none() && options.to_storage_class.is_none() {
         return Err(CliError::Usage(format!(
             "drain {node} needs where to: --to-node NODE (the volumes are made again there, in \

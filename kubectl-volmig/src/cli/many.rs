@@ -280,7 +280,7 @@ fn refuse_single_claim_flags(args: &MigrateArgs) -> Result<(), CliError> {
 /// consumers stoppable, its StatefulSet's template there for
 /// `--update-owner`; on the workloads the selection read already.
 fn cutover_check(spec: &crate::spec::MigrationSpec, seen: &[Found]) -> Result<Quiesce, Refusal> {
-    check_cutover_flags(spec)?;
+    check_cutover_flags(spec, None)?;
     let ns = &spec.source.namespace;
     let workloads = seen
         .iter()

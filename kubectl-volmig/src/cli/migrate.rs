@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::args::{MigrateArgs, Output};
 use super::{exit, CliError};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Sides};
 use crate::driver::cutover::{owner, workload};
 use crate::driver::gather;
 use crate::driver::DriverOptions;
@@ -28,9 +28,15 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         _ => None,
     };
     let Some(source) = one else {
+        if args.to_context.is_some() {
+            return Err(CliError::Usage(
+                "--to-context takes one claim in this version: migrate each claim on its own"
+                    .into(),
+            ));
+        }
         return super::many::run(cluster, args, output).await;
     };
-    let spec = spec_of(
+    let mut spec = spec_of(
         &args,
         &ClaimRef::new(&cluster.namespace, &source),
         args.to.as_deref(),
@@ -40,9 +46,26 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     plan::check_values(&spec)?;
     let start_timeout = plan::start_timeout(args.start_timeout)?;
     let operation = names::generate_operation_id(&spec.source.name);
-    check_cutover_flags(&spec)?;
-    let inputs = gather::inputs(&cluster.client, &spec).await?;
-    refuse_busy_destination(cluster, &spec).await?;
+    check_cutover_flags(&spec, args.to_context.as_deref())?;
+    if args.detach && args.to_context.is_some() {
+        return Err(CliError::Usage(
+            "--detach does not drive a copy into another cluster in this version: its driver \
+             pod would need credentials for the source's cluster; drive it from here"
+                .into(),
+        ));
+    }
+    // Into another cluster: the record and the destination live there.
+    let there = super::clusters::destination(cluster, &args, &spec.destination.namespace).await?;
+    let sides = match &there {
+        Some(there) => {
+            spec.clusters = Some(super::clusters::clusters(cluster, there, &args)?);
+            Sides::two(cluster.client.clone(), there.client.clone())
+        }
+        None => Sides::one(cluster.client.clone()),
+    };
+    let home = there.as_ref().unwrap_or(cluster);
+    let inputs = gather::inputs_on(&sides, &spec).await?;
+    refuse_busy_destination(home, &spec).await?;
     let plan = plan::plan(&spec, &operation, &inputs)?;
     let baseline = plan.security.profile == plan::security::Profile::Baseline;
     if args.detach && baseline && inputs.openshift.is_some() {
@@ -66,7 +89,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     if args.detach {
         super::detach::preflight(cluster, &new).await?;
     }
-    let store = RecordStore::new(cluster.client.clone(), &plan.destination.namespace);
+    let store = RecordStore::new(home.client.clone(), &plan.destination.namespace);
     let record = store.create(&new).await?;
     if args.detach {
         return super::detach::start(cluster, record, &args.driver_image, start_timeout, output)
@@ -76,13 +99,21 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
         start_timeout,
         holder: crate::names::holder(),
     };
-    super::control::drive(cluster, plan, record, options, output).await
+    super::control::drive(home, plan, record, options, output).await
 }
 
-/// A cutover stays in the claim's namespace.
-pub(super) fn check_cutover_flags(spec: &MigrationSpec) -> Result<(), Refusal> {
+/// A cutover stays in the claim's namespace, and its cluster.
+pub(super) fn check_cutover_flags(
+    spec: &MigrationSpec,
+    to_context: Option<&str>,
+) -> Result<(), Refusal> {
     if spec.cutover.is_none() {
         return Ok(());
+    }
+    if let Some(context) = to_context {
+        return Err(Refusal::CutoverAcrossClusters {
+            context: context.to_string(),
+        });
     }
     if spec.destination.namespace != spec.source.namespace {
         return Err(Refusal::CutoverAcrossNamespaces {
@@ -173,7 +204,7 @@ pub fn spec_of(args: &MigrateArgs, source: &ClaimRef, to: Option<&str>) -> Migra
         .clone()
         .unwrap_or_else(|| source.namespace.clone());
     let dest_name = to.map(str::to_string).unwrap_or_else(|| {
-        if dest_ns == source.namespace {
+        if dest_ns == source.namespace && args.to_context.is_none() {
             format!("{}-migrated", source.name)
         } else {
             source.name.clone()
@@ -221,6 +252,8 @@ pub fn spec_of(args: &MigrateArgs, source: &ClaimRef, to: Option<&str>) -> Migra
             commit: args.commit,
             update_owner: args.update_owner,
         }),
+        // Set once the destination's cluster is reached.
+        clusters: None,
     }
 }
 
@@ -248,6 +281,14 @@ pub fn plan_text(plan: &Plan, quiesce: Option<&Quiesce>) -> String {
             ClaimAction::Reuse => ", existing claim: only differences are sent",
         }
     );
+    if let Some(c) = &plan.spec.clusters {
+        out += &format!(
+            "  across  from {} into {}, network {}\n",
+            c.source,
+            c.destination,
+            c.network.as_str()
+        );
+    }
     out += &reads_line(plan);
     for w in &plan.warnings {
         out += &format!("  warning  {w}\n");

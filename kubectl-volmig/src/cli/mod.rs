@@ -18,6 +18,7 @@ macro_rules! say {
 }
 
 pub mod args;
+mod clusters;
 pub mod complete;
 pub mod control;
 mod cutover;
@@ -133,6 +134,12 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         _ => {}
     }
     let cluster = cluster::connect(&cli.cluster_args()).await?;
+    // Given the source's context, a cross-cluster operation is driven from
+    // where its record is.
+    let cluster = match clusters::operation_of(&cli.command) {
+        Some(op) => clusters::with_record(cluster, op).await?,
+        None => cluster,
+    };
     let output = cli.output;
     let cli_paths = (cli.kubeconfig.clone(), cli.context.clone());
     match cli.command {

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::args::Output;
 use super::{exit, CliError};
 use crate::cluster::Cluster;
+use crate::cluster::Sides;
 use crate::driver::cutover::machine;
 use crate::driver::cutover::request::{request_rollback, RollbackFlags};
 use crate::driver::{objects, DriverError, DriverOptions};
@@ -338,7 +339,13 @@ pub async fn abort(
         .await
         .map_err(super::declined_as_usage)?;
     for m in &group.spec.claims {
-        match crate::driver::abort::abort(&cluster.client, m.namespace(), &m.operation, &who).await
+        match crate::driver::abort::abort(
+            &Sides::one(cluster.client.clone()),
+            m.namespace(),
+            &m.operation,
+            &who,
+        )
+        .await
         {
             Ok(_) | Err(DriverError::Refused(_)) => {}
             Err(e) => return Err(e.into()),

@@ -6,6 +6,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 pub mod resolve;
+mod sides;
+
+pub use sides::{Side, Sides};
 
 /// kubectl's connection flags.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +30,24 @@ pub struct Cluster {
     /// The kubeconfig context's user, when a kubeconfig names one (not
     /// with the in-cluster service account).
     pub user: Option<String>,
+    /// The kubeconfig context, when one was used (not in a pod).
+    pub context: Option<String>,
+    /// The kubeconfig file a flag named, if one did.
+    pub kubeconfig: Option<PathBuf>,
+    /// The API server's URL.
+    pub server: String,
+}
+
+impl Cluster {
+    /// This cluster as a record names it: by context. In a pod (no
+    /// kubeconfig) there is no context to name.
+    pub fn reference(&self) -> Option<crate::spec::ClusterRef> {
+        Some(crate::spec::ClusterRef {
+            context: self.context.clone()?,
+            kubeconfig: self.kubeconfig.as_ref().map(|p| p.display().to_string()),
+            server: self.server.clone(),
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,25 +96,45 @@ pub async fn connect(args: &ClusterArgs) -> Result<Cluster, ClusterError> {
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
+    let server = config.cluster_url.to_string();
     #[cfg(all(target_os = "linux", target_feature = "crt-static"))]
     let config = resolve::in_rust(config).await?;
     let client = Client::try_from(config)?;
+    let (context, user) = kubeconfig_context(args).unzip();
     Ok(Cluster {
         client,
         namespace,
-        user: kubeconfig_user(args),
+        user: user.flatten(),
+        context,
+        kubeconfig: args.kubeconfig.clone(),
+        server,
     })
 }
 
-/// The user of the context the flags select, as the kubeconfig names it.
-fn kubeconfig_user(args: &ClusterArgs) -> Option<String> {
+/// Connects to the cluster `cluster` names, in `namespace`.
+pub async fn connect_to(
+    cluster: &crate::spec::ClusterRef,
+    namespace: &str,
+) -> Result<Cluster, ClusterError> {
+    connect(&ClusterArgs {
+        kubeconfig: cluster.kubeconfig.as_ref().map(PathBuf::from),
+        context: Some(cluster.context.clone()),
+        namespace: Some(namespace.to_string()),
+    })
+    .await
+}
+
+/// The context the flags select, and its user, as the kubeconfig names
+/// them; none without a kubeconfig (in a pod).
+fn kubeconfig_context(args: &ClusterArgs) -> Option<(String, Option<String>)> {
     let file = match &args.kubeconfig {
         Some(path) => Kubeconfig::read_from(path).ok()?,
         None => Kubeconfig::read().ok()?,
     };
     let name = args.context.clone().or(file.current_context.clone())?;
     let context = file.contexts.iter().find(|c| c.name == name)?;
-    context.context.as_ref()?.user.clone()
+    let user = context.context.as_ref().and_then(|c| c.user.clone());
+    Some((name, user))
 }
 
 /// What the API server said, in words: an API error's message (what

@@ -17,6 +17,22 @@ use kube::Config;
 
 use super::ClusterError;
 
+/// The first address of `host` (IPv4 first), looked up as [`in_rust`]
+/// does: for names the static mover cannot resolve (a load balancer's).
+pub async fn lookup(host: &str) -> Result<IpAddr, String> {
+    let resolver = hickory_resolver::TokioResolver::builder_tokio()
+        .map_err(|e| e.to_string())?
+        .build()
+        .map_err(|e| e.to_string())?;
+    let found = resolver.lookup_ip(host).await.map_err(|e| e.to_string())?;
+    let mut addresses: Vec<IpAddr> = found.iter().collect();
+    addresses.sort_by_key(IpAddr::is_ipv6);
+    addresses
+        .first()
+        .copied()
+        .ok_or_else(|| "no address".to_string())
+}
+
 /// `config` with its server's name replaced by one of its addresses
 /// (unchanged when the server is an address already, or when a proxy
 /// connects for us).

@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use kube::Client;
 
 use super::cutover::machine;
 use super::cutover::request::{request_rollback, RollbackFlags};
 use super::follow::look_at_attempt;
 use super::{objects, DriverError};
+use crate::cluster::Sides;
 use crate::events::{Recorder, Severity};
 use crate::record::figures::{self, Seen};
 use crate::record::store::{RecordStore, StoreError};
@@ -21,11 +21,12 @@ use crate::spec::ClaimRef;
 /// waited out, Events posted. The destination keeps its data. Prints
 /// nothing (the monitor calls it too).
 pub async fn abort(
-    client: &Client,
+    sides: &Sides,
     namespace: &str,
     op: &str,
     who: &str,
 ) -> Result<VolumeMigration, DriverError> {
+    let client = &sides.destination;
     let store = RecordStore::new(client.clone(), namespace);
     let vm = store.get(op).await?;
     // Once the app has been touched, stopping half-way is no state to
@@ -41,7 +42,7 @@ pub async fn abort(
     // What the running attempt did, seen before its pods go: with no
     // driver (after --detach or Ctrl-C) nothing else recorded it.
     let seen = match vm.running_attempt() {
-        Some(a) => Some((a.number, look_at_attempt(client, &vm, a).await)),
+        Some(a) => Some((a.number, look_at_attempt(sides, &vm, a).await)),
         None => None,
     };
     let vm = store
@@ -81,14 +82,15 @@ pub async fn abort(
             StoreError::Changed(m) => DriverError::Refused(m),
             e => e.into(),
         })?;
-    let namespaces = [
-        vm.spec.destination.namespace.as_str(),
+    let namespaces = (
         vm.spec.source.namespace.as_str(),
-    ];
-    objects::cleanup(client, op, &namespaces, vm.reads()).await?;
+        vm.spec.destination.namespace.as_str(),
+    );
+    objects::cleanup_on(sides, op, namespaces, vm.reads()).await?;
     // A resume right after must not meet a receiver still writing its
     // final checkpoint.
-    if !objects::wait_pods_gone(client, op, &namespaces, Duration::from_secs(60)).await? {
+    let wait = Duration::from_secs(60);
+    if !objects::wait_pods_gone_on(sides, op, namespaces, wait).await? {
         tracing::warn!("some of operation {op}'s pods are still terminating");
     }
     let destination = ClaimRef {

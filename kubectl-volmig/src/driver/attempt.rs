@@ -15,6 +15,7 @@ use super::objects;
 use super::run::{AttemptEnd, Driver, Live, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
 use super::source_copy;
 use super::DriverError;
+use crate::cluster::Side;
 use crate::names::{self, Component};
 use crate::plan::{placement, NodePlacement};
 use crate::record::{figures, Attempt, AttemptPhase, PodRecord, Progress};
@@ -73,7 +74,7 @@ impl Driver {
     pub(super) async fn launch_receiver(&mut self, number: u32) -> Result<State, DriverError> {
         let sender_placement = self.recorded_sender_placement();
         let live = self.live_attempt(number, sender_placement.clone());
-        objects::route_to_attempt(&self.client, &self.plan, number).await?;
+        objects::route_to_attempt(&self.sides.destination, &self.plan, number).await?;
         let mut pod = resources::receiver_pod(&self.plan, number);
         let attempt = self
             .record
@@ -112,7 +113,7 @@ impl Driver {
         }
         let source = &self.plan.spec.source;
         let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &source.namespace);
+            Api::namespaced(self.sides.source.clone(), &source.namespace);
         let claim = claims
             .get(&source.name)
             .await
@@ -126,8 +127,8 @@ impl Driver {
             .into_iter()
             .filter(|p| !objects::is_ours(p))
             .collect();
-        let nodes = self.nodes().await?;
-        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let nodes = self.nodes(Side::Source).await?;
+        let volumes: Api<PersistentVolume> = Api::all(self.sides.source.clone());
         let volume = match &self.plan.source.volume {
             v if v.is_empty() => None,
             v => volumes
@@ -143,7 +144,7 @@ impl Driver {
     async fn current_receiver_reason(&self) -> Result<String, DriverError> {
         let dst = &self.plan.destination;
         let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &dst.namespace);
+            Api::namespaced(self.sides.destination.clone(), &dst.namespace);
         let claim = claims
             .get_opt(&dst.name)
             .await
@@ -152,7 +153,7 @@ impl Driver {
             .as_ref()
             .and_then(|c| c.spec.as_ref()?.volume_name.clone())
             .filter(|v| !v.is_empty());
-        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let volumes: Api<PersistentVolume> = Api::all(self.sides.destination.clone());
         let volume = match bound {
             Some(v) => volumes
                 .get_opt(&v)
@@ -160,14 +161,15 @@ impl Driver {
                 .map_err(|e| DriverError::kube(format!("get volume {v}"), e))?,
             None => None,
         };
-        let nodes = self.nodes().await?;
+        let nodes = self.nodes(Side::Destination).await?;
         let spec = &self.plan.spec.destination;
         let placement = placement::receiver(spec, claim.as_ref(), volume.as_ref(), &nodes);
         Ok(placement.reason)
     }
 
-    pub(super) async fn nodes(&self) -> Result<Vec<Node>, DriverError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
+    /// The nodes of `side`'s cluster.
+    pub(super) async fn nodes(&self, side: Side) -> Result<Vec<Node>, DriverError> {
+        let nodes: Api<Node> = Api::all(self.sides.client(side).clone());
         Ok(nodes
             .list(&ListParams::default())
             .await
@@ -177,14 +179,10 @@ impl Driver {
 
     pub(super) fn view(&self) -> Option<(PodView, Option<PodView>, LogDigest, Option<LogDigest>)> {
         let live = self.live.as_ref()?;
-        let r = self
-            .watch
-            .get(&self.plan.destination.namespace, &live.receiver);
+        let r = self.watch.get(Side::Destination, &live.receiver);
         let receiver = PodView::new("receiver", &live.receiver, r.as_deref());
         let sender = live.sender_log.as_ref().map(|_| {
-            let s = self
-                .watch
-                .get(&self.plan.spec.source.namespace, &live.sender);
+            let s = self.watch.get(Side::Source, &live.sender);
             PodView::new("sender", &live.sender, s.as_deref())
         });
         let rlog = live.receiver_log.digest();
@@ -263,9 +261,7 @@ impl Driver {
     /// kubelet), or the mover is stuck. Waiting longer will not help.
     fn silent_receiver(&self) -> Option<AttemptEnd> {
         let live = self.live.as_ref()?;
-        let pod = self
-            .watch
-            .get(&self.plan.destination.namespace, &live.receiver)?;
+        let pod = self.watch.get(Side::Destination, &live.receiver)?;
         let running = PodView::new("receiver", &live.receiver, Some(&pod)).running;
         (running && live.started.elapsed() >= self.options.start_timeout).then(|| AttemptEnd {
             phase: AttemptPhase::Failed,
@@ -335,9 +331,7 @@ impl Driver {
         // Where the sender is: where it was placed, or (unpinned) where the
         // scheduler put it.
         let sender_node = live.sender_placement.node.clone().or_else(|| {
-            let pod = self
-                .watch
-                .get(&self.plan.spec.source.namespace, &live.sender)?;
+            let pod = self.watch.get(Side::Source, &live.sender)?;
             pod.spec.as_ref()?.node_name.clone()
         });
         let moved = now.node.is_some() && now.node != sender_node;

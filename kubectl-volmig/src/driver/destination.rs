@@ -14,6 +14,7 @@ use serde_json::json;
 use super::reuse::{self, Decision, Facts};
 use super::run::{Driver, State, Update, POD_GONE_WAIT, RECORD_EVERY};
 use super::{objects, DriverError};
+use crate::cluster::Side;
 use crate::events::Severity;
 use crate::names::{self, Component};
 use crate::plan::ClaimAction;
@@ -136,7 +137,7 @@ impl Driver {
     async fn destination_facts(&self, number: u32) -> Result<Facts, DriverError> {
         let volume = self.destination_volume().await?;
         let node = match &volume {
-            Some(v) => reuse::destination_node(v, &self.nodes().await?),
+            Some(v) => reuse::destination_node(v, &self.nodes(Side::Destination).await?),
             None => None,
         };
         let status = &self.record.status;
@@ -222,8 +223,10 @@ impl Driver {
         .await?;
         self.plan.destination.name = new.clone();
         // Labelled as given up: `cleanup` removes it; nothing else does.
-        let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &self.plan.destination.namespace);
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(
+            self.sides.destination.clone(),
+            &self.plan.destination.namespace,
+        );
         let label = json!({"metadata": {"labels": {
             names::COMPONENT_KEY: Component::AbandonedDestination.as_str()
         }}});
@@ -235,7 +238,7 @@ impl Driver {
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(DriverError::kube(format!("label claim {old}"), e)),
         }
-        objects::ensure_destination(&self.client, &self.plan).await?;
+        objects::ensure_destination(&self.sides.destination, &self.plan).await?;
         let msg = format!(
             "the destination claim {old} is given up ({why}); attempt {number} copies in full \
              into a fresh claim {new}; {old} is kept until kubectl volmig cleanup {}",
@@ -250,8 +253,10 @@ impl Driver {
     /// The first of `base-2`, `base-3`, ... that no claim has, or that this
     /// operation made (a replacement written ahead before a crash).
     async fn free_name(&self, base: &str) -> Result<String, DriverError> {
-        let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &self.plan.destination.namespace);
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(
+            self.sides.destination.clone(),
+            &self.plan.destination.namespace,
+        );
         for n in 2..100 {
             let suffix = format!("-{n}");
             let keep = NAME_MAX - suffix.len();
@@ -361,7 +366,7 @@ impl Driver {
         let Some(node) = pod.spec.and_then(|s| s.node_name) else {
             return Ok(POD_GONE_WAIT);
         };
-        let nodes = self.nodes().await?;
+        let nodes = self.nodes(Side::Destination).await?;
         let unreachable = nodes
             .iter()
             .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
@@ -386,7 +391,7 @@ impl Driver {
     async fn destination_volume(&self) -> Result<Option<PersistentVolume>, DriverError> {
         let dest = &self.plan.destination;
         let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &dest.namespace);
+            Api::namespaced(self.sides.destination.clone(), &dest.namespace);
         let claim = claims
             .get_opt(&dest.name)
             .await
@@ -395,7 +400,7 @@ impl Driver {
             .and_then(|c| c.spec?.volume_name)
             .filter(|v| !v.is_empty());
         match bound {
-            Some(v) => Api::<PersistentVolume>::all(self.client.clone())
+            Some(v) => Api::<PersistentVolume>::all(self.sides.destination.clone())
                 .get_opt(&v)
                 .await
                 .map_err(|e| DriverError::kube(format!("get volume {v}"), e)),

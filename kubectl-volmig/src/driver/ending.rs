@@ -211,11 +211,8 @@ impl Driver {
         message: Option<String>,
     ) -> Result<State, DriverError> {
         let op = self.plan.operation.clone();
-        let namespaces = [
-            self.plan.destination.namespace.as_str(),
-            self.plan.spec.source.namespace.as_str(),
-        ];
-        if !objects::wait_pods_gone(&self.client, &op, &namespaces, POD_GONE_WAIT).await? {
+        let gone = objects::wait_pods_gone_on(&self.sides, &op, self.namespaces(), POD_GONE_WAIT);
+        if !gone.await? {
             return Err(DriverError::Refused(format!(
                 "the mover pods of operation {op} are still there after {}s",
                 POD_GONE_WAIT.as_secs()
@@ -282,17 +279,13 @@ impl Driver {
         // Still ours? (A client that took over must not lose its pods.)
         self.heartbeat().await?;
         let op = self.plan.operation.clone();
-        let namespaces = [
-            self.plan.destination.namespace.as_str(),
-            self.plan.spec.source.namespace.as_str(),
-        ];
         if pass_first(&self.record).is_some() {
             // The cutover removes the Service and the keys when it ends.
-            objects::remove_pods(&self.client, &op, &namespaces).await?;
+            objects::remove_pods_on(&self.sides, &op, self.namespaces()).await?;
             return self.end_pass(phase, message).await;
         }
         let reads = self.plan.source_method.method;
-        objects::cleanup(&self.client, &op, &namespaces, reads).await?;
+        objects::cleanup_on(&self.sides, &op, self.namespaces(), reads).await?;
         let msg = message.clone();
         self.write(|vm| {
             vm.status.phase = phase;

@@ -10,6 +10,7 @@ use kube::api::{Api, LogParams};
 use tokio::sync::Notify;
 
 use super::logs::LogDigest;
+use crate::cluster::Side;
 
 /// Reads a pod's log as it is written, from the start, into a
 /// [`LogDigest`]; wakes the driver on each line. Stops when dropped.
@@ -115,7 +116,7 @@ fn shown_lines(shared: &Mutex<LogDigest>) -> usize {
 /// first, each with its role; `None` for a pod whose log cannot be read
 /// (gone, or not started).
 pub async fn attempt_logs(
-    client: &kube::Client,
+    sides: &crate::cluster::Sides,
     vm: &crate::record::VolumeMigration,
     attempt: &crate::record::Attempt,
     lines: i64,
@@ -125,14 +126,22 @@ pub async fn attempt_logs(
         tail_lines: Some(lines),
         ..LogParams::default()
     };
-    let read = |name: &str, ns: &str| {
-        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let read = |name: &str, side: Side, ns: &str| {
+        let api: Api<Pod> = Api::namespaced(sides.client(side).clone(), ns);
         let (name, params) = (name.to_string(), params.clone());
         async move { api.logs(&name, &params).await.ok() }
     };
     let (receiver, sender) = tokio::join!(
-        read(&attempt.receiver.name, &vm.spec.destination.namespace),
-        read(&attempt.sender.name, &vm.spec.source.namespace),
+        read(
+            &attempt.receiver.name,
+            Side::Destination,
+            &vm.spec.destination.namespace
+        ),
+        read(
+            &attempt.sender.name,
+            Side::Source,
+            &vm.spec.source.namespace
+        ),
     );
     [("receiver", receiver), ("sender", sender)]
 }
@@ -142,7 +151,7 @@ pub async fn attempt_logs(
 /// run, the receiver's newest progress and what it resumed, both logs'
 /// last lines.
 pub async fn look_at_attempt(
-    client: &kube::Client,
+    sides: &crate::cluster::Sides,
     vm: &crate::record::VolumeMigration,
     attempt: &crate::record::Attempt,
 ) -> crate::record::figures::Seen {
@@ -151,7 +160,11 @@ pub async fn look_at_attempt(
         ..LogParams::default()
     };
     let look = |role: &'static str, name: &str, ns: &str| {
-        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let side = match role {
+            "sender" => Side::Source,
+            _ => Side::Destination,
+        };
+        let api: Api<Pod> = Api::namespaced(sides.client(side).clone(), ns);
         let (name, whole) = (name.to_string(), whole.clone());
         async move {
             let pod = api.get_opt(&name).await.ok().flatten();

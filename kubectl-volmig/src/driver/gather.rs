@@ -13,12 +13,19 @@ use kube::Client;
 
 use super::objects::is_ours;
 use super::DriverError;
+use crate::cluster::Sides;
 use crate::plan::security::OpenShift;
-use crate::plan::{Inputs, Plan, SnapshotSupport};
+use crate::plan::{Inputs, Plan, RemoteInputs, SnapshotSupport};
 use crate::snapshots::{self, VolumeSnapshotClass};
 use crate::spec::{MigrationSpec, SecurityMode};
 
 pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, DriverError> {
+    inputs_on(&Sides::one(client.clone()), spec).await
+}
+
+/// What the planner reads, each side from its own cluster.
+pub async fn inputs_on(sides: &Sides, spec: &MigrationSpec) -> Result<Inputs, DriverError> {
+    let client = &sides.source;
     let src_ns = &spec.source.namespace;
     let dest = &spec.destination;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), src_ns);
@@ -27,29 +34,30 @@ pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, Dri
         .await
         .map_err(|e| DriverError::kube(format!("get claim {}", spec.source), e))?;
     let source_volume = volume_of(client, source_claim.as_ref()).await?;
-    let dest_claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &dest.namespace);
+    let there = &sides.destination;
+    let dest_claims: Api<PersistentVolumeClaim> = Api::namespaced(there.clone(), &dest.namespace);
     let destination_claim = dest_claims
         .get_opt(&dest.name)
         .await
         .map_err(|e| DriverError::kube(format!("get claim {}/{}", dest.namespace, dest.name), e))?;
-    let destination_volume = volume_of(client, destination_claim.as_ref()).await?;
-    let classes: Api<StorageClass> = Api::all(client.clone());
+    let destination_volume = volume_of(there, destination_claim.as_ref()).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), src_ns);
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client.clone());
+    let destination_namespaces: Api<Namespace> = Api::all(there.clone());
     let all = ListParams::default();
     let groups = client
         .list_api_groups()
         .await
         .map_err(|e| DriverError::kube("list the API groups", e))?;
+    let baseline = spec.mover.security == SecurityMode::Baseline;
+    let remote = match sides.is_remote() {
+        false => None,
+        true => Some(remote_inputs(there, baseline).await?),
+    };
     Ok(Inputs {
         source_claim,
         source_volume,
-        storage_classes: classes
-            .list(&all)
-            .await
-            .map_err(|e| DriverError::kube("list storage classes", e))?
-            .items,
+        storage_classes: storage_classes(client).await?,
         // volmig's own movers mount the source too; they are not the app.
         pods: pods
             .list(&all)
@@ -59,29 +67,52 @@ pub async fn inputs(client: &Client, spec: &MigrationSpec) -> Result<Inputs, Dri
             .into_iter()
             .filter(|p| !is_ours(p))
             .collect(),
-        destination_namespace: namespaces
+        destination_namespace: destination_namespaces
             .get_opt(&dest.namespace)
             .await
             .map_err(|e| DriverError::kube("get namespace", e))?,
         destination_claim,
         destination_volume,
-        nodes: nodes
-            .list(&all)
-            .await
-            .map_err(|e| DriverError::kube("list nodes", e))?
-            .items,
+        nodes: nodes(client).await?,
         source_namespace: namespaces
             .get_opt(src_ns)
             .await
             .map_err(|e| DriverError::kube("get namespace", e))?,
-        openshift: openshift(
-            client,
-            &groups,
-            spec.mover.security == SecurityMode::Baseline,
-        )
-        .await?,
+        openshift: openshift(client, &groups, baseline).await?,
         snapshots: snapshot_support(client, &groups).await,
+        remote,
     })
+}
+
+/// The destination's cluster, when it is another one.
+async fn remote_inputs(client: &Client, baseline: bool) -> Result<RemoteInputs, DriverError> {
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(|e| DriverError::kube("list the destination cluster's API groups", e))?;
+    Ok(RemoteInputs {
+        storage_classes: storage_classes(client).await?,
+        nodes: nodes(client).await?,
+        openshift: openshift(client, &groups, baseline).await?,
+    })
+}
+
+async fn storage_classes(client: &Client) -> Result<Vec<StorageClass>, DriverError> {
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    Ok(classes
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| DriverError::kube("list storage classes", e))?
+        .items)
+}
+
+async fn nodes(client: &Client) -> Result<Vec<Node>, DriverError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    Ok(nodes
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| DriverError::kube("list nodes", e))?
+        .items)
 }
 
 /// The VolumeSnapshot API, if served, and its classes. Classes that cannot

@@ -88,13 +88,13 @@ impl Driver {
             namespace: self.plan.destination.namespace.clone(),
             name: self.plan.destination.name.clone(),
         };
+        // Each claim's Events in its own cluster.
+        let source = &self.plan.spec.source;
+        self.source_events
+            .post(&[source], severity, reason, message)
+            .await;
         self.events
-            .post(
-                &[&self.plan.spec.source, &destination],
-                severity,
-                reason,
-                message,
-            )
+            .post(&[&destination], severity, reason, message)
             .await;
     }
 }

@@ -13,6 +13,8 @@
 //! - [`follow`], [`logs`]: mover progress and results from pod logs;
 //! - [`judge`]: an attempt's fate from its pods (pure);
 //! - [`objects`]: creating and removing what attempts need;
+//! - `network`: the receiver's Service, and across clusters the network
+//!   path the sender takes to it (issue 23);
 //! - `source_copy`: the snapshot or clone an attempt's sender reads, when
 //!   it does not read the source itself (issue 24);
 //! - [`run`]: the states, the loop and set-up; `attempt`, `ending` and
@@ -31,6 +33,7 @@ pub mod incluster;
 pub mod judge;
 mod lease;
 pub mod logs;
+mod network;
 pub mod objects;
 pub mod rehome;
 pub mod reuse;

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::DriverError;
+use crate::cluster::Sides;
 use crate::names::{self, Component};
 use crate::plan::{ClaimAction, Method, Plan};
 use crate::resources;
@@ -82,10 +83,11 @@ pub async fn ensure_destination(client: &Client, plan: &Plan) -> Result<(), Driv
 }
 
 /// The key Secret in the destination namespace (the receiver's) and, when it
-/// differs, the source namespace (the sender's), both with the same material.
-pub async fn ensure_keys(client: &Client, plan: &Plan) -> Result<(), DriverError> {
+/// differs (or is in another cluster), the source namespace (the sender's),
+/// both with the same material.
+pub async fn ensure_keys(sides: &Sides, plan: &Plan) -> Result<(), DriverError> {
     let name = names::keys_name(&plan.operation);
-    let dest: Api<Secret> = Api::namespaced(client.clone(), &plan.destination.namespace);
+    let dest: Api<Secret> = Api::namespaced(sides.destination.clone(), &plan.destination.namespace);
     let existing = dest
         .get_opt(&name)
         .await
@@ -101,13 +103,33 @@ pub async fn ensure_keys(client: &Client, plan: &Plan) -> Result<(), DriverError
         }
     };
     let source_ns = &plan.spec.source.namespace;
-    if *source_ns != plan.destination.namespace {
-        let src: Api<Secret> = Api::namespaced(client.clone(), source_ns);
+    if *source_ns != plan.destination.namespace || sides.is_remote() {
+        let src: Api<Secret> = Api::namespaced(sides.source.clone(), source_ns);
         let data = secret.data.unwrap_or_default();
         let files: Vec<(&str, &[u8])> = data.iter().map(|(k, v)| (k.as_str(), &v.0[..])).collect();
         let copy = resources::keys_secret(plan, source_ns, &files);
         create_or_get(&src, &copy).await?;
     }
+    Ok(())
+}
+
+/// Across clusters, the source namespace's pointer to the record.
+pub async fn ensure_pointer(sides: &Sides, plan: &Plan) -> Result<(), DriverError> {
+    let Some(pointer) = resources::record_pointer(plan) else {
+        return Ok(());
+    };
+    let api: Api<ConfigMap> = Api::namespaced(sides.source.clone(), &plan.spec.source.namespace);
+    create_or_get(&api, &pointer).await.map(|_| ())
+}
+
+/// Removes the pointer [`ensure_pointer`] made, if there is one.
+pub async fn remove_pointer(sides: &Sides, op: &str, source_ns: &str) -> Result<(), DriverError> {
+    if !sides.is_remote() {
+        return Ok(());
+    }
+    let api: Api<ConfigMap> = Api::namespaced(sides.source.clone(), source_ns);
+    let name = names::pointer_name(op);
+    delete_if_there(&api, &name, &DeleteParams::default(), "configmap").await?;
     Ok(())
 }
 
@@ -210,6 +232,54 @@ pub async fn cleanup(
     reads: Method,
 ) -> Result<Removed, DriverError> {
     remove(client, op, namespaces, Some(reads)).await
+}
+
+/// [`cleanup`] in each cluster of `sides`, in the operation's namespaces
+/// there.
+pub async fn cleanup_on(
+    sides: &Sides,
+    op: &str,
+    (source_ns, destination_ns): (&str, &str),
+    reads: Method,
+) -> Result<Removed, DriverError> {
+    let mut removed = Removed::default();
+    for (client, namespaces) in sides.scopes(source_ns, destination_ns) {
+        let here = cleanup(client, op, &namespaces, reads).await?;
+        removed.pods += here.pods;
+        removed.services += here.services;
+        removed.secrets += here.secrets;
+        removed.copies += here.copies;
+    }
+    Ok(removed)
+}
+
+/// [`remove_pods`] in each cluster of `sides`.
+pub async fn remove_pods_on(
+    sides: &Sides,
+    op: &str,
+    (source_ns, destination_ns): (&str, &str),
+) -> Result<(), DriverError> {
+    for (client, namespaces) in sides.scopes(source_ns, destination_ns) {
+        remove_pods(client, op, &namespaces).await?;
+    }
+    Ok(())
+}
+
+/// [`wait_pods_gone`] in each cluster of `sides`, `wait` in all.
+pub async fn wait_pods_gone_on(
+    sides: &Sides,
+    op: &str,
+    (source_ns, destination_ns): (&str, &str),
+    wait: Duration,
+) -> Result<bool, DriverError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    for (client, namespaces) in sides.scopes(source_ns, destination_ns) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !wait_pods_gone(client, op, &namespaces, left).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Deletes the destination claims `vm` gave up for fresh ones (issue 20),

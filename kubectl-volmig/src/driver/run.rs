@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
+use crate::cluster::{Side, Sides};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use kube::Client;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
@@ -156,10 +156,12 @@ pub(super) struct Live {
 
 /// Drives one operation.
 pub struct Driver {
-    pub(super) client: Client,
+    pub(super) sides: Sides,
     pub(super) plan: Plan,
     pub(super) store: RecordStore,
+    /// Events on the destination claim, and on the source claim.
     pub(super) events: Recorder,
+    pub(super) source_events: Recorder,
     pub(super) watch: PodWatch,
     pub(super) receiver_pods: Api<Pod>,
     pub(super) sender_pods: Api<Pod>,
@@ -180,7 +182,7 @@ pub struct Driver {
 impl Driver {
     /// A driver for the operation `record` describes.
     pub fn new(
-        client: Client,
+        sides: Sides,
         plan: Plan,
         record: VolumeMigration,
         options: DriverOptions,
@@ -190,12 +192,13 @@ impl Driver {
         let src_ns = plan.spec.source.namespace.clone();
         let failures = figures::failures(&record.status.attempts, budget_from(&record));
         Driver {
-            store: RecordStore::new(client.clone(), &dest_ns),
-            events: Recorder::new(client.clone(), &plan.operation),
-            watch: PodWatch::start(&client, &plan.operation, &[&dest_ns, &src_ns]),
-            receiver_pods: Api::namespaced(client.clone(), &dest_ns),
-            sender_pods: Api::namespaced(client.clone(), &src_ns),
-            client,
+            store: RecordStore::new(sides.destination.clone(), &dest_ns),
+            events: Recorder::new(sides.destination.clone(), &plan.operation),
+            source_events: Recorder::new(sides.source.clone(), &plan.operation),
+            watch: PodWatch::start(&sides, &plan.operation, (&src_ns, &dest_ns)),
+            receiver_pods: Api::namespaced(sides.destination.clone(), &dest_ns),
+            sender_pods: Api::namespaced(sides.source.clone(), &src_ns),
+            sides,
             plan,
             updates,
             options,
@@ -207,6 +210,14 @@ impl Driver {
             outcome: None,
             holds_lease: false,
         }
+    }
+
+    /// The source's namespace and the destination's.
+    pub(super) fn namespaces(&self) -> (&str, &str) {
+        (
+            self.plan.spec.source.namespace.as_str(),
+            self.plan.destination.namespace.as_str(),
+        )
     }
 
     /// Runs until the operation ends or is aborted.
@@ -226,12 +237,8 @@ impl Driver {
                 Err(DriverError::Aborted) => {
                     // abort removed the pods it saw; one created since goes now.
                     self.live = None;
-                    let namespaces = [
-                        self.plan.destination.namespace.as_str(),
-                        self.plan.spec.source.namespace.as_str(),
-                    ];
                     let (op, reads) = (&self.plan.operation, self.plan.source_method.method);
-                    objects::cleanup(&self.client, op, &namespaces, reads).await?;
+                    objects::cleanup_on(&self.sides, op, self.namespaces(), reads).await?;
                     let record = self.store.get(&self.plan.operation).await?;
                     return Ok(Outcome::Finished(Box::new(record)));
                 }
@@ -290,9 +297,10 @@ impl Driver {
     }
 
     async fn setup(&mut self) -> Result<State, DriverError> {
-        objects::ensure_destination(&self.client, &self.plan).await?;
-        objects::ensure_keys(&self.client, &self.plan).await?;
-        self.receiver_address = objects::ensure_service(&self.client, &self.plan).await?;
+        objects::ensure_destination(&self.sides.destination, &self.plan).await?;
+        objects::ensure_keys(&self.sides, &self.plan).await?;
+        objects::ensure_pointer(&self.sides, &self.plan).await?;
+        self.receiver_address = self.expose().await?;
         let first = self.record.status.attempts.is_empty();
         self.write(|vm| {
             vm.status.phase = Phase::Running;
@@ -359,7 +367,8 @@ impl Driver {
         }
         if self.plan.source_method.method.reads_copy() {
             let ns = &self.plan.spec.source.namespace;
-            objects::remove_source_copies(&self.client, &self.plan.operation, ns, keep).await?;
+            let client = &self.sides.source;
+            objects::remove_source_copies(client, &self.plan.operation, ns, keep).await?;
         }
         Ok(())
     }
@@ -395,12 +404,8 @@ impl Driver {
             });
         }
         // A previous driver left this attempt: adopt its pods.
-        let receiver = self
-            .watch
-            .get(&self.plan.destination.namespace, &last.receiver.name);
-        let sender = self
-            .watch
-            .get(&self.plan.spec.source.namespace, &last.sender.name);
+        let receiver = self.watch.get(Side::Destination, &last.receiver.name);
+        let sender = self.watch.get(Side::Source, &last.sender.name);
         // Its copy was being made: the receiver comes after it.
         let preparing = last.phase == AttemptPhase::Starting && last.source.is_some();
         if receiver.is_none() && preparing {

@@ -72,13 +72,18 @@ impl Driver {
         let namespace = self.plan.spec.source.namespace.clone();
         let mut restore_size = copy.restore_size.clone();
         if let Some(snapshot_name) = &copy.snapshot {
-            let api: Api<VolumeSnapshot> = Api::namespaced(self.client.clone(), &namespace);
+            let api: Api<VolumeSnapshot> = Api::namespaced(self.sides.source.clone(), &namespace);
             let wanted = resources::source_snapshot(&self.plan, number);
             let snapshot = objects::get_or_create(&api, &wanted).await?;
             if !snapshot.ready() {
                 let error = snapshot.error().map(str::to_string);
-                let events =
-                    latest_warning(&self.client, &namespace, "VolumeSnapshot", snapshot_name).await;
+                let events = latest_warning(
+                    &self.sides.source,
+                    &namespace,
+                    "VolumeSnapshot",
+                    snapshot_name,
+                )
+                .await;
                 return self
                     .wait_for_copy(
                         number,
@@ -100,7 +105,8 @@ impl Driver {
                 .await?;
             }
         }
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.sides.source.clone(), &namespace);
         let wanted = resources::read_claim(&self.plan, number, restore_size.as_deref());
         let claim = objects::get_or_create(&claims, &wanted).await?;
         match self.claim_readiness(&claim).await? {
@@ -151,7 +157,7 @@ impl Driver {
             .as_ref()
             .and_then(|s| s.storage_class_name.clone())
         {
-            let classes: Api<StorageClass> = Api::all(self.client.clone());
+            let classes: Api<StorageClass> = Api::all(self.sides.source.clone());
             let found = classes
                 .get_opt(&class)
                 .await
@@ -163,7 +169,8 @@ impl Driver {
         }
         let name = claim.metadata.name.as_deref().unwrap_or_default();
         let namespace = &self.plan.spec.source.namespace;
-        let warning = latest_warning(&self.client, namespace, "PersistentVolumeClaim", name).await;
+        let warning =
+            latest_warning(&self.sides.source, namespace, "PersistentVolumeClaim", name).await;
         Ok(match warning {
             Some(w) if w.contains(NO_CLONE) => Readiness::Refused(w),
             other => Readiness::Waiting(other),
@@ -234,7 +241,7 @@ impl Driver {
         let Some(copy) = attempt.and_then(|a| a.source.as_ref()) else {
             return Ok(());
         };
-        release(&self.client, &self.plan.spec.source.namespace, copy).await
+        release(&self.sides.source, &self.plan.spec.source.namespace, copy).await
     }
 }
 

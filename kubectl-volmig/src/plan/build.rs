@@ -31,7 +31,8 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
     check_values(spec)?;
     let requested_size = requested_size(spec)?;
     let (src, dst) = (&spec.source, &spec.destination);
-    if src.namespace == dst.namespace && src.name == dst.name {
+    // In another cluster, the claim may keep its name and namespace.
+    if src.namespace == dst.namespace && src.name == dst.name && inputs.remote.is_none() {
         return Err(Refusal::SameClaim {
             namespace: src.namespace.clone(),
             name: src.name.clone(),
@@ -57,14 +58,14 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
     }
     if let Some(node) = &dst.node {
         let found = inputs
-            .nodes
+            .destination_nodes()
             .iter()
             .find(|n| n.metadata.name.as_deref() == Some(node.as_str()));
         if let Some(found) = found {
             check_target_node(spec, found, inputs)?;
         } else {
             let mut available: Vec<String> = inputs
-                .nodes
+                .destination_nodes()
                 .iter()
                 .filter_map(|n| n.metadata.name.clone())
                 .collect();
@@ -111,7 +112,7 @@ pub fn plan(spec: &MigrationSpec, operation: &str, inputs: &Inputs) -> Result<Pl
                 dst,
                 destination_claim,
                 destination_volume,
-                &inputs.nodes,
+                inputs.destination_nodes(),
             ),
         },
         source,
@@ -174,7 +175,7 @@ fn movers_security(spec: &MigrationSpec, inputs: &Inputs) -> Result<MoverSecurit
         source_ns,
         destination_ns,
         &inputs.pods,
-        inputs.openshift,
+        inputs.openshift(),
         spec.mover.run_as,
     )
 }

@@ -70,6 +70,45 @@ pub struct Inputs {
     pub openshift: Option<security::OpenShift>,
     /// The VolumeSnapshot API and its classes, as served.
     pub snapshots: SnapshotSupport,
+    /// The destination's cluster, when it is another one (`--to-context`);
+    /// the fields above are then the source cluster's, but the destination
+    /// namespace, claim and volume.
+    pub remote: Option<RemoteInputs>,
+}
+
+/// What the planner reads of a destination in another cluster.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteInputs {
+    /// Every storage class of the destination's cluster.
+    pub storage_classes: Vec<StorageClass>,
+    /// Every node of the destination's cluster.
+    pub nodes: Vec<Node>,
+    /// Set when the destination's cluster is OpenShift.
+    pub openshift: Option<security::OpenShift>,
+}
+
+impl Inputs {
+    /// The storage classes the destination claim may be of.
+    pub fn destination_classes(&self) -> &[StorageClass] {
+        match &self.remote {
+            Some(r) => &r.storage_classes,
+            None => &self.storage_classes,
+        }
+    }
+
+    /// The nodes the receiver may run on.
+    pub fn destination_nodes(&self) -> &[Node] {
+        match &self.remote {
+            Some(r) => &r.nodes,
+            None => &self.nodes,
+        }
+    }
+
+    /// OpenShift on either side: its SCCs admit the movers there.
+    pub fn openshift(&self) -> Option<security::OpenShift> {
+        let remote = self.remote.as_ref().and_then(|r| r.openshift);
+        self.openshift.or(remote)
+    }
 }
 
 /// A migration that can run: the spec with every choice made.

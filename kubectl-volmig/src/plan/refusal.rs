@@ -96,6 +96,15 @@ pub enum Refusal {
     )]
     CutoverAcrossNamespaces { namespace: String, to: String },
 
+    /// `--cutover` stops the app and starts it on the new volume; volmig
+    /// cannot start an app in another cluster.
+    #[error(
+        "--cutover cannot move an app into another cluster (--to-context {context}): volmig \
+         would stop it here and has nothing to start it with there. Copy without --cutover, \
+         then stop the app and run the final round yourself: kubectl volmig sync OP --final"
+    )]
+    CutoverAcrossClusters { context: String },
+
     /// `--security baseline` where a mover's namespace enforces
     /// `restricted`: the API server would refuse the pods.
     #[error(

@@ -6,6 +6,7 @@
 //! - [`block`]: Block claims, never converted or shrunk;
 //! - [`refusals`]: every reason a migration cannot work, and the message;
 //! - [`choices`]: the destination's defaults, and when a claim is reused;
+//! - [`clusters`]: a destination in another cluster (`--to-context`);
 //! - [`nodes`]: node moves (`--to-node`): the class, the refusals;
 //! - [`placing`]: where the sender and the receiver run;
 //! - [`quantities`]: Kubernetes quantities to bytes and back;
@@ -17,6 +18,7 @@
 
 mod block;
 mod choices;
+mod clusters;
 mod many;
 mod nodes;
 mod placing;
@@ -114,6 +116,7 @@ impl Cluster {
                 .cloned(),
             openshift: None,
             snapshots: self.snapshots.clone(),
+            remote: None,
         }
     }
 

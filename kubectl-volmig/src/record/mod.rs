@@ -15,6 +15,7 @@ pub mod configmap;
 pub mod cutover;
 pub mod figures;
 pub mod group;
+pub mod network;
 pub mod print;
 pub mod rehome;
 pub mod store;
@@ -223,6 +224,9 @@ pub struct MigrationStatus {
     /// since its own state directory goes with its pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_checkpoint: Option<BlockCheckpoint>,
+    /// Into another cluster: how the sender reaches the receiver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<network::NetworkStatus>,
 }
 
 /// A Block copy's checkpoint, carried between receivers.

@@ -8,6 +8,8 @@
 //! - [`source_copy`]: the snapshot of the source and the claim restored or
 //!   cloned from it, when the sender reads a copy;
 //! - [`pods`]: the receiver and sender pods of one attempt;
+//! - `pointer`: where a cross-cluster operation's record is, in the
+//!   source namespace;
 //! - [`access`]: what the driver asks of the API server, as one list, and
 //!   the in-cluster driver's Role and ClusterRole derived from it;
 //! - [`driver`]: the in-cluster driver's Job, ServiceAccount and bindings.
@@ -20,6 +22,7 @@ mod claim;
 pub mod driver;
 mod keys;
 mod pods;
+mod pointer;
 mod service;
 mod source_copy;
 #[cfg(test)]
@@ -31,7 +34,8 @@ pub use pods::{
     inspect_pod, receiver_pod, seed_checkpoint, sender_pod, source_beside, wipe_first, CONTAINER,
     DEVICE_PATH, PLACEMENT_REASON_ANNOTATION,
 };
-pub use service::service;
+pub use pointer::{read_pointer, record_pointer, RecordLocation};
+pub use service::{exposed_service, service};
 pub use source_copy::{read_claim, source_snapshot};
 
 use std::collections::BTreeMap;

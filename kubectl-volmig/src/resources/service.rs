@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::{metadata, string_map};
 use crate::names::{self, Component};
 use crate::plan::Plan;
+use crate::spec::NetworkPath;
 
 /// The name of the mover's port, in the receiver pod and on the Service.
 pub(super) const PORT_NAME: &str = "mover";
@@ -40,4 +41,15 @@ pub fn service(plan: &Plan) -> Service {
         }),
         ..Service::default()
     }
+}
+
+/// The receiver's Service as network `path` exposes it to a sender in
+/// another cluster: a `LoadBalancer`, a `NodePort`, or (the tunnel dials
+/// the pods) a `ClusterIP` as in one cluster.
+pub fn exposed_service(plan: &Plan, path: NetworkPath) -> Service {
+    let mut service = service(plan);
+    if let Some(spec) = service.spec.as_mut() {
+        spec.type_ = Some(path.service_type().to_string());
+    }
+    service
 }

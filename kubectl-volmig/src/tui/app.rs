@@ -10,6 +10,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use super::feed;
 use super::model::{Command, Model, Msg, Scope};
 use super::view;
+use crate::cluster::Sides;
 use crate::driver::abort::abort;
 use crate::record::store::RecordStore;
 use kube::Client;
@@ -118,7 +119,7 @@ fn run_command(client: &Client, command: Command, tx: &UnboundedSender<Msg>) {
         Command::Abort { namespace, op } => {
             tokio::spawn(async move {
                 let who = WHO.get().cloned().unwrap_or_else(crate::names::holder);
-                let notice = match abort(&client, &namespace, &op, &who).await {
+                let notice = match abort(&Sides::one(client.clone()), &namespace, &op, &who).await {
                     Ok(vm) if vm.rolling_back() => {
                         format!("{op} rolls back (the app was stopped); r drives it if no one does")
                     }

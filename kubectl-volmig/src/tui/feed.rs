@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::model::{Msg, Scope};
+use crate::cluster::Sides;
 use crate::driver::follow::{attempt_logs, Follower};
 use crate::names::{self, Component};
 use crate::record::{configmap, Attempt, AttemptPhase, VolumeMigration};
@@ -350,7 +351,7 @@ pub async fn full_logs(client: &Client, vm: &VolumeMigration) -> Vec<String> {
         return Vec::new();
     };
     let mut lines = Vec::new();
-    for (role, text) in attempt_logs(client, vm, attempt, 500).await {
+    for (role, text) in attempt_logs(&Sides::one(client.clone()), vm, attempt, 500).await {
         match text {
             Some(text) => lines.extend(
                 text.lines()

@@ -49,6 +49,7 @@ use super::group::gate::{Gate, Pos, Verdict};
 use super::lease::LeaseHolder;
 use super::run::API_OUTAGE;
 use super::{Driver, DriverError, DriverOptions, Outcome, Update};
+use crate::cluster::Sides;
 use crate::events::{Recorder, Severity};
 use crate::plan::Plan;
 use crate::record::cutover::{CutoverStatus, Pass, PassKind, Step};
@@ -306,7 +307,7 @@ impl Cutover {
         }
         let options = self.options.clone();
         let driver = Driver::new(
-            self.client.clone(),
+            Sides::one(self.client.clone()),
             plan,
             self.record.clone(),
             options,

@@ -27,6 +27,7 @@ use super::cutover::request::{request_rollback, RollbackFlags};
 use super::lease::LeaseHolder;
 use super::run::API_OUTAGE;
 use super::{release_lease, Cutover, Driver, DriverError, DriverOptions, Outcome, Update};
+use crate::cluster::Sides;
 use crate::record::cutover::Step;
 use crate::record::group::{GroupView, Member, MigrationGroup};
 use crate::record::store::{group_view, GroupStore, RecordStore};
@@ -450,7 +451,11 @@ impl GroupDriver {
                         }
                         result
                     }
-                    None => Driver::new(client, plan, vm, options, tx).run().await,
+                    None => {
+                        Driver::new(Sides::one(client), plan, vm, options, tx)
+                            .run()
+                            .await
+                    }
                 }
             };
             let (result, ()) = tokio::join!(run, forward);

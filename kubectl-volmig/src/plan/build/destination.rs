@@ -30,7 +30,7 @@ pub(super) fn create(
     inputs: &Inputs,
 ) -> Result<DestinationClaim, Refusal> {
     let dst = &spec.destination;
-    let storage_class = storage_class(spec, source, &inputs.storage_classes)?;
+    let storage_class = storage_class(spec, source, inputs.destination_classes())?;
     let (size, size_bytes) = match requested_size {
         Some((size, bytes)) if bytes < source.capacity_bytes && source.volume_mode.is_block() => {
             return Err(Refusal::BlockShrink {
@@ -170,11 +170,11 @@ pub(super) fn reuse(
         .as_ref()
         .and_then(placement::required_affinity);
     if let (Some(node), Some(pin)) = (&dst.node, pin) {
-        if !pin.admits(&placement::hostname(node, &inputs.nodes)) {
+        if !pin.admits(&placement::hostname(node, inputs.destination_nodes())) {
             return Err(Refusal::DestinationPinnedElsewhere {
                 namespace,
                 name,
-                pinned_to: pin.nodes(&inputs.nodes),
+                pinned_to: pin.nodes(inputs.destination_nodes()),
                 node: node.clone(),
             });
         }

@@ -81,6 +81,16 @@ pub fn describe(vm: &VolumeMigration, now: Timestamp) -> String {
             out.field(1, "Current", current);
         }
     }
+    if let Some(clusters) = &vm.spec.clusters {
+        out.heading(0, "Clusters");
+        out.field(1, "Source", clusters.source.to_string());
+        out.field(1, "Destination", clusters.destination.to_string());
+        let network = match &status.network {
+            Some(net) => net.summary(),
+            None => format!("{} (not chosen yet)", clusters.network.as_str()),
+        };
+        out.field(1, "Network", network);
+    }
     if let Some(placement) = &status.placement {
         out.heading(0, "Placement");
         out.field(1, "Sender", node_placement(&placement.sender));

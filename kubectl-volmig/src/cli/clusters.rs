@@ -1,0 +1,125 @@
+//! Operations across clusters (`migrate --to-context`), from the command
+//! line: reaching the destination's cluster, the source's cluster of a
+//! record that names one, and a record from the source's context.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+
+use super::args::{Command, MigrateOptions};
+use super::CliError;
+use crate::cluster::{self, Cluster, ClusterArgs, Sides};
+use crate::names;
+use crate::resources;
+use crate::spec::{ClusterRef, Clusters, MigrationSpec};
+
+/// The destination's cluster of `migrate --to-context`, in `namespace`;
+/// `None` without the flag.
+pub async fn destination(
+    source: &Cluster,
+    args: &MigrateOptions,
+    namespace: &str,
+) -> Result<Option<Cluster>, CliError> {
+    let Some(context) = &args.to_context else {
+        return Ok(None);
+    };
+    let there = cluster::connect(&ClusterArgs {
+        kubeconfig: args.to_kubeconfig.clone().or(source.kubeconfig.clone()),
+        context: Some(context.clone()),
+        namespace: Some(namespace.to_string()),
+    })
+    .await?;
+    if there.server == source.server {
+        return Err(CliError::Usage(format!(
+            "--to-context {context} is the source's cluster ({}): leave --to-context out to \
+             copy within one cluster",
+            source.server
+        )));
+    }
+    Ok(Some(there))
+}
+
+/// The two clusters as the record names them.
+pub fn clusters(
+    source: &Cluster,
+    destination: &Cluster,
+    args: &MigrateOptions,
+) -> Result<Clusters, CliError> {
+    let no_context = || {
+        CliError::Usage(
+            "--to-context needs both clusters from kubeconfig contexts, so that other clients \
+             find them again (not the in-cluster service account)"
+                .into(),
+        )
+    };
+    Ok(Clusters {
+        source: source.reference().ok_or_else(no_context)?,
+        destination: destination.reference().ok_or_else(no_context)?,
+        network: args.network,
+    })
+}
+
+/// The clients of an operation whose record is in `cluster`: that one
+/// twice, or across clusters the source's too, reached by the context the
+/// record names (in the kubeconfig it names, else in this client's).
+pub async fn sides(cluster: &Cluster, spec: &MigrationSpec) -> Result<Sides, CliError> {
+    let Some(clusters) = &spec.clusters else {
+        return Ok(Sides::one(cluster.client.clone()));
+    };
+    let source = connect(cluster, &clusters.source, &spec.source.namespace).await?;
+    Ok(Sides::two(source.client, cluster.client.clone()))
+}
+
+/// Connects to `to`, with this client's kubeconfig when the record names
+/// none.
+async fn connect(here: &Cluster, to: &ClusterRef, namespace: &str) -> Result<Cluster, CliError> {
+    let mut to = to.clone();
+    if to.kubeconfig.is_none() {
+        to.kubeconfig = here.kubeconfig.as_ref().map(|p| p.display().to_string());
+    }
+    cluster::connect_to(&to, namespace).await.map_err(|e| {
+        CliError::Usage(format!(
+            "cannot reach the operation's other cluster, {to}: {e} (the record names it by its \
+             kubeconfig context)"
+        ))
+    })
+}
+
+/// The operation a command names, if it names one.
+pub fn operation_of(command: &Command) -> Option<&str> {
+    match command {
+        Command::Status(a) => a.operation.as_deref(),
+        Command::Logs(a) => Some(&a.operation),
+        Command::Resume(a) => Some(&a.operation),
+        Command::Abort(a) => Some(&a.operation),
+        Command::Cleanup(a) => Some(&a.operation),
+        Command::Monitor(a) => a.operation.as_deref(),
+        _ => None,
+    }
+}
+
+/// The cluster with `op`'s record: `cluster` itself, or, given the source's
+/// context of a cross-cluster operation, the destination's, where its
+/// pointer says.
+pub async fn with_record(cluster: Cluster, op: &str) -> Result<Cluster, CliError> {
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let record = maps
+        .get_metadata_opt(&names::record_name(op))
+        .await
+        .map_err(|e| CliError::kube(format!("get the record of {op}"), e))?;
+    if record.is_some() {
+        return Ok(cluster);
+    }
+    let pointer = maps
+        .get_opt(&names::pointer_name(op))
+        .await
+        .map_err(|e| CliError::kube(format!("get the record pointer of {op}"), e))?;
+    let Some(location) = pointer.as_ref().and_then(resources::read_pointer) else {
+        return Ok(cluster);
+    };
+    tracing::info!(
+        "operation {op}'s record is in {}, namespace {}",
+        location.cluster,
+        location.namespace
+    );
+    connect(&cluster, &location.cluster, &location.namespace).await
+}

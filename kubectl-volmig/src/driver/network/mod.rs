@@ -1,0 +1,187 @@
+//! The way from the sender to the receiver.
+//!
+//! In one cluster it is the receiver's ClusterIP Service. Into another
+//! (`--to-context`) it is the path `--network` asks for: the Service made a
+//! `LoadBalancer` (its address, once the cloud gives one) or a `NodePort`
+//! (a destination node's address); `auto` tries them in that order. Each
+//! path is written in the record before its Service is changed, and each
+//! one given up is recorded with why, so a driver stopped while it waits
+//! tries the same path again and `status` says what was tried.
+//!
+//! - [`address`]: the addresses, read off the Service and the nodes (pure).
+
+pub mod address;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use tokio::time::Instant;
+
+use self::address::Ingress;
+use super::objects;
+use super::run::{Driver, RECORD_EVERY};
+use super::DriverError;
+use crate::names;
+use crate::record::network::NetworkStatus;
+use crate::resources;
+use crate::spec::{NetworkMode, NetworkPath};
+
+/// How often a Service is looked at while it waits for its address.
+const POLL: Duration = Duration::from_secs(1);
+
+impl Driver {
+    /// The receiver's Service, exposed as the operation's network path
+    /// needs; returns where senders connect (`IP:PORT`).
+    pub(super) async fn expose(&mut self) -> Result<String, DriverError> {
+        let client = self.sides.destination.clone();
+        let Some(clusters) = self.plan.spec.clusters.clone() else {
+            return objects::ensure_service(&client, &self.plan).await;
+        };
+        let mode = clusters.network;
+        let mut net = self.record.status.network.clone().unwrap_or_default();
+        loop {
+            let Some(path) = address::next_path(mode, &net) else {
+                return Err(DriverError::Refused(no_path(mode, &net)));
+            };
+            if net.path != Some(path) {
+                net.path = Some(path);
+                self.record_network(&net).await?;
+            }
+            match self.try_path(path).await? {
+                Ok((address, reason)) => {
+                    let changed = net.address.as_deref() != Some(address.as_str());
+                    net.address = Some(address.clone());
+                    net.reason = reason;
+                    if changed {
+                        self.record_network(&net).await?;
+                    }
+                    return Ok(address);
+                }
+                Err(why) => {
+                    tracing::info!("network path {path}: {why}");
+                    net.give_up(path, why);
+                    self.record_network(&net).await?;
+                }
+            }
+        }
+    }
+
+    async fn record_network(&mut self, net: &NetworkStatus) -> Result<(), DriverError> {
+        self.write(|vm| vm.status.network = Some(net.clone()))
+            .await?;
+        Ok(())
+    }
+
+    /// Exposes the receiver on `path`: `Ok((address, why this path))`, or
+    /// `Err(why not)` when the path does not work here.
+    async fn try_path(
+        &mut self,
+        path: NetworkPath,
+    ) -> Result<Result<(String, String), String>, DriverError> {
+        let service = self.typed_service(path).await?;
+        match path {
+            NetworkPath::LoadBalancer => self.load_balancer(service).await,
+            NetworkPath::NodePort => {
+                let nodes: Api<Node> = Api::all(self.sides.destination.clone());
+                let nodes = nodes
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| DriverError::kube("list the destination's nodes", e))?
+                    .items;
+                Ok(address::node_port_address(&service, &nodes)
+                    .map(|a| (a, "a node port of the destination's nodes".to_string())))
+            }
+            NetworkPath::Tunnel => Ok(Err(
+                "this version of kubectl volmig has no tunnel yet".to_string()
+            )),
+        }
+    }
+
+    /// The receiver's Service, of the type `path` needs (changed in
+    /// place when an earlier path made it another).
+    async fn typed_service(&self, path: NetworkPath) -> Result<Service, DriverError> {
+        let api: Api<Service> = Api::namespaced(
+            self.sides.destination.clone(),
+            &self.plan.destination.namespace,
+        );
+        let wanted = resources::exposed_service(&self.plan, path);
+        let found = objects::create_or_get(&api, &wanted).await?;
+        let kind = path.service_type();
+        if found.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some(kind) {
+            return Ok(found);
+        }
+        let name = names::service_name(&self.plan.operation);
+        let patch = serde_json::json!({"spec": {"type": kind}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| DriverError::kube(format!("make Service {name} a {kind}"), e))
+    }
+
+    /// Waits for the load balancer's address, up to `--start-timeout`.
+    async fn load_balancer(
+        &mut self,
+        mut service: Service,
+    ) -> Result<Result<(String, String), String>, DriverError> {
+        let api: Api<Service> = Api::namespaced(
+            self.sides.destination.clone(),
+            &self.plan.destination.namespace,
+        );
+        let name = names::service_name(&self.plan.operation);
+        let wait = self.options.start_timeout;
+        let deadline = Instant::now() + wait;
+        let mut beat = Instant::now();
+        loop {
+            match address::load_balancer_ingress(&service) {
+                Some(Ingress::Ip(ip)) => {
+                    let at = address::join(&ip, names::MOVER_PORT);
+                    return Ok(Ok((at, "the load balancer's address".to_string())));
+                }
+                Some(Ingress::Hostname(host)) => {
+                    return Ok(match crate::cluster::resolve::lookup(&host).await {
+                        Ok(ip) => {
+                            let at = address::join(&ip.to_string(), names::MOVER_PORT);
+                            Ok((at, format!("the load balancer's name {host}")))
+                        }
+                        Err(e) => Err(format!("its name {host} does not resolve: {e}")),
+                    });
+                }
+                None if Instant::now() >= deadline => {
+                    return Ok(Err(format!(
+                        "Service {name} got no load-balancer address in {}s (--start-timeout); \
+                         the destination cluster may have no load-balancer controller",
+                        wait.as_secs()
+                    )));
+                }
+                None => {}
+            }
+            if beat.elapsed() >= RECORD_EVERY {
+                self.heartbeat().await?;
+                beat = Instant::now();
+            }
+            tokio::time::sleep(POLL).await;
+            service = api
+                .get(&name)
+                .await
+                .map_err(|e| DriverError::kube(format!("get Service {name}"), e))?;
+        }
+    }
+}
+
+/// Why no path is left, with what each one said.
+fn no_path(mode: NetworkMode, net: &NetworkStatus) -> String {
+    let tried: Vec<String> = net
+        .tried
+        .iter()
+        .map(|t| format!("{}: {}", t.path, t.why))
+        .collect();
+    let hint = match mode {
+        NetworkMode::Auto => "",
+        _ => "; --network auto tries every path",
+    };
+    format!(
+        "no network path from the sender to the receiver works (--network {}): {}{hint}",
+        mode.as_str(),
+        tried.join("; ")
+    )
+}

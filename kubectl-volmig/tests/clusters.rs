@@ -1,0 +1,256 @@
+//! Copies into another cluster (`migrate --to-context`, issue 23), on two
+//! sandboxes side by side: the sender in the source's cluster, the receiver,
+//! the destination claim and the record in the destination's, over each
+//! network path.
+
+mod common;
+
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams};
+use kube::Client;
+use kube_sandbox::SandboxConfig;
+use volmig::record::{Phase, VolumeMigration};
+use volmig::spec::NetworkPath;
+
+/// Two clusters, `src` and `dst`, in one kubeconfig with a context each
+/// (`src` current).
+struct Pair {
+    src: common::Env,
+    dst: common::Env,
+    kubeconfig: PathBuf,
+}
+
+impl Pair {
+    async fn start(load_balancers: bool) -> Pair {
+        let src = common::env_configured(SandboxConfig {
+            name: "src".into(),
+            ..SandboxConfig::default()
+        })
+        .await;
+        let dst = common::env_configured(SandboxConfig {
+            name: "dst".into(),
+            load_balancers,
+            ..SandboxConfig::default()
+        })
+        .await;
+        let kubeconfig = src.sandbox().data_dir().join("two-clusters");
+        kube_sandbox::testkit::merged_kubeconfig(
+            &[(src.sandbox(), "src"), (dst.sandbox(), "dst")],
+            &kubeconfig,
+        )
+        .expect("merged kubeconfig");
+        Pair {
+            src,
+            dst,
+            kubeconfig,
+        }
+    }
+
+    /// The plugin with the merged kubeconfig, in the source's context
+    /// unless `args` name another.
+    async fn volmig(&self, args: &[&str]) -> common::Run {
+        let mut with_context = vec!["--context", "src"];
+        if args.contains(&"--context") {
+            with_context.clear();
+        }
+        with_context.extend_from_slice(args);
+        common::volmig_as(&self.src, &self.kubeconfig, &[], &with_context).await
+    }
+
+    /// A source claim `data` seeded with files; its manifest.
+    async fn seeded_source(&self) -> std::collections::BTreeMap<String, String> {
+        let client = self.src.client().await;
+        common::claim(&client, "default", "data", "ReadWriteOnce", "1Gi").await;
+        let dir = common::volume_dir(&client, "default", "data").await;
+        common::seed(&dir, 40, 64 * 1024);
+        common::manifest(&dir)
+    }
+
+    /// The manifest of `claim` in the destination's cluster.
+    async fn destination_manifest(
+        &self,
+        claim: &str,
+    ) -> std::collections::BTreeMap<String, String> {
+        let client = self.dst.client().await;
+        common::manifest(&common::volume_dir(&client, "default", claim).await)
+    }
+}
+
+/// The ConfigMaps volmig made in `client`'s `default` namespace.
+async fn config_maps(client: &Client) -> Vec<String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=kubectl-volmig");
+    let list = api.list(&lp).await.expect("list configmaps");
+    list.items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect()
+}
+
+fn migrate_args<'a>(network: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "migrate",
+        "data",
+        "--to-context",
+        "dst",
+        "--network",
+        network,
+        "--mover-image",
+        common::MOVER_IMAGE,
+        "-o",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn copies_into_another_cluster_through_a_load_balancer() {
+    let pair = Pair::start(true).await;
+    let want = pair.seeded_source().await;
+    let run = pair.volmig(&migrate_args("loadbalancer", &[])).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let vm = run.operation();
+    assert_eq!(vm.status.phase, Phase::Succeeded);
+    // The claim keeps its name in the other cluster, and its data.
+    assert_eq!(vm.spec.destination.name, "data");
+    assert_eq!(pair.destination_manifest("data").await, want);
+
+    let net = vm
+        .status
+        .network
+        .clone()
+        .expect("the network path is recorded");
+    assert_eq!(net.path, Some(NetworkPath::LoadBalancer));
+    let lb = format!("127.{}.254.", pair.dst.sandbox().block());
+    let address = net.address.clone().unwrap_or_default();
+    assert!(
+        address.starts_with(&lb),
+        "{address} is not a load balancer's"
+    );
+    assert!(net.tried.is_empty(), "{:?}", net.tried);
+
+    // The record is in the destination's cluster, the pointer to it in the
+    // source's; pods, Services and Secrets are gone from both.
+    let (src, dst) = (pair.src.client().await, pair.dst.client().await);
+    let op = vm.metadata.name.clone();
+    let records: Vec<VolumeMigration> = common::records(&dst, "default").await;
+    assert_eq!(records.len(), 1);
+    assert!(common::records(&src, "default").await.is_empty());
+    assert!(common::leftovers(&dst, "default").await.is_empty());
+    assert!(common::leftovers(&src, "default").await.is_empty());
+    assert_eq!(
+        config_maps(&src).await,
+        vec![format!("volmig-{op}-record-pointer")]
+    );
+
+    // Given either context, the operation is found.
+    for context in ["src", "dst"] {
+        let status = pair
+            .volmig(&["--context", context, "status", &op, "-o", "json"])
+            .await;
+        assert_eq!(status.code, 0, "{context}: {}", status.stderr);
+        assert_eq!(status.operation().metadata.name, op, "{context}");
+    }
+    let text = pair.volmig(&["status", &op]).await;
+    assert!(
+        text.stdout.contains("Network:") && text.stdout.contains("loadbalancer"),
+        "{}",
+        text.stdout
+    );
+
+    // Clean-up from the source's context leaves only the destination claim.
+    let clean = pair.volmig(&["cleanup", &op]).await;
+    assert_eq!(clean.code, 0, "{}", clean.stderr);
+    assert_eq!(
+        common::everything_volmig_made(&src, "default").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        common::everything_volmig_made(&dst, "default").await,
+        vec!["claim/data".to_string()]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn auto_falls_back_to_a_node_port_when_no_load_balancer_comes() {
+    let pair = Pair::start(false).await;
+    let want = pair.seeded_source().await;
+    let args = migrate_args("auto", &["--start-timeout", "8", "--to", "copy"]);
+    let run = pair.volmig(&args).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let vm = run.operation();
+    assert_eq!(vm.status.phase, Phase::Succeeded);
+    assert_eq!(pair.destination_manifest("copy").await, want);
+
+    let net = vm
+        .status
+        .network
+        .clone()
+        .expect("the network path is recorded");
+    assert_eq!(net.path, Some(NetworkPath::NodePort));
+    let node = format!("127.{}.0.", pair.dst.sandbox().block());
+    let address = net.address.clone().unwrap_or_default();
+    assert!(address.starts_with(&node), "{address} is not a node's");
+    // Why the load balancer was given up is recorded.
+    assert_eq!(net.tried.len(), 1, "{:?}", net.tried);
+    assert_eq!(net.tried[0].path, NetworkPath::LoadBalancer);
+    assert!(
+        net.tried[0].why.contains("no load-balancer address in 8s"),
+        "{}",
+        net.tried[0].why
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_path_asked_for_that_does_not_work_fails_the_operation_saying_why() {
+    let pair = Pair::start(false).await;
+    pair.seeded_source().await;
+    let args = migrate_args("loadbalancer", &["--start-timeout", "5"]);
+    let run = pair.volmig(&args).await;
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    let vm = run.operation();
+    assert_eq!(vm.status.phase, Phase::Failed);
+    let message = vm.status.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("no network path") && message.contains("--network auto"),
+        "{message}"
+    );
+    // Nothing but the record, its pointer and the (empty) claim is left.
+    let (src, dst) = (pair.src.client().await, pair.dst.client().await);
+    assert!(common::leftovers(&dst, "default").await.is_empty());
+    assert!(common::leftovers(&src, "default").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_cannot_cross_clusters_is_refused_before_anything_is_made() {
+    let pair = Pair::start(true).await;
+    pair.seeded_source().await;
+    let cutover = pair.volmig(&migrate_args("auto", &["--cutover"])).await;
+    assert_eq!(cutover.code, 1);
+    assert!(
+        cutover
+            .stderr
+            .contains("--cutover cannot move an app into another cluster"),
+        "{}",
+        cutover.stderr
+    );
+    let detach = pair.volmig(&migrate_args("auto", &["--detach"])).await;
+    assert_eq!(detach.code, 1);
+    assert!(detach.stderr.contains("--detach"), "{}", detach.stderr);
+    let same = pair
+        .volmig(&["migrate", "data", "--to-context", "src", "-o", "json"])
+        .await;
+    assert_eq!(same.code, 1);
+    assert!(
+        same.stderr.contains("is the source's cluster"),
+        "{}",
+        same.stderr
+    );
+    let dst = pair.dst.client().await;
+    assert!(common::everything_volmig_made(&dst, "default")
+        .await
+        .is_empty());
+}
