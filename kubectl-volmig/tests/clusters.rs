@@ -254,3 +254,54 @@ async fn what_cannot_cross_clusters_is_refused_before_anything_is_made() {
         .await
         .is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sync_rounds_follow_the_source_then_the_final_one_ends_the_operation() {
+    let pair = Pair::start(true).await;
+    pair.seeded_source().await;
+    let run = pair.volmig(&migrate_args("nodeport", &[])).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let op = run.operation().metadata.name;
+
+    // The app goes on writing: a new file, a changed one, a deleted one.
+    let src = pair.src.client().await;
+    let dir = common::volume_dir(&src, "default", "data").await;
+    std::fs::write(dir.join("new-file"), b"written after the first copy").unwrap();
+    let first = common::manifest(&dir).into_keys().find(|k| k.contains('/')).unwrap();
+    std::fs::write(dir.join(&first), b"changed").unwrap();
+    let gone = common::manifest(&dir)
+        .into_keys()
+        .rfind(|k| k.contains('/') && *k != first)
+        .unwrap();
+    std::fs::remove_file(dir.join(&gone)).unwrap();
+    let want = common::manifest(&dir);
+
+    let round = pair.volmig(&["sync", &op, "-o", "json"]).await;
+    assert_eq!(round.code, 0, "{}", round.stderr);
+    let vm = round.operation();
+    assert_eq!(vm.status.phase, Phase::Succeeded);
+    assert_eq!(pair.destination_manifest("data").await, want);
+    let sync = vm.status.sync.clone().expect("the round is recorded");
+    assert_eq!(sync.rounds.len(), 1);
+    assert!(!sync.ended && sync.rounds[0].completion_time.is_some());
+    assert_eq!(sync.rounds[0].first_attempt, 2);
+
+    // The app is stopped; the last writes go over in the final round.
+    std::fs::write(dir.join("last-file"), b"the last write").unwrap();
+    let want = common::manifest(&dir);
+    let last = pair.volmig(&["sync", &op, "--final", "-o", "json"]).await;
+    assert_eq!(last.code, 0, "{}", last.stderr);
+    let vm = last.operation();
+    assert_eq!(pair.destination_manifest("data").await, want);
+    let sync = vm.status.sync.clone().unwrap();
+    assert!(sync.ended && sync.rounds[1].r#final, "{sync:?}");
+    assert!(vm.status.attempts.iter().all(|a| a.phase.is_over()));
+
+    let again = pair.volmig(&["sync", &op]).await;
+    assert_eq!(again.code, 1);
+    assert!(again.stderr.contains("ended by sync --final"), "{}", again.stderr);
+    // Nothing runs or listens in either cluster.
+    assert!(common::leftovers(&src, "default").await.is_empty());
+    let dst = pair.dst.client().await;
+    assert!(common::leftovers(&dst, "default").await.is_empty());
+}

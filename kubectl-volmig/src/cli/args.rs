@@ -86,6 +86,9 @@ pub enum Command {
     Logs(LogsArgs),
     /// Reattach to an operation, or run its attempts again if no one drives it.
     Resume(ResumeArgs),
+    /// Copy what changed since an operation's last copy (another round);
+    /// --final, once the app is stopped, verifies and ends it.
+    Sync(SyncArgs),
     /// Stop an operation's pods and mark it Aborted (the destination keeps its data).
     Abort(OpArgs),
     /// Remove everything an operation created except the destination claim.
@@ -444,6 +447,22 @@ pub enum Role {
     Sender,
 }
 
+/// `sync OP [--final]`.
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).
+    #[arg(value_name = "OP", add = ArgValueCandidates::new(super::complete::operations))]
+    pub operation: String,
+    /// The last round, run once the app is stopped: it verifies both trees,
+    /// then ends the operation (no round runs after it).
+    #[arg(long = "final")]
+    pub r#final: bool,
+    /// How long a mover pod may take to start, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub start_timeout: u64,
+}
+
+/// `resume OP`.
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// The operation (its name, as `status` lists it; in -n's namespace, the destination's).

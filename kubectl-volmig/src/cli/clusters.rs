@@ -90,6 +90,7 @@ pub fn operation_of(command: &Command) -> Option<&str> {
         Command::Status(a) => a.operation.as_deref(),
         Command::Logs(a) => Some(&a.operation),
         Command::Resume(a) => Some(&a.operation),
+        Command::Sync(a) => Some(&a.operation),
         Command::Abort(a) => Some(&a.operation),
         Command::Cleanup(a) => Some(&a.operation),
         Command::Monitor(a) => a.operation.as_deref(),

@@ -32,6 +32,7 @@ mod rehome;
 mod report;
 mod set;
 mod show;
+mod sync;
 
 pub use args::{Cli, Command, Output};
 
@@ -149,6 +150,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Status(args) => show::status(&cluster, args, output).await,
         Command::Logs(args) => show::logs(&cluster, args).await,
         Command::Resume(args) => control::resume(&cluster, args, output).await,
+        Command::Sync(args) => sync::run(&cluster, args, output).await,
         Command::Drive(args) => detach::drive(&cluster, args).await,
         Command::Abort(args) => control::abort(&cluster, args, output).await,
         Command::Cleanup(args) => control::cleanup(&cluster, args).await,

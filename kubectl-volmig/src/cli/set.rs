@@ -9,8 +9,7 @@ use serde_json::{json, Value};
 
 use super::args::Output;
 use super::{exit, CliError};
-use crate::cluster::Cluster;
-use crate::cluster::Sides;
+use crate::cluster::{Cluster, Sides};
 use crate::driver::cutover::machine;
 use crate::driver::cutover::request::{request_rollback, RollbackFlags};
 use crate::driver::{objects, DriverError, DriverOptions};

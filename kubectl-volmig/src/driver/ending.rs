@@ -288,9 +288,13 @@ impl Driver {
         objects::cleanup_on(&self.sides, &op, self.namespaces(), reads).await?;
         let msg = message.clone();
         self.write(|vm| {
+            let now = Timestamp::now();
             vm.status.phase = phase;
             vm.status.message = msg.clone();
-            vm.status.completion_time = Some(Timestamp::now());
+            vm.status.completion_time = Some(now);
+            if phase == Phase::Succeeded {
+                crate::record::sync::close_round(&mut vm.status, now);
+            }
         })
         .await?;
         self.release().await?;

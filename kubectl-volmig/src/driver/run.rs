@@ -376,13 +376,18 @@ impl Driver {
     /// Where a run starts: the last attempt's outcome decides, or its pods
     /// are adopted, or a new attempt starts.
     async fn resume_point(&mut self) -> Result<State, DriverError> {
+        // A cutover's new pass, or a sync round: the attempts so far
+        // belong to earlier ones.
+        let first = pass_first(&self.record).or_else(|| {
+            let round = self.record.status.open_round();
+            round.map(|r| r.first_attempt)
+        });
         let Some(last) = self.record.status.attempts.last().cloned() else {
             return Ok(State::StartAttempt {
-                number: pass_first(&self.record).unwrap_or(1),
+                number: first.unwrap_or(1),
             });
         };
-        // A cutover's new pass: the attempts so far belong to earlier ones.
-        if let Some(first) = pass_first(&self.record).filter(|f| last.number < *f) {
+        if let Some(first) = first.filter(|f| last.number < *f) {
             return Ok(State::StartAttempt { number: first });
         }
         if last.phase.is_over() {

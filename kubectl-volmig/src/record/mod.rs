@@ -19,6 +19,7 @@ pub mod network;
 pub mod print;
 pub mod rehome;
 pub mod store;
+pub mod sync;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -53,9 +54,18 @@ impl VolumeMigration {
     /// The plan the record was made from, or `None` for a record that
     /// never got one (it never started).
     pub fn plan(&self) -> Option<crate::plan::Plan> {
+        let mut spec = self.spec.clone();
+        if let Some(round) = self.status.open_round() {
+            // A round mirrors the source into the claim volmig made
+            // (nothing else is in it); the final round also verifies.
+            let made = self.status.destination.as_ref();
+            let made = made.is_some_and(|d| d.action == crate::plan::ClaimAction::Create);
+            spec.transfer.delete |= made;
+            spec.transfer.verify |= round.r#final;
+        }
         Some(crate::plan::Plan {
             operation: self.metadata.name.clone(),
-            spec: self.spec.clone(),
+            spec,
             source: self.status.source.clone()?,
             destination: self.status.destination.clone()?,
             placement: self.status.placement.clone()?,
@@ -227,6 +237,9 @@ pub struct MigrationStatus {
     /// Into another cluster: how the sender reaches the receiver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<network::NetworkStatus>,
+    /// The rounds run by `kubectl volmig sync` after the first copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<sync::SyncStatus>,
 }
 
 /// A Block copy's checkpoint, carried between receivers.
