@@ -267,7 +267,10 @@ async fn sync_rounds_follow_the_source_then_the_final_one_ends_the_operation() {
     let src = pair.src.client().await;
     let dir = common::volume_dir(&src, "default", "data").await;
     std::fs::write(dir.join("new-file"), b"written after the first copy").unwrap();
-    let first = common::manifest(&dir).into_keys().find(|k| k.contains('/')).unwrap();
+    let first = common::manifest(&dir)
+        .into_keys()
+        .find(|k| k.contains('/'))
+        .unwrap();
     std::fs::write(dir.join(&first), b"changed").unwrap();
     let gone = common::manifest(&dir)
         .into_keys()
@@ -299,7 +302,11 @@ async fn sync_rounds_follow_the_source_then_the_final_one_ends_the_operation() {
 
     let again = pair.volmig(&["sync", &op]).await;
     assert_eq!(again.code, 1);
-    assert!(again.stderr.contains("ended by sync --final"), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("ended by sync --final"),
+        "{}",
+        again.stderr
+    );
     // Nothing runs or listens in either cluster.
     assert!(common::leftovers(&src, "default").await.is_empty());
     let dst = pair.dst.client().await;

@@ -30,6 +30,10 @@ impl Driver {
                 return Ok(next);
             }
         };
+        if self.sides.is_remote() {
+            // The path may have changed since the last attempt.
+            self.receiver_address = self.expose().await?;
+        }
         let sender_placement = self.current_sender_placement().await?;
         // The receiver goes where the plan said; why is told anew, as the
         // destination is now (an earlier attempt may have bound it to a node).

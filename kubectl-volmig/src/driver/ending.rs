@@ -45,6 +45,9 @@ impl Driver {
             let last = self.final_view().await;
             let end = self.judged_again(end, &last);
             self.record_end(number, &end, last).await?;
+            if let (AttemptPhase::Failed, Some(reason)) = (end.phase, &end.reason) {
+                self.learn_from_failure(reason).await?;
+            }
             end
         };
         // The pods go; their logs' tails stay in the record.

@@ -131,7 +131,11 @@ pub fn close_round(status: &mut MigrationStatus, now: Timestamp) {
     let Some(sync) = status.sync.as_mut() else {
         return;
     };
-    let Some(round) = sync.rounds.last_mut().filter(|r| r.completion_time.is_none()) else {
+    let Some(round) = sync
+        .rounds
+        .last_mut()
+        .filter(|r| r.completion_time.is_none())
+    else {
         return;
     };
     round.completion_time = Some(now);

@@ -16,6 +16,29 @@ pub fn next_path(mode: NetworkMode, status: &NetworkStatus) -> Option<NetworkPat
     mode.paths().iter().copied().find(|p| !status.gave_up(*p))
 }
 
+/// What `auto` learns from an attempt that failed with `reason`: the
+/// direct path in use is given up when the sender could not connect over
+/// it (a firewall between the clusters, an address only the destination's
+/// network reaches), so the next attempt takes the next path.
+pub fn learn_from_failure(mode: NetworkMode, status: &mut NetworkStatus, reason: &str) -> bool {
+    let direct = matches!(
+        status.path,
+        Some(NetworkPath::LoadBalancer | NetworkPath::NodePort)
+    );
+    if mode != NetworkMode::Auto || !direct || !reason.contains("cannot connect to") {
+        return false;
+    }
+    let Some(path) = status.path else {
+        return false;
+    };
+    let address = status.address.clone().unwrap_or_default();
+    status.give_up(
+        path,
+        format!("the sender could not connect to {address}: {reason}"),
+    );
+    true
+}
+
 /// A load balancer's address, as the cloud set it on the Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ingress {
@@ -131,6 +154,38 @@ mod tests {
         assert_eq!(
             next_path(NetworkMode::Auto, &status),
             Some(NetworkPath::Tunnel)
+        );
+    }
+
+    #[test]
+    fn auto_gives_a_direct_path_up_when_the_sender_cannot_connect() {
+        let mut status = NetworkStatus {
+            path: Some(NetworkPath::NodePort),
+            address: Some("10.0.0.2:30412".into()),
+            ..NetworkStatus::default()
+        };
+        let refused = "sender: cannot connect to 10.0.0.2:30412: Connection refused (os error 111)";
+        // Asked for by name, the path stays: the user said which.
+        assert!(!learn_from_failure(
+            NetworkMode::NodePort,
+            &mut status,
+            refused
+        ));
+        // Another failure says nothing about the path.
+        assert!(!learn_from_failure(
+            NetworkMode::Auto,
+            &mut status,
+            "disk full"
+        ));
+        assert!(learn_from_failure(NetworkMode::Auto, &mut status, refused));
+        assert_eq!(status.path, None);
+        assert_eq!(status.tried[0].path, NetworkPath::NodePort);
+        assert!(status.tried[0]
+            .why
+            .contains("could not connect to 10.0.0.2:30412"));
+        assert_eq!(
+            next_path(NetworkMode::Auto, &status),
+            Some(NetworkPath::LoadBalancer)
         );
     }
 

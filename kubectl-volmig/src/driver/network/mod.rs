@@ -67,6 +67,20 @@ impl Driver {
         }
     }
 
+    /// After a failed attempt: `auto` gives up a path the sender could not
+    /// connect over; the next attempt exposes the receiver on the next.
+    pub(super) async fn learn_from_failure(&mut self, reason: &str) -> Result<(), DriverError> {
+        let Some(clusters) = &self.plan.spec.clusters else {
+            return Ok(());
+        };
+        let mut net = self.record.status.network.clone().unwrap_or_default();
+        if address::learn_from_failure(clusters.network, &mut net, reason) {
+            tracing::info!("network: {}", net.summary());
+            self.record_network(&net).await?;
+        }
+        Ok(())
+    }
+
     async fn record_network(&mut self, net: &NetworkStatus) -> Result<(), DriverError> {
         self.write(|vm| vm.status.network = Some(net.clone()))
             .await?;
