@@ -58,15 +58,22 @@ pub fn clusters(
     })
 }
 
-/// The clients of an operation whose record is in `cluster`: that one
-/// twice, or across clusters the source's too, reached by the context the
-/// record names (in the kubeconfig it names, else in this client's).
+/// The clients of an operation whose record is in `cluster`.
 pub async fn sides(cluster: &Cluster, spec: &MigrationSpec) -> Result<Sides, CliError> {
-    let Some(clusters) = &spec.clusters else {
-        return Ok(Sides::one(cluster.client.clone()));
-    };
-    let source = connect(cluster, &clusters.source, &spec.source.namespace).await?;
-    Ok(Sides::two(source.client, cluster.client.clone()))
+    let kubeconfig = cluster.kubeconfig.as_deref();
+    Sides::of_record(&cluster.client, kubeconfig, spec)
+        .await
+        .map_err(|e| match &spec.clusters {
+            Some(c) => unreachable_cluster(&c.source, &e),
+            None => e.into(),
+        })
+}
+
+fn unreachable_cluster(to: &ClusterRef, e: &dyn std::fmt::Display) -> CliError {
+    CliError::Usage(format!(
+        "cannot reach the operation's other cluster, {to}: {e} (the record names it by its \
+         kubeconfig context)"
+    ))
 }
 
 /// Connects to `to`, with this client's kubeconfig when the record names
@@ -76,12 +83,9 @@ async fn connect(here: &Cluster, to: &ClusterRef, namespace: &str) -> Result<Clu
     if to.kubeconfig.is_none() {
         to.kubeconfig = here.kubeconfig.as_ref().map(|p| p.display().to_string());
     }
-    cluster::connect_to(&to, namespace).await.map_err(|e| {
-        CliError::Usage(format!(
-            "cannot reach the operation's other cluster, {to}: {e} (the record names it by its \
-             kubeconfig context)"
-        ))
-    })
+    cluster::connect_to(&to, namespace)
+        .await
+        .map_err(|e| unreachable_cluster(&to, &e))
 }
 
 /// The operation a command names, if it names one.

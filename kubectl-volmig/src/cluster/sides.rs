@@ -2,7 +2,12 @@
 //! destination's, which are one cluster unless it migrates into another
 //! (`--to-context`).
 
+use std::path::Path;
+
 use kube::Client;
+
+use super::{connect_to, ClusterError};
+use crate::spec::MigrationSpec;
 
 /// Which side of an operation an object lives on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +43,26 @@ impl Sides {
             destination,
             remote: true,
         }
+    }
+
+    /// The clients of an operation of `spec` whose record `here` reads:
+    /// `here` twice, or across clusters the source's too, reached by the
+    /// context the record names (in the kubeconfig it names, else in
+    /// `kubeconfig`, the file this client was given, else the default).
+    pub async fn of_record(
+        here: &Client,
+        kubeconfig: Option<&Path>,
+        spec: &MigrationSpec,
+    ) -> Result<Sides, ClusterError> {
+        let Some(clusters) = &spec.clusters else {
+            return Ok(Sides::one(here.clone()));
+        };
+        let mut source = clusters.source.clone();
+        if source.kubeconfig.is_none() {
+            source.kubeconfig = kubeconfig.map(|p| p.display().to_string());
+        }
+        let there = connect_to(&source, &spec.source.namespace).await?;
+        Ok(Sides::two(there.client, here.clone()))
     }
 
     /// Whether the destination is another cluster.

@@ -119,7 +119,7 @@ fn run_command(client: &Client, command: Command, tx: &UnboundedSender<Msg>) {
         Command::Abort { namespace, op } => {
             tokio::spawn(async move {
                 let who = WHO.get().cloned().unwrap_or_else(crate::names::holder);
-                let notice = match abort(&Sides::one(client.clone()), &namespace, &op, &who).await {
+                let notice = match abort_both_sides(&client, &namespace, &op, &who).await {
                     Ok(vm) if vm.rolling_back() => {
                         format!("{op} rolls back (the app was stopped); r drives it if no one does")
                     }
@@ -198,6 +198,24 @@ fn resume_in_background(namespace: &str, op: &str, tx: UnboundedSender<Msg>) -> 
         let _ = tx.send(Msg::Notice(ended));
     });
     started
+}
+
+/// `abort` of `op` in both of its clusters, when it copies into another.
+async fn abort_both_sides(
+    client: &Client,
+    namespace: &str,
+    op: &str,
+    who: &str,
+) -> Result<crate::record::VolumeMigration, String> {
+    let store = crate::record::store::RecordStore::new(client.clone(), namespace);
+    let vm = store.get(op).await.map_err(|e| e.to_string())?;
+    let kubeconfig = KUBECONFIG.get().map(std::path::PathBuf::as_path);
+    let sides = Sides::of_record(client, kubeconfig, &vm.spec)
+        .await
+        .map_err(|e| format!("cannot reach the source's cluster: {e}"))?;
+    abort(&sides, namespace, op, who)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// The `--kubeconfig` and `--context` the monitor was started with, for the
