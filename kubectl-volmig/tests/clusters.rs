@@ -5,78 +5,13 @@
 
 mod common;
 
-use std::path::PathBuf;
+use common::clusters::Pair;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 use kube::Client;
-use kube_sandbox::SandboxConfig;
 use volmig::record::{Phase, VolumeMigration};
 use volmig::spec::NetworkPath;
-
-/// Two clusters, `src` and `dst`, in one kubeconfig with a context each
-/// (`src` current).
-struct Pair {
-    src: common::Env,
-    dst: common::Env,
-    kubeconfig: PathBuf,
-}
-
-impl Pair {
-    async fn start(load_balancers: bool) -> Pair {
-        let src = common::env_configured(SandboxConfig {
-            name: "src".into(),
-            ..SandboxConfig::default()
-        })
-        .await;
-        let dst = common::env_configured(SandboxConfig {
-            name: "dst".into(),
-            load_balancers,
-            ..SandboxConfig::default()
-        })
-        .await;
-        let kubeconfig = src.sandbox().data_dir().join("two-clusters");
-        kube_sandbox::testkit::merged_kubeconfig(
-            &[(src.sandbox(), "src"), (dst.sandbox(), "dst")],
-            &kubeconfig,
-        )
-        .expect("merged kubeconfig");
-        Pair {
-            src,
-            dst,
-            kubeconfig,
-        }
-    }
-
-    /// The plugin with the merged kubeconfig, in the source's context
-    /// unless `args` name another.
-    async fn volmig(&self, args: &[&str]) -> common::Run {
-        let mut with_context = vec!["--context", "src"];
-        if args.contains(&"--context") {
-            with_context.clear();
-        }
-        with_context.extend_from_slice(args);
-        common::volmig_as(&self.src, &self.kubeconfig, &[], &with_context).await
-    }
-
-    /// A source claim `data` seeded with files; its manifest.
-    async fn seeded_source(&self) -> std::collections::BTreeMap<String, String> {
-        let client = self.src.client().await;
-        common::claim(&client, "default", "data", "ReadWriteOnce", "1Gi").await;
-        let dir = common::volume_dir(&client, "default", "data").await;
-        common::seed(&dir, 40, 64 * 1024);
-        common::manifest(&dir)
-    }
-
-    /// The manifest of `claim` in the destination's cluster.
-    async fn destination_manifest(
-        &self,
-        claim: &str,
-    ) -> std::collections::BTreeMap<String, String> {
-        let client = self.dst.client().await;
-        common::manifest(&common::volume_dir(&client, "default", claim).await)
-    }
-}
 
 /// The ConfigMaps volmig made in `client`'s `default` namespace.
 async fn config_maps(client: &Client) -> Vec<String> {

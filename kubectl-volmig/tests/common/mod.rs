@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod app;
+pub mod clusters;
 pub mod nodes;
 
 use std::collections::BTreeMap;
