@@ -89,6 +89,17 @@ async fn copies_into_another_cluster_through_a_load_balancer() {
         assert_eq!(status.code, 0, "{context}: {}", status.stderr);
         assert_eq!(status.operation().metadata.name, op, "{context}");
     }
+    // The source's namespace lists it as one whose record is elsewhere.
+    let listed = pair.volmig(&["status"]).await;
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        listed
+            .stderr
+            .contains(&format!("{op}: into another cluster"))
+            && listed.stderr.contains("context dst"),
+        "{}",
+        listed.stderr
+    );
     let text = pair.volmig(&["status", &op]).await;
     assert!(
         text.stdout.contains("Network:") && text.stdout.contains("loadbalancer"),

@@ -128,3 +128,35 @@ pub async fn with_record(cluster: Cluster, op: &str) -> Result<Cluster, CliError
     );
     connect(&cluster, &location.cluster, &location.namespace).await
 }
+
+/// The operations of `cluster`'s namespace (every namespace with `all`)
+/// whose record is in another cluster, each with where it is, in words:
+/// `data-x7k2p: into another cluster; its record is in context dst,
+/// namespace default`.
+pub async fn elsewhere(cluster: &Cluster, all: bool) -> Result<Vec<String>, CliError> {
+    let api: Api<ConfigMap> = match all {
+        true => Api::all(cluster.client.clone()),
+        false => Api::namespaced(cluster.client.clone(), &cluster.namespace),
+    };
+    let selector = names::component_selector(names::Component::RecordPointer);
+    let list = api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| CliError::kube("list record pointers", e))?;
+    let mut lines: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|pointer| {
+            let at = resources::read_pointer(pointer)?;
+            let labels = pointer.metadata.labels.as_ref()?;
+            let op = labels.get(names::OPERATION_KEY)?;
+            Some(format!(
+                "{op}: into another cluster; its record is in {}, namespace {} \
+                 (kubectl volmig status {op} finds it from here)",
+                at.cluster, at.namespace
+            ))
+        })
+        .collect();
+    lines.sort();
+    Ok(lines)
+}

@@ -47,7 +47,7 @@ pub async fn drive(
     let run: Pin<Box<dyn Future<Output = Result<Outcome, DriverError>> + Send>> =
         match plan.spec.cutover {
             Some(_) => Box::pin(Cutover::new(client, plan, record, options, tx).run()),
-            None => Box::pin(Driver::new(sides, plan, record, options, tx).run()),
+            None => Box::pin(Driver::new(sides.clone(), plan, record, options, tx).run()),
         };
     let result = tokio::select! {
         r = run => Some(r),
@@ -60,7 +60,7 @@ pub async fn drive(
             if let Err(e) = release_lease(&store, &op, &holder).await {
                 tracing::warn!("cannot release the operation: {e}");
             }
-            let left = left_behind(cluster, &store, &op).await;
+            let left = left_behind(&sides, &store, &op).await;
             say!("{}", notes::interrupted(&op, &ns, left));
             if let Some(step) = app_stopped(&store, &op).await {
                 say!("{}", notes::cutover_interrupted(&op, &ns, step));
@@ -103,14 +103,14 @@ async fn app_stopped(store: &RecordStore, op: &str) -> Option<Step> {
 
 /// What runs without a driver once this one stops: the running attempt's
 /// sender, if it exists and has not finished.
-async fn left_behind(cluster: &Cluster, store: &RecordStore, op: &str) -> LeftBehind {
+async fn left_behind(sides: &Sides, store: &RecordStore, op: &str) -> LeftBehind {
     let Ok(vm) = store.get(op).await else {
         return LeftBehind::Unknown;
     };
     let Some(attempt) = vm.running_attempt() else {
         return LeftBehind::Idle;
     };
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &vm.spec.source.namespace);
+    let pods: Api<Pod> = Api::namespaced(sides.source.clone(), &vm.spec.source.namespace);
     match pods.get_opt(&attempt.sender.name).await {
         Ok(Some(pod)) => {
             let view = PodView::new("sender", &attempt.sender.name, Some(&pod));

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 
 use super::args::{LogsArgs, Output, Role, StatusArgs};
 use super::{exit, set, CliError};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Side};
 use crate::driver::incluster;
 use crate::record::rehome::Rehome;
 use crate::record::store::{group_view, RecordStore, Store};
@@ -57,6 +57,11 @@ pub async fn status(cluster: &Cluster, args: StatusArgs, output: Output) -> Resu
             .await?
     };
     let now = Timestamp::now();
+    if output == Output::Table {
+        for line in super::clusters::elsewhere(cluster, args.all_namespaces).await? {
+            say!("{line}");
+        }
+    }
     let text = match output {
         Output::Table if ops.is_empty() && sets.is_empty() && rehomes.is_empty() => {
             let ns = (!args.all_namespaces).then_some(cluster.namespace.as_str());
@@ -150,10 +155,20 @@ pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
         (None, true) => &[Role::Receiver],
         (None, false) => &[Role::Receiver, Role::Sender],
     };
+    // Across clusters, the sender's log is in the source's.
+    let sides = super::clusters::sides(cluster, &vm.spec).await?;
     for role in roles {
-        let (name, ns) = match role {
-            Role::Receiver => (&attempt.receiver.name, &vm.spec.destination.namespace),
-            Role::Sender => (&attempt.sender.name, &vm.spec.source.namespace),
+        let (name, ns, side) = match role {
+            Role::Receiver => (
+                &attempt.receiver.name,
+                &vm.spec.destination.namespace,
+                Side::Destination,
+            ),
+            Role::Sender => (
+                &attempt.sender.name,
+                &vm.spec.source.namespace,
+                Side::Source,
+            ),
         };
         let header = format!(
             "==> {} {name} (attempt {}) <==\n",
@@ -163,7 +178,7 @@ pub async fn logs(cluster: &Cluster, args: LogsArgs) -> Result<i32, CliError> {
         if !super::out(&header) {
             break;
         }
-        let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+        let api: Api<Pod> = Api::namespaced(sides.client(side).clone(), ns);
         if !print_pod_log(&api, name, crate::resources::CONTAINER, args.follow).await? {
             print_recorded(attempt, *role, name);
         }
