@@ -41,6 +41,7 @@ mod run;
 mod source_copy;
 #[cfg(test)]
 mod tests;
+pub mod tunnel;
 pub mod watch;
 
 pub use attempt::progress_of;

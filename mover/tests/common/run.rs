@@ -192,6 +192,40 @@ pub fn spawn_receiver(root: &Path, extra: &[&str]) -> Receiver {
     args.push(root.into());
     args.extend(extra.iter().map(OsString::from));
     args.extend(security(extra));
+    let (addr, proc, dir) = spawn_listening(args, "receiver");
+    Receiver {
+        addr,
+        proc,
+        _dir: dir,
+    }
+}
+
+/// A `mover send --listen` process: it waits for its receiver's side to connect.
+pub struct ListeningSender {
+    pub addr: SocketAddr,
+    pub proc: Proc,
+    _dir: TempDir,
+}
+
+/// Spawns `mover send --listen 127.0.0.1:0 --addr-file F --root SRC EXTRA...` and waits (at
+/// most 10 s) for the address file.
+pub fn spawn_listening_sender(src: &Path, extra: &[&str]) -> ListeningSender {
+    let mut args: Vec<OsString> = ["send", "--listen", "127.0.0.1:0", "--root"]
+        .map(OsString::from)
+        .into();
+    args.push(src.into());
+    args.extend(extra.iter().map(OsString::from));
+    args.extend(security(extra));
+    let (addr, proc, dir) = spawn_listening(args, "sender");
+    ListeningSender {
+        addr,
+        proc,
+        _dir: dir,
+    }
+}
+
+/// Runs `mover ARGS --addr-file F` and waits (at most 10 s) for F: the address it listens on.
+fn spawn_listening(mut args: Vec<OsString>, what: &str) -> (SocketAddr, Proc, TempDir) {
     let dir = TempDir::new().unwrap();
     let addr_file = dir.path().join("addr");
     args.extend([OsString::from("--addr-file"), addr_file.clone().into()]);
@@ -203,17 +237,13 @@ pub fn spawn_receiver(root: &Path, extra: &[&str]) -> Receiver {
                 let parsed = text.trim().parse();
                 let addr =
                     parsed.unwrap_or_else(|e| panic!("bad address {text:?} in addr file: {e}"));
-                return Receiver {
-                    addr,
-                    proc,
-                    _dir: dir,
-                };
+                return (addr, proc, dir);
             }
         }
         if proc.exited() || Instant::now() > deadline {
             let out = proc.wait(Duration::ZERO);
             panic!(
-                "receiver wrote no address file (within 10 s): {}",
+                "{what} wrote no address file (within 10 s): {}",
                 out.describe()
             );
         }

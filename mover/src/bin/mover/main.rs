@@ -69,12 +69,37 @@ enum Command {
     /// Send the tree at --root to a receiver.
     Send {
         /// The receiver's address, HOST:PORT.
-        #[arg(long, value_name = "ADDR")]
-        to: String,
+        #[arg(long, value_name = "ADDR", required_unless_present = "listen")]
+        to: Option<String>,
         /// Keep trying to connect for this long while the receiver is not
         /// reachable yet (a Service whose endpoint is still being set up).
-        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        #[arg(
+            long,
+            value_name = "SECONDS",
+            default_value_t = 0,
+            conflicts_with = "listen"
+        )]
         connect_retry: u64,
+        /// Listen on IP:PORT and take the receiver's connection instead of
+        /// connecting to it (a tunnel that can only dial in, such as a port
+        /// forward). The sender stays the TLS client; a connection that fails
+        /// the handshake is refused and the wait goes on.
+        #[arg(long, value_name = "ADDR", conflicts_with = "to")]
+        listen: Option<SocketAddr>,
+        /// With --listen: give up when no receiver has connected for this
+        /// many seconds (default 0: wait until one does, or a signal).
+        // (`requires` alone lets `--to` stand in: clap waives a requirement
+        // that conflicts with an argument given.)
+        #[arg(
+            long,
+            value_name = "SECONDS",
+            requires = "listen",
+            conflicts_with = "to"
+        )]
+        accept_timeout: Option<u64>,
+        /// With --listen: write the bound address to this file once listening.
+        #[arg(long, value_name = "PATH", requires = "listen", conflicts_with = "to")]
+        addr_file: Option<PathBuf>,
         /// The source: a directory, or a block device or image file.
         #[arg(long)]
         root: PathBuf,
@@ -244,6 +269,9 @@ async fn run(cli: Cli) -> u8 {
         Command::Send {
             to,
             connect_retry,
+            listen,
+            accept_timeout,
+            addr_file,
             root,
             transfer,
             operation,
@@ -254,9 +282,22 @@ async fn run(cli: Cli) -> u8 {
             if let Err(e) = block.check(&root) {
                 return finish(Err(e), &output);
             }
+            let link = match (listen, to) {
+                (Some(addr), _) => net::Link::Listen {
+                    addr,
+                    accept_timeout: accept_timeout
+                        .filter(|secs| *secs > 0)
+                        .map(Duration::from_secs),
+                    addr_file,
+                },
+                (None, to) => net::Link::Dial {
+                    // clap requires one of --to and --listen.
+                    to: to.unwrap_or_default(),
+                    retry: Duration::from_secs(connect_retry),
+                },
+            };
             let job = net::SendJob {
-                to,
-                connect_retry: Duration::from_secs(connect_retry),
+                link,
                 root,
                 options: transfer.options(false, &operation),
                 bwlimit: transfer.bwlimit,
@@ -447,5 +488,37 @@ mod tests {
         };
         assert!(!transfer.options(true, &operation).whole_file);
         assert_eq!(transfer.options(true, &operation).compress, Some(1));
+    }
+
+    #[test]
+    fn send_either_dials_or_listens() {
+        let send = |more: &[&str]| {
+            let head = ["mover", "send", "--root", "src", "--insecure"];
+            Cli::try_parse_from(head.iter().chain(more))
+        };
+        let listen = ["--listen", "127.0.0.1:0", "--accept-timeout", "30"];
+        let Command::Send {
+            to,
+            listen: Some(addr),
+            accept_timeout: Some(30),
+            ..
+        } = send(&listen).unwrap().command
+        else {
+            panic!("not a listening sender")
+        };
+        assert_eq!((to, addr.port()), (None, 0));
+        assert!(send(&["--to", "10.0.0.1:7000"]).is_ok());
+        // One of the two, never both; each one's options only with it.
+        for refused in [
+            &[][..],
+            &["--to", "10.0.0.1:7000", "--listen", "127.0.0.1:0"],
+            &["--listen", "127.0.0.1:0", "--connect-retry", "30"],
+            &["--to", "10.0.0.1:7000", "--accept-timeout", "30"],
+            &["--to", "10.0.0.1:7000", "--addr-file", "addr"],
+            &["--listen", "receiver:7000"],
+        ] {
+            let e = send(refused).expect_err(&format!("{refused:?}"));
+            assert!(e.use_stderr(), "{refused:?}: {e}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The networked subcommands: `send`, `receive`, and `keygen` for the key
 //! material that authenticates them.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,20 +13,34 @@ use mover::session::sender::{send, SenderConfig};
 use mover::session::{wipe, Removed, SessionError};
 use mover::stats::Summary;
 use mover::tls::{self, Identity, KeyMaterial, Role, TlsError};
-use rustls::ServerConfig;
+use rustls::ClientConfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
-use tokio_rustls::server;
+use tokio_rustls::client;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{check_attempt, ConnectionArgs, OutputArgs};
 use crate::output::{finish, finish_wiped, progress_sink};
 
+/// How `send` reaches its receiver.
+pub enum Link {
+    /// Connect to the receiver at `to`, trying again for `retry` while it
+    /// is not reachable.
+    Dial { to: String, retry: Duration },
+    /// Listen on `addr` and take the first connection that authenticates as
+    /// the receiver (the tunnel: a port forward can only dial into a pod).
+    /// Only the TCP direction flips: the sender stays the TLS client.
+    Listen {
+        addr: SocketAddr,
+        /// How long to wait for that connection; `None` waits until a signal.
+        accept_timeout: Option<Duration>,
+        addr_file: Option<PathBuf>,
+    },
+}
+
 /// What `send` needs besides the connection.
 pub struct SendJob {
-    pub to: String,
-    /// How long to keep trying while the connection is refused.
-    pub connect_retry: Duration,
+    pub link: Link,
     pub root: PathBuf,
     pub options: SessionOptions,
     pub bwlimit: Option<u64>,
@@ -106,21 +121,10 @@ pub async fn run_send(
         let err = SessionError::local(format!("source {}", job.root.display()), e);
         return finish(Err(err), &output);
     }
-    let to = job.to;
-    let connected = tokio::select! {
-        c = connect(&to, job.connect_retry) => c,
-        () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
+    let client = match identity.map(|id| id.client_config()).transpose() {
+        Ok(c) => c,
+        Err(e) => return finish(Err(e.into()), &output),
     };
-    let stream = match connected {
-        Ok(s) => s,
-        Err(e) => {
-            let err = SessionError::Protocol(
-                std::io::Error::new(e.kind(), format!("cannot connect to {to}: {e}")).into(),
-            );
-            return finish(Err(err), &output);
-        }
-    };
-    tune(&stream, conn.timeout());
     let cfg = SenderConfig {
         root: job.root,
         options: job.options,
@@ -130,28 +134,128 @@ pub async fn run_send(
         cancel: cancel.clone(),
         zero_tail: job.zero_tail,
     };
-    let Some(identity) = identity else {
-        return finish(send(stream, cfg).await, &output);
-    };
-    let config = match identity.client_config() {
-        Ok(c) => c,
-        Err(e) => return finish(Err(e.into()), &output),
-    };
-    let handshake = tokio::select! {
-        h = tls::connect(config, stream, &to, conn.handshake_timeout()) => h,
+    let connected = tokio::select! {
+        c = establish(job.link, client, &conn, output.quiet) => c,
         () = cancel.cancelled() => return finish(Err(SessionError::Interrupted), &output),
     };
-    match handshake {
-        Ok(stream) => {
-            let result = send(stream, cfg).await;
-            finish(late_refusal(result, &to, Role::Sender), &output)
+    match connected {
+        Err(e) => finish(Err(e), &output),
+        Ok((Incoming::Plain(stream), _)) => finish(send(stream, cfg).await, &output),
+        Ok((Incoming::Tls(stream), peer)) => {
+            let result = send(*stream, cfg).await;
+            finish(late_refusal(result, &peer, Role::Sender), &output)
         }
-        Err(e) => finish(Err(e.into()), &output),
     }
 }
 
-/// Connects to `to`, trying again every half second for `retry` while it
-/// fails (refused, unreachable): the receiver may not be reachable yet.
+/// The sender's connection to its receiver, and the receiver's address:
+/// dialled or accepted as `link` says, then authenticated with `tls` (the
+/// sender is the TLS client either way).
+async fn establish(
+    link: Link,
+    tls: Option<Arc<ClientConfig>>,
+    conn: &ConnectionArgs,
+    quiet: bool,
+) -> Result<(Incoming<client::TlsStream<TcpStream>>, String), SessionError> {
+    let timeout = conn.handshake_timeout();
+    match link {
+        Link::Dial { to, retry } => {
+            let stream = connect(&to, retry)
+                .await
+                .map_err(|e| connection_error(format!("cannot connect to {to}"), e))?;
+            tune(&stream, conn.timeout());
+            let Some(config) = tls else {
+                return Ok((Incoming::Plain(stream), to));
+            };
+            let stream = tls::connect(config, stream, &to, timeout).await?;
+            Ok((Incoming::Tls(Box::new(stream)), to))
+        }
+        Link::Listen {
+            addr,
+            accept_timeout,
+            addr_file,
+        } => {
+            let listener = bind(addr).await?;
+            announce(&listener, addr, tls.is_some(), addr_file.as_deref())?;
+            let handshake = tls.map(|config| {
+                move |stream: TcpStream, peer: String| {
+                    let config = config.clone();
+                    async move { tls::connect(config, stream, &peer, timeout).await }
+                }
+            });
+            let mut handshakes = JoinSet::new();
+            let next = next_incoming(
+                &listener,
+                handshake.as_ref(),
+                &mut handshakes,
+                conn.timeout(),
+            );
+            let next = match accept_timeout {
+                None => next.await,
+                Some(limit) => tokio::time::timeout(limit, next).await.unwrap_or_else(|_| {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "no receiver connected within {}s (--accept-timeout)",
+                            limit.as_secs()
+                        ),
+                    ))
+                }),
+            };
+            // Dropping the listener and the handshakes still running closes
+            // the port: one session per sender.
+            let (incoming, peer) =
+                next.map_err(|e| connection_error(format!("listening on {addr}"), e))?;
+            if !quiet {
+                let how = match incoming {
+                    Incoming::Plain(_) => "session",
+                    Incoming::Tls(_) => "authenticated session",
+                };
+                say!("mover: {how} from {peer}");
+            }
+            Ok((incoming, peer))
+        }
+    }
+}
+
+/// A connection that could not be made (or kept), as the session's error:
+/// exit 10, retryable.
+fn connection_error(what: String, e: std::io::Error) -> SessionError {
+    SessionError::Protocol(std::io::Error::new(e.kind(), format!("{what}: {e}")).into())
+}
+
+/// Binds the port a side listens on.
+async fn bind(listen: SocketAddr) -> Result<TcpListener, SessionError> {
+    TcpListener::bind(listen)
+        .await
+        .map_err(|e| connection_error(format!("cannot listen on {listen}"), e))
+}
+
+/// Says that this side listens, in the line `kubectl volmig` waits for
+/// (`mover: listening on ADDR (...)`, even with `-q`), and writes the
+/// address to `addr_file`.
+fn announce(
+    listener: &TcpListener,
+    asked: SocketAddr,
+    tls: bool,
+    addr_file: Option<&Path>,
+) -> Result<(), SessionError> {
+    let addr = listener.local_addr().unwrap_or(asked);
+    say!(
+        "mover: listening on {addr} ({})",
+        if tls {
+            "TLS 1.3, peer certificate required"
+        } else {
+            "plain TCP, --insecure"
+        }
+    );
+    match addr_file {
+        Some(path) => write_addr_file(path, addr)
+            .map_err(|e| SessionError::local(format!("writing {}", path.display()), e)),
+        None => Ok(()),
+    }
+}
+
 /// Socket options for a session's connection: no Nagle delay, and, with an
 /// idle timeout, keepalive probes while the link is quiet, so a peer that
 /// vanished without a word (a node lost, a black-holed route) is found by
@@ -173,6 +277,8 @@ fn tune(stream: &TcpStream, timeout: Option<Duration>) {
     let _ = sockopt::set_tcp_keepcnt(stream, 4);
 }
 
+/// Connects to `to`, trying again every half second for `retry` while it
+/// fails (refused, unreachable): the receiver may not be reachable yet.
 async fn connect(to: &str, retry: Duration) -> std::io::Result<TcpStream> {
     // The release binary links glibc statically and runs in an image of
     // nothing else: no NSS, so no name lookup. kubectl volmig passes the
@@ -220,14 +326,9 @@ pub async fn run_receive(
         Err(e) => return finish(Err(e), &output),
     };
     let listen = job.listen;
-    let listener = match TcpListener::bind(listen).await {
+    let listener = match bind(listen).await {
         Ok(l) => l,
-        Err(e) => {
-            let err = SessionError::Protocol(
-                std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")).into(),
-            );
-            return finish(Err(err), &output);
-        }
+        Err(e) => return finish(Err(e), &output),
     };
     // Before the receiver says it listens (what the plugin waits for to
     // start the sender), so no session can begin before the wipe ends, and
@@ -240,29 +341,24 @@ pub async fn run_receive(
             Err(e) => return finish(Err(e), &output),
         }
     }
-    let addr = listener.local_addr().unwrap_or(listen);
-    say!(
-        "mover: listening on {addr} ({})",
-        if tls.is_some() {
-            "TLS 1.3, peer certificate required"
-        } else {
-            "plain TCP, --insecure"
-        }
-    );
-    if let Some(path) = &job.addr_file {
-        if let Err(e) = write_addr_file(path, addr) {
-            let err = SessionError::local(format!("writing {}", path.display()), e);
-            return finish(Err(err), &output);
-        }
+    if let Err(e) = announce(&listener, listen, tls.is_some(), job.addr_file.as_deref()) {
+        return finish(Err(e), &output);
     }
     let mut cfg = job.cfg;
     cfg.progress = progress_sink(output.progress);
     cfg.timeout = conn.timeout();
     cfg.cancel = cancel.clone();
+    let timeout = conn.handshake_timeout();
+    let handshake = tls.map(|config| {
+        move |stream: TcpStream, peer: String| {
+            let config = config.clone();
+            async move { tls::accept(config, stream, &peer, timeout).await }
+        }
+    });
     let mut handshakes = JoinSet::new();
     loop {
         let next = tokio::select! {
-            n = next_incoming(&listener, tls.as_ref(), &mut handshakes, conn.timeout(), conn.handshake_timeout()) => n,
+            n = next_incoming(&listener, handshake.as_ref(), &mut handshakes, conn.timeout()) => n,
             () = cancel.cancelled() => {
                 return finish_wiped(Err(SessionError::Interrupted), &output, wiped.take());
             }
@@ -321,33 +417,40 @@ async fn wipe_destination(
 /// TLS handshakes in progress at most; a connection beyond them is closed.
 const MAX_HANDSHAKES: usize = 16;
 
-/// A connection ready for a session.
-enum Incoming {
+/// A connection ready for a session: plain (`--insecure`), or `T`, the
+/// stream of a TLS handshake that succeeded.
+enum Incoming<T> {
     Plain(TcpStream),
-    Tls(Box<server::TlsStream<TcpStream>>),
+    Tls(Box<T>),
 }
 
-type Handshakes = JoinSet<(String, Result<server::TlsStream<TcpStream>, TlsError>)>;
+type Handshakes<T> = JoinSet<(String, Result<T, TlsError>)>;
 
-/// The next connection that may have a session. With TLS, handshakes run
-/// side by side, so a client that connects and says nothing cannot hold the
-/// receiver while its real sender waits behind it. Whoever cannot prove to
-/// be this operation's sender never reaches the tree: the refusal is logged
-/// and the wait goes on.
-async fn next_incoming(
+/// The next connection that may have a session, on either side's listener:
+/// each accepted connection goes through `handshake` (the receiver's TLS
+/// accept, or a listening sender's TLS connect), or none with `--insecure`.
+/// Handshakes run side by side, so a client that connects and says nothing
+/// cannot hold a listener while its real peer waits behind it. Whoever
+/// cannot prove to be this operation's peer never reaches a session: the
+/// refusal is logged and the wait goes on.
+async fn next_incoming<T, H, F>(
     listener: &TcpListener,
-    tls: Option<&Arc<ServerConfig>>,
-    handshakes: &mut Handshakes,
+    handshake: Option<&H>,
+    handshakes: &mut Handshakes<T>,
     idle: Option<Duration>,
-    timeout: Duration,
-) -> std::io::Result<(Incoming, String)> {
+) -> std::io::Result<(Incoming<T>, String)>
+where
+    T: Send + 'static,
+    H: Fn(TcpStream, String) -> F,
+    F: Future<Output = Result<T, TlsError>> + Send + 'static,
+{
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, peer) = accepted?;
                 tune(&stream, idle);
                 let peer = peer.to_string();
-                let Some(config) = tls else {
+                let Some(handshake) = handshake else {
                     return Ok((Incoming::Plain(stream), peer));
                 };
                 if handshakes.len() >= MAX_HANDSHAKES {
@@ -357,11 +460,8 @@ async fn next_incoming(
                     );
                     continue;
                 }
-                let config = config.clone();
-                handshakes.spawn(async move {
-                    let result = tls::accept(config, stream, &peer, timeout).await;
-                    (peer, result)
-                });
+                let pending = handshake(stream, peer.clone());
+                handshakes.spawn(async move { (peer, pending.await) });
             }
             Some(done) = handshakes.join_next() => match done {
                 Ok((peer, Ok(stream))) => return Ok((Incoming::Tls(Box::new(stream)), peer)),
