@@ -26,6 +26,8 @@ pub const CLAIM_KEY: &str = "volmig.io/claim";
 
 /// The port the receiver listens on, in its pod and on its Service.
 pub const MOVER_PORT: i32 = 7000;
+/// The port a sender listens on for the tunnel (`mover send --listen`).
+pub const SENDER_PORT: i32 = 7001;
 
 /// The roles of volmig's objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

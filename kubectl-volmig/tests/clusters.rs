@@ -258,3 +258,59 @@ async fn sync_rounds_follow_the_source_then_the_final_one_ends_the_operation() {
     let dst = pair.dst.client().await;
     assert!(common::leftovers(&dst, "default").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn copies_through_the_tunnel_when_asked() {
+    let pair = Pair::start(true).await;
+    let want = pair.seeded_source().await;
+    let run = pair.volmig(&migrate_args("tunnel", &[])).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let vm = run.operation();
+    assert_eq!(vm.status.phase, Phase::Succeeded);
+    assert_eq!(pair.destination_manifest("data").await, want);
+    let net = vm
+        .status
+        .network
+        .clone()
+        .expect("the network path is recorded");
+    assert_eq!(net.path, Some(NetworkPath::Tunnel));
+    // No address is exposed: the Service stayed a ClusterIP one.
+    assert_eq!(net.address, None);
+    let (src, dst) = (pair.src.client().await, pair.dst.client().await);
+    assert!(common::leftovers(&dst, "default").await.is_empty());
+    assert!(common::leftovers(&src, "default").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sender_killed_mid_copy_over_the_tunnel_is_resumed() {
+    const MIB: u64 = 1024 * 1024;
+    let pair = Pair::start(true).await;
+    let src = pair.src.client().await;
+    common::claim(&src, "default", "data", "ReadWriteOnce", "1Gi").await;
+    let dir = common::volume_dir(&src, "default", "data").await;
+    common::seed(&dir, 16, MIB as usize);
+    let want = common::manifest(&dir);
+    let args = migrate_args("tunnel", &["--bwlimit", "3M", "--backoff", "1"]);
+    let child = pair.spawn(&args);
+    let dst = pair.dst.client().await;
+    let op = common::first_operation(&dst, "default").await;
+    let done = common::await_progress(&dst, "default", &op, 1, 4 * MIB).await;
+    assert!(done < 16 * MIB, "attempt 1 finished before it was killed");
+    let sender = volmig::names::pod_name(&op, volmig::names::Component::Sender, 1);
+    assert!(common::kill_pod_process(&sender), "no process for {sender}");
+
+    let run = common::finish(child).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let vm = run.operation();
+    assert_eq!(vm.status.phase, Phase::Succeeded, "{:?}", vm.status.message);
+    assert_eq!(pair.destination_manifest("data").await, want);
+    let attempts = &vm.status.attempts;
+    assert_eq!(attempts.len(), 2, "{attempts:#?}");
+    assert_eq!(attempts[0].retryable, Some(true), "{:#?}", attempts[0]);
+    // The second attempt went on from what the first had verified.
+    assert!(attempts[1].bytes_prior >= 4 * MIB, "{:#?}", attempts[1]);
+    assert_eq!(
+        vm.status.network.and_then(|n| n.path),
+        Some(NetworkPath::Tunnel)
+    );
+}

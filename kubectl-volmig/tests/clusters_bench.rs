@@ -43,7 +43,7 @@ async fn one_gib_over_each_network_path() {
         vec!["migrate", "data", "--to", "copy"],
         false,
     )];
-    for network in ["loadbalancer", "nodeport"] {
+    for network in ["loadbalancer", "nodeport", "tunnel"] {
         runs.push((
             format!("into another, {network}"),
             vec![

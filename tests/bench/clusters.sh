@@ -2,7 +2,7 @@
 # tests/bench/clusters.sh — copies into another cluster on two local clusters
 # (kube-sandbox): one claim of MIB MiB (default 1024) copied within one
 # cluster, then into the other over each network path (--network
-# loadbalancer, nodeport), release builds, on loopback. Prints MiB/s per
+# loadbalancer, nodeport, tunnel), release builds, on loopback. Prints MiB/s per
 # path. Needs root (the sandbox's kubelets use mount namespaces), as the
 # test suite does.
 #

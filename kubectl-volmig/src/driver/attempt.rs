@@ -244,7 +244,10 @@ impl Driver {
             .as_ref()
             .map(|l| l.sender_placement.clone())
             .unwrap_or_else(|| self.plan.placement.sender.clone());
-        let pod = resources::sender_pod(&self.plan, number, &placement, &self.receiver_address);
+        let pod = match self.through_tunnel() {
+            true => resources::listening_sender_pod(&self.plan, number, &placement),
+            false => resources::sender_pod(&self.plan, number, &placement, &self.receiver_address),
+        };
         objects::create_or_get(&self.sender_pods, &pod).await?;
         if let Some(live) = self.live.as_mut() {
             live.sender_created = Some(Instant::now());
@@ -302,6 +305,9 @@ impl Driver {
             return Ok(State::EndAttempt { number, end });
         }
         if let Some(end) = self.app_moved().await? {
+            return Ok(State::EndAttempt { number, end });
+        }
+        if let Some(end) = self.tend_tunnel() {
             return Ok(State::EndAttempt { number, end });
         }
         self.idle().await?;

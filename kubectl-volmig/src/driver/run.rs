@@ -152,6 +152,8 @@ pub(super) struct Live {
     /// The newest progress shown and recorded: what follows is never
     /// older (an adopted attempt's starts as the record has it).
     pub(super) shown: Option<Progress>,
+    /// Over the tunnel, the relay once the sender listens.
+    pub(super) relay: Option<super::network::relay::Relay>,
 }
 
 /// Drives one operation.
@@ -506,6 +508,7 @@ impl Driver {
             sender_created: None,
             sender_seen: false,
             shown: None,
+            relay: None,
         }
     }
 

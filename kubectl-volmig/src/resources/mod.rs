@@ -31,8 +31,8 @@ mod tests;
 pub use claim::{destination_claim, SOURCE_ANNOTATION};
 pub use keys::{keys_secret, redacted_keys_secret, REDACTED};
 pub use pods::{
-    inspect_pod, receiver_pod, seed_checkpoint, sender_pod, source_beside, wipe_first, CONTAINER,
-    DEVICE_PATH, PLACEMENT_REASON_ANNOTATION,
+    inspect_pod, listening_sender_pod, receiver_pod, seed_checkpoint, sender_pod, source_beside,
+    wipe_first, CONTAINER, DEVICE_PATH, PLACEMENT_REASON_ANNOTATION,
 };
 pub use pointer::{read_pointer, record_pointer, RecordLocation};
 pub use service::{exposed_service, service};

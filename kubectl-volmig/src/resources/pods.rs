@@ -209,23 +209,7 @@ pub fn receiver_pod(plan: &Plan, attempt: u32) -> Pod {
             plan.destination.size_bytes.to_string(),
         ]);
     }
-    container.env = Some(vec![EnvVar {
-        name: "POD_IP".to_string(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: "status.podIP".to_string(),
-                api_version: None,
-            }),
-            ..EnvVarSource::default()
-        }),
-        value: None,
-    }]);
-    container.ports = Some(vec![ContainerPort {
-        name: Some(PORT_NAME.to_string()),
-        container_port: names::MOVER_PORT,
-        protocol: Some("TCP".to_string()),
-        ..ContainerPort::default()
-    }]);
+    listens_on(&mut container, names::MOVER_PORT);
     pod(
         plan,
         Role::Receiver,
@@ -247,7 +231,7 @@ pub fn sender_pod(
     placement: &NodePlacement,
     receiver_address: &str,
 ) -> Pod {
-    let mut container = container(
+    let container = container(
         plan,
         Role::Sender,
         attempt,
@@ -261,6 +245,48 @@ pub fn sender_pod(
             CONNECT_RETRY,
         ],
     );
+    sender_with(plan, attempt, placement, container)
+}
+
+/// The sender pod of `attempt` for the tunnel (issue 23): it listens on
+/// its pod IP at [`names::SENDER_PORT`], where the plugin's port forward
+/// brings the receiver's connection.
+pub fn listening_sender_pod(plan: &Plan, attempt: u32, placement: &NodePlacement) -> Pod {
+    let listen = format!("$(POD_IP):{}", names::SENDER_PORT);
+    let mut container = container(plan, Role::Sender, attempt, ["send", "--listen", &listen]);
+    listens_on(&mut container, names::SENDER_PORT);
+    sender_with(plan, attempt, placement, container)
+}
+
+/// A mover that listens on its pod IP (the downward API's `POD_IP`) at
+/// `port`, named [`PORT_NAME`].
+fn listens_on(container: &mut Container, port: i32) {
+    container.env = Some(vec![EnvVar {
+        name: "POD_IP".to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "status.podIP".to_string(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        value: None,
+    }]);
+    container.ports = Some(vec![ContainerPort {
+        name: Some(PORT_NAME.to_string()),
+        container_port: port,
+        protocol: Some("TCP".to_string()),
+        ..ContainerPort::default()
+    }]);
+}
+
+/// The sender pod around `container`: the transfer's flags, the source.
+fn sender_with(
+    plan: &Plan,
+    attempt: u32,
+    placement: &NodePlacement,
+    mut container: Container,
+) -> Pod {
     let transfer = &plan.spec.transfer;
     let args = container.args.get_or_insert_with(Vec::new);
     let tree = plan.source.volume_mode.is_filesystem();

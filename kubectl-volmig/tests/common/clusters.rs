@@ -51,6 +51,18 @@ impl Pair {
         super::volmig_as(&self.src, &self.kubeconfig, &[], &with_context).await
     }
 
+    /// [`Pair::volmig`] left running.
+    pub fn spawn(&self, args: &[&str]) -> tokio::process::Child {
+        let env = super::Env {
+            sandbox: None,
+            kubeconfig: self.kubeconfig.clone(),
+            namespace: self.src.namespace.clone(),
+        };
+        let mut with_context = vec!["--context", "src"];
+        with_context.extend_from_slice(args);
+        super::spawn_volmig(&env, &with_context)
+    }
+
     /// A source claim `data` seeded with files; its manifest.
     pub async fn seeded_source(&self) -> BTreeMap<String, String> {
         let client = self.src.client().await;

@@ -3,14 +3,18 @@
 //! In one cluster it is the receiver's ClusterIP Service. Into another
 //! (`--to-context`) it is the path `--network` asks for: the Service made a
 //! `LoadBalancer` (its address, once the cloud gives one) or a `NodePort`
-//! (a destination node's address); `auto` tries them in that order. Each
+//! (a destination node's address), or keeps it a ClusterIP one for the
+//! tunnel ([`super::tunnel`], driven by `relay`); `auto` tries them in
+//! that order. Each
 //! path is written in the record before its Service is changed, and each
 //! one given up is recorded with why, so a driver stopped while it waits
 //! tries the same path again and `status` says what was tried.
 //!
-//! - [`address`]: the addresses, read off the Service and the nodes (pure).
+//! - [`address`]: the addresses, read off the Service and the nodes (pure);
+//! - [`relay`]: the tunnel's relay beside a running attempt.
 
 pub mod address;
+pub(super) mod relay;
 
 use std::time::Duration;
 
@@ -50,8 +54,9 @@ impl Driver {
             }
             match self.try_path(path).await? {
                 Ok((address, reason)) => {
-                    let changed = net.address.as_deref() != Some(address.as_str());
-                    net.address = Some(address.clone());
+                    let at = Some(address.clone()).filter(|a| !a.is_empty());
+                    let changed = net.address != at || net.reason != reason;
+                    net.address = at;
                     net.reason = reason;
                     if changed {
                         self.record_network(&net).await?;
@@ -81,6 +86,12 @@ impl Driver {
         Ok(())
     }
 
+    /// Whether this operation's senders go through the tunnel.
+    pub(super) fn through_tunnel(&self) -> bool {
+        let net = self.record.status.network.as_ref();
+        net.and_then(|n| n.path) == Some(NetworkPath::Tunnel)
+    }
+
     async fn record_network(&mut self, net: &NetworkStatus) -> Result<(), DriverError> {
         self.write(|vm| vm.status.network = Some(net.clone()))
             .await?;
@@ -106,9 +117,12 @@ impl Driver {
                 Ok(address::node_port_address(&service, &nodes)
                     .map(|a| (a, "a node port of the destination's nodes".to_string())))
             }
-            NetworkPath::Tunnel => Ok(Err(
-                "this version of kubectl volmig has no tunnel yet".to_string()
-            )),
+            // No address: the driver dials both pods through their API
+            // servers once the sender listens.
+            NetworkPath::Tunnel => Ok(Ok((
+                String::new(),
+                "through both API servers and this client (port forwards)".to_string(),
+            ))),
         }
     }
 
