@@ -246,17 +246,27 @@ async fn sync_rounds_follow_the_source_then_the_final_one_ends_the_operation() {
     assert!(sync.ended && sync.rounds[1].r#final, "{sync:?}");
     assert!(vm.status.attempts.iter().all(|a| a.phase.is_over()));
 
-    let again = pair.volmig(&["sync", &op]).await;
+    let again = pair.volmig(&["--context", "dst", "sync", &op]).await;
     assert_eq!(again.code, 1);
     assert!(
         again.stderr.contains("ended by sync --final"),
         "{}",
         again.stderr
     );
-    // Nothing runs or listens in either cluster.
-    assert!(common::leftovers(&src, "default").await.is_empty());
+    // Ended: the source's cluster keeps nothing, the destination's only
+    // the claim and the record.
+    assert_eq!(
+        common::everything_volmig_made(&src, "default").await,
+        Vec::<String>::new()
+    );
     let dst = pair.dst.client().await;
-    assert!(common::leftovers(&dst, "default").await.is_empty());
+    assert_eq!(
+        common::everything_volmig_made(&dst, "default").await,
+        vec![format!("configmap/volmig-{op}"), "claim/data".to_string()]
+    );
+    // From the destination's context it is still there to read.
+    let status = pair.volmig(&["--context", "dst", "status", &op]).await;
+    assert_eq!(status.code, 0, "{}", status.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread")]

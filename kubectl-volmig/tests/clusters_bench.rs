@@ -64,7 +64,7 @@ async fn one_gib_over_each_network_path() {
         let started = Instant::now();
         let run = pair.volmig(&args).await;
         let whole = started.elapsed().as_secs_f64();
-        assert_eq!(run.code, 0, "{what}: {}", run.stderr);
+        assert_eq!(run.code, 0, "{what}: {}\n{}", run.stderr, run.stdout);
         let vm = run.operation();
         let (client, to) = match across {
             true => (pair.dst.client().await, vm.spec.destination.name.clone()),

@@ -300,6 +300,11 @@ impl Driver {
             }
         })
         .await?;
+        // Ended for good (sync --final): the source's cluster keeps nothing.
+        if self.record.status.sync.as_ref().is_some_and(|s| s.ended) {
+            let source_ns = self.plan.spec.source.namespace.clone();
+            objects::remove_pointer(&self.sides, &op, &source_ns).await?;
+        }
         self.release().await?;
         let (severity, reason, text) = match phase {
             Phase::Succeeded => (
