@@ -5,11 +5,13 @@
 
 mod common;
 
-use common::clusters::Pair;
+use std::collections::BTreeMap;
 
+use common::clusters::Pair;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 use kube::Client;
+use volmig::record::network::NetworkStatus;
 use volmig::record::{Phase, VolumeMigration};
 use volmig::spec::NetworkPath;
 
@@ -41,23 +43,32 @@ fn migrate_args<'a>(network: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
+/// Copies the seeded `data` into `claim` of the other cluster over
+/// `network` with `extra` flags; asserts it succeeded with the source's
+/// tree (`want`) and returns the record and its network path.
+async fn copied(
+    pair: &Pair,
+    network: &str,
+    extra: &[&str],
+    claim: &str,
+    want: &BTreeMap<String, String>,
+) -> (VolumeMigration, NetworkStatus) {
+    let run = pair.volmig(&migrate_args(network, extra)).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let vm = run.operation();
+    assert_eq!(vm.status.phase, Phase::Succeeded);
+    assert_eq!(&pair.destination_manifest(claim).await, want);
+    let net = vm.status.network.clone();
+    (vm, net.expect("the network path is recorded"))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn copies_into_another_cluster_through_a_load_balancer() {
     let pair = Pair::start(true).await;
     let want = pair.seeded_source().await;
-    let run = pair.volmig(&migrate_args("loadbalancer", &[])).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let vm = run.operation();
-    assert_eq!(vm.status.phase, Phase::Succeeded);
-    // The claim keeps its name in the other cluster, and its data.
+    let (vm, net) = copied(&pair, "loadbalancer", &[], "data", &want).await;
+    // The claim keeps its name in the other cluster.
     assert_eq!(vm.spec.destination.name, "data");
-    assert_eq!(pair.destination_manifest("data").await, want);
-
-    let net = vm
-        .status
-        .network
-        .clone()
-        .expect("the network path is recorded");
     assert_eq!(net.path, Some(NetworkPath::LoadBalancer));
     let lb = format!("127.{}.254.", pair.dst.sandbox().block());
     let address = net.address.clone().unwrap_or_default();
@@ -124,18 +135,8 @@ async fn copies_into_another_cluster_through_a_load_balancer() {
 async fn auto_falls_back_to_a_node_port_when_no_load_balancer_comes() {
     let pair = Pair::start(false).await;
     let want = pair.seeded_source().await;
-    let args = migrate_args("auto", &["--start-timeout", "8", "--to", "copy"]);
-    let run = pair.volmig(&args).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let vm = run.operation();
-    assert_eq!(vm.status.phase, Phase::Succeeded);
-    assert_eq!(pair.destination_manifest("copy").await, want);
-
-    let net = vm
-        .status
-        .network
-        .clone()
-        .expect("the network path is recorded");
+    let extra = ["--start-timeout", "8", "--to", "copy"];
+    let (_, net) = copied(&pair, "auto", &extra, "copy", &want).await;
     assert_eq!(net.path, Some(NetworkPath::NodePort));
     let node = format!("127.{}.0.", pair.dst.sandbox().block());
     let address = net.address.clone().unwrap_or_default();
@@ -273,16 +274,7 @@ async fn sync_rounds_follow_the_source_then_the_final_one_ends_the_operation() {
 async fn copies_through_the_tunnel_when_asked() {
     let pair = Pair::start(true).await;
     let want = pair.seeded_source().await;
-    let run = pair.volmig(&migrate_args("tunnel", &[])).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let vm = run.operation();
-    assert_eq!(vm.status.phase, Phase::Succeeded);
-    assert_eq!(pair.destination_manifest("data").await, want);
-    let net = vm
-        .status
-        .network
-        .clone()
-        .expect("the network path is recorded");
+    let (_, net) = copied(&pair, "tunnel", &[], "data", &want).await;
     assert_eq!(net.path, Some(NetworkPath::Tunnel));
     // No address is exposed: the Service stayed a ClusterIP one.
     assert_eq!(net.address, None);

@@ -26,18 +26,6 @@ fn setup() -> (Scratch, PathBuf, PathBuf) {
     (tmp, src, dst)
 }
 
-fn keygen(dir: &Path, op: &str) -> String {
-    run_mover([
-        "keygen".as_ref(),
-        "--out".as_ref(),
-        dir.as_os_str(),
-        "--operation-id".as_ref(),
-        op.as_ref(),
-    ])
-    .assert_ok();
-    dir.to_str().unwrap().to_string()
-}
-
 fn tls(dir: &str) -> [&str; 2] {
     ["--tls-dir", dir]
 }

@@ -16,18 +16,6 @@ use common::*;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn keygen(dir: &Path, op: &str) -> String {
-    run_mover([
-        "keygen".as_ref(),
-        "--out".as_ref(),
-        dir.as_os_str(),
-        "--operation-id".as_ref(),
-        op.as_ref(),
-    ])
-    .assert_ok();
-    dir.to_str().unwrap().to_string()
-}
-
 /// Copies `from` into `to` until `from` ends, counting what it moved.
 async fn pump(
     mut from: impl AsyncRead + Unpin,

@@ -305,3 +305,16 @@ pub fn slash(path: &Path) -> OsString {
     s.push("/");
     s
 }
+
+/// `mover keygen --out DIR --operation-id OP`; DIR, for `--tls-dir`.
+pub fn keygen(dir: &Path, op: &str) -> String {
+    run_mover([
+        "keygen".as_ref(),
+        "--out".as_ref(),
+        dir.as_os_str(),
+        "--operation-id".as_ref(),
+        op.as_ref(),
+    ])
+    .assert_ok();
+    dir.to_str().unwrap().to_string()
+}
