@@ -316,3 +316,47 @@ async fn a_sender_killed_mid_copy_over_the_tunnel_is_resumed() {
         Some(NetworkPath::Tunnel)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_the_source_context_abort_logs_and_resume_reach_both_clusters() {
+    const MIB: u64 = 1024 * 1024;
+    let pair = Pair::start(true).await;
+    let src = pair.src.client().await;
+    common::claim(&src, "default", "data", "ReadWriteOnce", "1Gi").await;
+    let dir = common::volume_dir(&src, "default", "data").await;
+    common::seed(&dir, 12, MIB as usize);
+    let want = common::manifest(&dir);
+    let child = pair.spawn(&migrate_args("nodeport", &["--bwlimit", "2M"]));
+    let dst = pair.dst.client().await;
+    let op = common::first_operation(&dst, "default").await;
+    common::await_progress(&dst, "default", &op, 1, 2 * MIB).await;
+
+    // Given the source's context, abort stops both sides.
+    let abort = pair.volmig(&["abort", &op]).await;
+    assert_eq!(abort.code, 0, "{}", abort.stderr);
+    let driven = common::finish(child).await;
+    assert_eq!(driven.code, 4, "{}", driven.stderr);
+    assert!(common::leftovers(&src, "default").await.is_empty());
+    assert!(common::leftovers(&dst, "default").await.is_empty());
+
+    // logs shows the sender's side from the source's cluster too.
+    let logs = pair.volmig(&["logs", &op, "--attempt", "1"]).await;
+    assert_eq!(logs.code, 0, "{}", logs.stderr);
+    assert!(
+        logs.stdout.contains("==> sender") && logs.stdout.contains("==> receiver"),
+        "{}",
+        logs.stdout
+    );
+
+    // resume finishes it from the checkpoint.
+    let resumed = pair.volmig(&["resume", &op, "-o", "json"]).await;
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    let vm = resumed.operation();
+    assert_eq!(vm.status.phase, Phase::Succeeded);
+    assert!(
+        vm.status.attempts[1].bytes_prior >= 2 * MIB,
+        "{:#?}",
+        vm.status.attempts[1]
+    );
+    assert_eq!(pair.destination_manifest("data").await, want);
+}
