@@ -76,18 +76,6 @@ fn unreachable_cluster(to: &ClusterRef, e: &dyn std::fmt::Display) -> CliError {
     ))
 }
 
-/// Connects to `to`, with this client's kubeconfig when the record names
-/// none.
-async fn connect(here: &Cluster, to: &ClusterRef, namespace: &str) -> Result<Cluster, CliError> {
-    let mut to = to.clone();
-    if to.kubeconfig.is_none() {
-        to.kubeconfig = here.kubeconfig.as_ref().map(|p| p.display().to_string());
-    }
-    cluster::connect_to(&to, namespace)
-        .await
-        .map_err(|e| unreachable_cluster(&to, &e))
-}
-
 /// The operation a command names, if it names one.
 pub fn operation_of(command: &Command) -> Option<&str> {
     match command {
@@ -126,7 +114,10 @@ pub async fn with_record(cluster: Cluster, op: &str) -> Result<Cluster, CliError
         location.cluster,
         location.namespace
     );
-    connect(&cluster, &location.cluster, &location.namespace).await
+    let kubeconfig = cluster.kubeconfig.as_deref();
+    cluster::connect_to(&location.cluster, kubeconfig, &location.namespace)
+        .await
+        .map_err(|e| unreachable_cluster(&location.cluster, &e))
 }
 
 /// The operations of `cluster`'s namespace (every namespace with `all`)

@@ -1,6 +1,6 @@
 //! The kube client, configured as kubectl's global flags say.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -111,13 +111,17 @@ pub async fn connect(args: &ClusterArgs) -> Result<Cluster, ClusterError> {
     })
 }
 
-/// Connects to the cluster `cluster` names, in `namespace`.
+/// Connects to the cluster `cluster` names, in `namespace`: by its
+/// context, in the kubeconfig file it names, else in `kubeconfig` (the
+/// file this client was given), else in the default one.
 pub async fn connect_to(
     cluster: &crate::spec::ClusterRef,
+    kubeconfig: Option<&Path>,
     namespace: &str,
 ) -> Result<Cluster, ClusterError> {
+    let file = cluster.kubeconfig.as_ref().map(PathBuf::from);
     connect(&ClusterArgs {
-        kubeconfig: cluster.kubeconfig.as_ref().map(PathBuf::from),
+        kubeconfig: file.or(kubeconfig.map(Path::to_path_buf)),
         context: Some(cluster.context.clone()),
         namespace: Some(namespace.to_string()),
     })

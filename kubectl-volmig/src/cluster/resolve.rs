@@ -17,9 +17,16 @@ use kube::Config;
 
 use super::ClusterError;
 
-/// The first address of `host` (IPv4 first), looked up as [`in_rust`]
-/// does: for names the static mover cannot resolve (a load balancer's).
+/// The first address of `host`, as [`addresses`] orders them: for names
+/// the static mover cannot resolve (a load balancer's).
 pub async fn lookup(host: &str) -> Result<IpAddr, String> {
+    let found = addresses(host).await?;
+    found.first().copied().ok_or_else(|| "no address".to_string())
+}
+
+/// The addresses of `host` from `/etc/hosts` and `/etc/resolv.conf`, IPv4
+/// first, then as the resolver gave them.
+async fn addresses(host: &str) -> Result<Vec<IpAddr>, String> {
     let resolver = hickory_resolver::TokioResolver::builder_tokio()
         .map_err(|e| e.to_string())?
         .build()
@@ -27,10 +34,7 @@ pub async fn lookup(host: &str) -> Result<IpAddr, String> {
     let found = resolver.lookup_ip(host).await.map_err(|e| e.to_string())?;
     let mut addresses: Vec<IpAddr> = found.iter().collect();
     addresses.sort_by_key(IpAddr::is_ipv6);
-    addresses
-        .first()
-        .copied()
-        .ok_or_else(|| "no address".to_string())
+    Ok(addresses)
 }
 
 /// `config` with its server's name replaced by one of its addresses
@@ -48,17 +52,7 @@ pub async fn in_rust(config: Config) -> Result<Config, ClusterError> {
         host: host.clone(),
         message,
     };
-    let resolver = hickory_resolver::TokioResolver::builder_tokio()
-        .map_err(|e| fail(e.to_string()))?
-        .build()
-        .map_err(|e| fail(e.to_string()))?;
-    let found = resolver
-        .lookup_ip(host.as_str())
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let mut addresses: Vec<IpAddr> = found.iter().collect();
-    // IPv4 first, then as the resolver gave them.
-    addresses.sort_by_key(IpAddr::is_ipv6);
+    let addresses = addresses(&host).await.map_err(fail)?;
     let ip = reachable(&addresses, port_of(&config.cluster_url)).await;
     let ip = ip.ok_or_else(|| fail("no address".into()))?;
     tracing::debug!(%host, %ip, "the API server's name resolved in Rust");

@@ -47,8 +47,8 @@ impl Sides {
 
     /// The clients of an operation of `spec` whose record `here` reads:
     /// `here` twice, or across clusters the source's too, reached by the
-    /// context the record names (in the kubeconfig it names, else in
-    /// `kubeconfig`, the file this client was given, else the default).
+    /// context the record names ([`connect_to`], `kubeconfig` being the
+    /// file this client was given).
     pub async fn of_record(
         here: &Client,
         kubeconfig: Option<&Path>,
@@ -57,11 +57,7 @@ impl Sides {
         let Some(clusters) = &spec.clusters else {
             return Ok(Sides::one(here.clone()));
         };
-        let mut source = clusters.source.clone();
-        if source.kubeconfig.is_none() {
-            source.kubeconfig = kubeconfig.map(|p| p.display().to_string());
-        }
-        let there = connect_to(&source, &spec.source.namespace).await?;
+        let there = connect_to(&clusters.source, kubeconfig, &spec.source.namespace).await?;
         Ok(Sides::two(there.client, here.clone()))
     }
 
