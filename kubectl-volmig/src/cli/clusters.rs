@@ -38,6 +38,16 @@ pub async fn destination(
     Ok(Some(there))
 }
 
+/// `--detach` of a copy into another cluster, refused by `migrate` and
+/// `resume`.
+pub fn no_detach() -> CliError {
+    CliError::Usage(
+        "--detach does not drive a copy into another cluster in this version: its driver pod \
+         would need credentials for the source's cluster; drive it from here"
+            .into(),
+    )
+}
+
 /// The two clusters as the record names them.
 pub fn clusters(
     source: &Cluster,

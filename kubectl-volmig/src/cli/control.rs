@@ -193,10 +193,7 @@ pub async fn resume(cluster: &Cluster, args: ResumeArgs, output: Output) -> Resu
             }
         };
         if args.detach && vm.spec.clusters.is_some() {
-            return Err(CliError::Usage(format!(
-                "operation {op} copies into another cluster: --detach does not drive it in this \
-                 version (its driver pod would need credentials for the source's cluster)"
-            )));
+            return Err(super::clusters::no_detach());
         }
         if args.detach {
             super::detach::preflight(cluster, &vm).await?;
@@ -335,15 +332,13 @@ async fn logged_progress(
 
 pub async fn abort(cluster: &Cluster, args: OpArgs, output: Output) -> Result<i32, CliError> {
     let op = &args.operation;
-    match set::find(cluster, op).await? {
+    let record = match set::find(cluster, op).await? {
         set::Found::Set(group) => return set::abort(cluster, *group, output).await,
-        set::Found::One(vm) => set::refuse_member_of_cutover(&vm, "abort")?,
+        set::Found::One(vm) => *vm,
         set::Found::Rehome(r) => return Err(super::rehome::refuse(&r, "abort")),
-    }
+    };
+    set::refuse_member_of_cutover(&record, "abort")?;
     let who = crate::names::who(cluster.user.as_deref());
-    let record = RecordStore::new(cluster.client.clone(), &cluster.namespace)
-        .get(op)
-        .await?;
     let sides = super::clusters::sides(cluster, &record.spec).await?;
     let vm = crate::driver::abort::abort(&sides, &cluster.namespace, op, &who)
         .await

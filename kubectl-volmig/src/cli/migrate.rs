@@ -48,11 +48,7 @@ pub async fn run(cluster: &Cluster, args: MigrateArgs, output: Output) -> Result
     let operation = names::generate_operation_id(&spec.source.name);
     check_cutover_flags(&spec, args.to_context.as_deref())?;
     if args.detach && args.to_context.is_some() {
-        return Err(CliError::Usage(
-            "--detach does not drive a copy into another cluster in this version: its driver \
-             pod would need credentials for the source's cluster; drive it from here"
-                .into(),
-        ));
+        return Err(super::clusters::no_detach());
     }
     // Into another cluster: the record and the destination live there.
     let there = super::clusters::destination(cluster, &args, &spec.destination.namespace).await?;

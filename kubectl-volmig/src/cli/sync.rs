@@ -15,16 +15,15 @@ use crate::record::sync;
 pub async fn run(cluster: &Cluster, args: SyncArgs, output: Output) -> Result<i32, CliError> {
     let start_timeout = crate::plan::start_timeout(args.start_timeout)?;
     let op = &args.operation;
-    match set::find(cluster, op).await? {
-        set::Found::One(_) => {}
+    let vm = match set::find(cluster, op).await? {
+        set::Found::One(vm) => *vm,
         set::Found::Set(_) | set::Found::Rehome(_) => {
             return Err(CliError::Usage(format!(
                 "sync takes an operation of one claim; {op} is not one"
             )))
         }
-    }
+    };
     let store = RecordStore::new(cluster.client.clone(), &cluster.namespace);
-    let vm = store.get(op).await?;
     if vm.spec.cutover.is_some() {
         return Err(CliError::Usage(format!(
             "operation {op} is a cutover, which runs its own rounds; sync is for copies"

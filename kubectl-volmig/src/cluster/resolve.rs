@@ -21,7 +21,10 @@ use super::ClusterError;
 /// the static mover cannot resolve (a load balancer's).
 pub async fn lookup(host: &str) -> Result<IpAddr, String> {
     let found = addresses(host).await?;
-    found.first().copied().ok_or_else(|| "no address".to_string())
+    found
+        .first()
+        .copied()
+        .ok_or_else(|| "no address".to_string())
 }
 
 /// The addresses of `host` from `/etc/hosts` and `/etc/resolv.conf`, IPv4
