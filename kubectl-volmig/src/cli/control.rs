@@ -429,7 +429,7 @@ pub async fn cleanup(cluster: &Cluster, args: CleanupArgs) -> Result<i32, CliErr
         vm.spec.destination.namespace.as_str(),
     );
     let sides = super::clusters::sides(cluster, &vm.spec).await?;
-    let removed = objects::cleanup_on(&sides, op, namespaces, vm.reads()).await?;
+    let removed = objects::cleanup(&sides, op, namespaces, vm.reads()).await?;
     let abandoned = objects::remove_abandoned(&cluster.client, &vm).await?;
     incluster::remove(&cluster.client, &vm).await?;
     // The source's way to the record goes just before it.

@@ -392,10 +392,11 @@ pub async fn cleanup(
     let group = view.group;
     let mut pods = 0;
     for (m, record) in group.spec.claims.iter().zip(&view.members) {
-        let namespaces = [m.namespace(), m.source.namespace.as_str()];
+        let namespaces = (m.source.namespace.as_str(), m.namespace());
         // A record gone by hand says nothing of copies: none are looked for.
         let reads = record.as_ref().map_or(Method::Direct, |vm| vm.reads());
-        let removed = objects::cleanup(&cluster.client, &m.operation, &namespaces, reads).await?;
+        let sides = Sides::one(cluster.client.clone());
+        let removed = objects::cleanup(&sides, &m.operation, namespaces, reads).await?;
         pods += removed.pods;
         let store = RecordStore::new(cluster.client.clone(), m.namespace());
         match store.delete(&m.operation).await {

@@ -86,11 +86,11 @@ pub async fn abort(
         vm.spec.source.namespace.as_str(),
         vm.spec.destination.namespace.as_str(),
     );
-    objects::cleanup_on(sides, op, namespaces, vm.reads()).await?;
+    objects::cleanup(sides, op, namespaces, vm.reads()).await?;
     // A resume right after must not meet a receiver still writing its
     // final checkpoint.
     let wait = Duration::from_secs(60);
-    if !objects::wait_pods_gone_on(sides, op, namespaces, wait).await? {
+    if !objects::wait_pods_gone(sides, op, namespaces, wait).await? {
         tracing::warn!("some of operation {op}'s pods are still terminating");
     }
     let destination = ClaimRef {

@@ -214,7 +214,7 @@ impl Driver {
         message: Option<String>,
     ) -> Result<State, DriverError> {
         let op = self.plan.operation.clone();
-        let gone = objects::wait_pods_gone_on(&self.sides, &op, self.namespaces(), POD_GONE_WAIT);
+        let gone = objects::wait_pods_gone(&self.sides, &op, self.namespaces(), POD_GONE_WAIT);
         if !gone.await? {
             return Err(DriverError::Refused(format!(
                 "the mover pods of operation {op} are still there after {}s",
@@ -284,11 +284,11 @@ impl Driver {
         let op = self.plan.operation.clone();
         if pass_first(&self.record).is_some() {
             // The cutover removes the Service and the keys when it ends.
-            objects::remove_pods_on(&self.sides, &op, self.namespaces()).await?;
+            objects::remove_pods(&self.sides, &op, self.namespaces()).await?;
             return self.end_pass(phase, message).await;
         }
         let reads = self.plan.source_method.method;
-        objects::cleanup_on(&self.sides, &op, self.namespaces(), reads).await?;
+        objects::cleanup(&self.sides, &op, self.namespaces(), reads).await?;
         let msg = message.clone();
         self.write(|vm| {
             let now = Timestamp::now();

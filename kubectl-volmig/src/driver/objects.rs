@@ -221,22 +221,12 @@ pub struct Removed {
     pub copies: usize,
 }
 
-/// Removes the operation's pods, Service and key Secrets in `namespaces`
-/// (found by label): everything but the record and the destination claim;
-/// and the copies of the source its senders read (`reads`), if they read
-/// any: only then are snapshots listed, which others may not be allowed.
+/// Removes the operation's pods, Service and key Secrets in its source's
+/// and destination's `namespaces`, each in its cluster (found by label):
+/// everything but the record and the destination claim; and the copies of
+/// the source its senders read (`reads`), if they read any: only then are
+/// snapshots listed, which others may not be allowed.
 pub async fn cleanup(
-    client: &Client,
-    op: &str,
-    namespaces: &[&str],
-    reads: Method,
-) -> Result<Removed, DriverError> {
-    remove(client, op, namespaces, Some(reads)).await
-}
-
-/// [`cleanup`] in each cluster of `sides`, in the operation's namespaces
-/// there.
-pub async fn cleanup_on(
     sides: &Sides,
     op: &str,
     (source_ns, destination_ns): (&str, &str),
@@ -244,42 +234,9 @@ pub async fn cleanup_on(
 ) -> Result<Removed, DriverError> {
     let mut removed = Removed::default();
     for (client, namespaces) in sides.scopes(source_ns, destination_ns) {
-        let here = cleanup(client, op, &namespaces, reads).await?;
-        removed.pods += here.pods;
-        removed.services += here.services;
-        removed.secrets += here.secrets;
-        removed.copies += here.copies;
+        remove(client, op, &namespaces, Some(reads), &mut removed).await?;
     }
     Ok(removed)
-}
-
-/// [`remove_pods`] in each cluster of `sides`.
-pub async fn remove_pods_on(
-    sides: &Sides,
-    op: &str,
-    (source_ns, destination_ns): (&str, &str),
-) -> Result<(), DriverError> {
-    for (client, namespaces) in sides.scopes(source_ns, destination_ns) {
-        remove_pods(client, op, &namespaces).await?;
-    }
-    Ok(())
-}
-
-/// [`wait_pods_gone`] in each cluster of `sides`, `wait` in all.
-pub async fn wait_pods_gone_on(
-    sides: &Sides,
-    op: &str,
-    (source_ns, destination_ns): (&str, &str),
-    wait: Duration,
-) -> Result<bool, DriverError> {
-    let deadline = tokio::time::Instant::now() + wait;
-    for (client, namespaces) in sides.scopes(source_ns, destination_ns) {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if !wait_pods_gone(client, op, &namespaces, left).await? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }
 
 /// Deletes the destination claims `vm` gave up for fresh ones (issue 20),
@@ -308,25 +265,30 @@ pub async fn remove_abandoned(
     Ok(removed)
 }
 
-/// Removes the operation's pods only: a cutover's next pass runs behind
-/// the same Service with the same keys.
+/// Removes the operation's pods only, in both sides' namespaces: a
+/// cutover's next pass runs behind the same Service with the same keys.
 pub async fn remove_pods(
-    client: &Client,
+    sides: &Sides,
     op: &str,
-    namespaces: &[&str],
+    (source_ns, destination_ns): (&str, &str),
 ) -> Result<(), DriverError> {
-    remove(client, op, namespaces, None).await.map(|_| ())
+    let mut removed = Removed::default();
+    for (client, namespaces) in sides.scopes(source_ns, destination_ns) {
+        remove(client, op, &namespaces, None, &mut removed).await?;
+    }
+    Ok(())
 }
 
-/// Removes the pods; with `all` (what the senders read), the rest too.
+/// Removes the pods in `namespaces` of `client`'s cluster; with `all`
+/// (what the senders read), the rest too; counted into `removed`.
 async fn remove(
     client: &Client,
     op: &str,
     namespaces: &[&str],
     all: Option<Method>,
-) -> Result<Removed, DriverError> {
+    removed: &mut Removed,
+) -> Result<(), DriverError> {
     let selector = names::disposable_selector(op);
-    let mut removed = Removed::default();
     let mut seen: Vec<&str> = Vec::new();
     for ns in namespaces.iter().copied() {
         if seen.contains(&ns) {
@@ -342,7 +304,7 @@ async fn remove(
             }
         }
     }
-    Ok(removed)
+    Ok(())
 }
 
 /// Removes operation `op`'s snapshots and temporary claims in `ns`, but
@@ -399,27 +361,30 @@ where
     Ok(n)
 }
 
-/// Waits up to `wait` until operation `op` has no pods left in
-/// `namespaces` (a receiver writes its last checkpoint while it goes).
-/// `false` if some are still there.
+/// Waits up to `wait` until operation `op` has no pods left in its
+/// source's and destination's namespaces, each in its cluster (a receiver
+/// writes its last checkpoint while it goes). `false` if some are still
+/// there.
 pub async fn wait_pods_gone(
-    client: &Client,
+    sides: &Sides,
     op: &str,
-    namespaces: &[&str],
+    (source_ns, destination_ns): (&str, &str),
     wait: Duration,
 ) -> Result<bool, DriverError> {
     let selector = names::operation_selector(op);
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let mut left = 0;
-        for ns in namespaces {
-            let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-            left += api
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| DriverError::kube("list the operation's pods", e))?
-                .items
-                .len();
+        for (client, namespaces) in sides.scopes(source_ns, destination_ns) {
+            for ns in namespaces {
+                let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+                left += api
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(|e| DriverError::kube("list the operation's pods", e))?
+                    .items
+                    .len();
+            }
         }
         if left == 0 {
             return Ok(true);

@@ -240,7 +240,7 @@ impl Driver {
                     // abort removed the pods it saw; one created since goes now.
                     self.live = None;
                     let (op, reads) = (&self.plan.operation, self.plan.source_method.method);
-                    objects::cleanup_on(&self.sides, op, self.namespaces(), reads).await?;
+                    objects::cleanup(&self.sides, op, self.namespaces(), reads).await?;
                     let record = self.store.get(&self.plan.operation).await?;
                     return Ok(Outcome::Finished(Box::new(record)));
                 }

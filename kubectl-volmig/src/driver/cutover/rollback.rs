@@ -12,6 +12,7 @@ use kube::api::{Api, DeleteParams};
 
 use super::machine;
 use super::{crash_point, Cutover, Flow};
+use crate::cluster::Sides;
 use crate::driver::group::gate::{Pos, Verdict};
 use crate::driver::{gather, objects, DriverError, Outcome};
 use crate::events::Severity;
@@ -35,22 +36,18 @@ impl Cutover {
         }
         // A pass it interrupted leaves no pod behind.
         let op = self.plan.operation.clone();
-        let namespaces = [
-            self.plan.destination.namespace.clone(),
+        let (source_ns, destination_ns) = (
             self.claim().namespace.clone(),
-        ];
-        let ns_refs: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+            self.plan.destination.namespace.clone(),
+        );
+        let namespaces = (source_ns.as_str(), destination_ns.as_str());
         let sync_back_running = c.pass.is_some_and(|p| p.kind == PassKind::SyncBack);
         if !sync_back_running {
             let reads = self.plan.source_method.method;
-            objects::cleanup(&self.client, &op, &ns_refs, reads).await?;
-            objects::wait_pods_gone(
-                &self.client,
-                &op,
-                &ns_refs,
-                super::super::run::POD_GONE_WAIT,
-            )
-            .await?;
+            let sides = Sides::one(self.client.clone());
+            objects::cleanup(&sides, &op, namespaces, reads).await?;
+            let wait = super::super::run::POD_GONE_WAIT;
+            objects::wait_pods_gone(&sides, &op, namespaces, wait).await?;
             let r = rollback.clone();
             self.write(|vm| {
                 let c = vm.status.cutover.get_or_insert_with(Default::default);

@@ -9,6 +9,7 @@ use super::machine;
 use super::rebind;
 use super::workload;
 use super::{crash_point, Cutover, Flow, READY_LIMIT};
+use crate::cluster::Sides;
 use crate::driver::group::gate::{Pos, Verdict};
 use crate::driver::{objects, DriverError, Outcome};
 use crate::events::Severity;
@@ -225,12 +226,13 @@ impl Cutover {
     /// Once the cutover has ended: the Service and the key Secrets its
     /// passes shared go (their pods went with each pass).
     pub(super) async fn tidy(&self) -> Result<(), DriverError> {
-        let namespaces = [
-            self.plan.destination.namespace.as_str(),
+        let namespaces = (
             self.plan.spec.source.namespace.as_str(),
-        ];
+            self.plan.destination.namespace.as_str(),
+        );
         let reads = self.plan.source_method.method;
-        objects::cleanup(&self.client, &self.plan.operation, &namespaces, reads)
+        let sides = Sides::one(self.client.clone());
+        objects::cleanup(&sides, &self.plan.operation, namespaces, reads)
             .await
             .map(|_| ())
     }
