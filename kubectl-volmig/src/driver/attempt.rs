@@ -11,6 +11,7 @@ use super::destination::Prepared;
 use super::follow::Follower;
 use super::judge::{judge, AttemptView, PodView, Verdict};
 use super::logs::LogDigest;
+use super::network::Route;
 use super::objects;
 use super::run::{AttemptEnd, Driver, Live, State, Update, PLACEMENT_EVERY, RECORD_EVERY, TICK};
 use super::source_copy;
@@ -30,10 +31,8 @@ impl Driver {
                 return Ok(next);
             }
         };
-        if self.sides.is_remote() {
-            // The path may have changed since the last attempt.
-            self.receiver_address = self.expose().await?;
-        }
+        // Exposed anew if `auto` gave up the path the last attempt took.
+        self.route().await?;
         let sender_placement = self.current_sender_placement().await?;
         // The receiver goes where the plan said; why is told anew, as the
         // destination is now (an earlier attempt may have bound it to a node).
@@ -173,12 +172,7 @@ impl Driver {
 
     /// The nodes of `side`'s cluster.
     pub(super) async fn nodes(&self, side: Side) -> Result<Vec<Node>, DriverError> {
-        let nodes: Api<Node> = Api::all(self.sides.client(side).clone());
-        Ok(nodes
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| DriverError::kube("list nodes", e))?
-            .items)
+        super::gather::nodes(self.sides.client(side)).await
     }
 
     pub(super) fn view(&self) -> Option<(PodView, Option<PodView>, LogDigest, Option<LogDigest>)> {
@@ -244,9 +238,9 @@ impl Driver {
             .as_ref()
             .map(|l| l.sender_placement.clone())
             .unwrap_or_else(|| self.plan.placement.sender.clone());
-        let pod = match self.through_tunnel() {
-            true => resources::listening_sender_pod(&self.plan, number, &placement),
-            false => resources::sender_pod(&self.plan, number, &placement, &self.receiver_address),
+        let pod = match self.route().await? {
+            Route::Tunnel => resources::listening_sender_pod(&self.plan, number, &placement),
+            Route::Dial(to) => resources::sender_pod(&self.plan, number, &placement, &to),
         };
         objects::create_or_get(&self.sender_pods, &pod).await?;
         if let Some(live) = self.live.as_mut() {

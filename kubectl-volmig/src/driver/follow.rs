@@ -159,11 +159,7 @@ pub async fn look_at_attempt(
         container: Some(crate::resources::CONTAINER.into()),
         ..LogParams::default()
     };
-    let look = |role: &'static str, name: &str, ns: &str| {
-        let side = match role {
-            "sender" => Side::Source,
-            _ => Side::Destination,
-        };
+    let look = |role: &'static str, name: &str, side: Side, ns: &str| {
         let api: Api<Pod> = Api::namespaced(sides.client(side).clone(), ns);
         let (name, whole) = (name.to_string(), whole.clone());
         async move {
@@ -185,9 +181,15 @@ pub async fn look_at_attempt(
         look(
             "receiver",
             &attempt.receiver.name,
+            Side::Destination,
             &vm.spec.destination.namespace
         ),
-        look("sender", &attempt.sender.name, &vm.spec.source.namespace),
+        look(
+            "sender",
+            &attempt.sender.name,
+            Side::Source,
+            &vm.spec.source.namespace
+        ),
     );
     let mut log_tail: Vec<String> = rlog
         .tail()

@@ -106,7 +106,8 @@ async fn storage_classes(client: &Client) -> Result<Vec<StorageClass>, DriverErr
         .items)
 }
 
-async fn nodes(client: &Client) -> Result<Vec<Node>, DriverError> {
+/// Every node of `client`'s cluster.
+pub(super) async fn nodes(client: &Client) -> Result<Vec<Node>, DriverError> {
     let nodes: Api<Node> = Api::all(client.clone());
     Ok(nodes
         .list(&ListParams::default())

@@ -169,7 +169,8 @@ pub struct Driver {
     pub(super) sender_pods: Api<Pod>,
     pub(super) updates: UnboundedSender<Update>,
     pub(super) options: DriverOptions,
-    pub(super) receiver_address: String,
+    /// How senders reach the receiver; `None` until it is exposed.
+    pub(super) route: Option<super::network::Route>,
     pub(super) live: Option<Live>,
     /// Failed attempts counted against the backoff limit (those from the
     /// record's `budgetFrom` on).
@@ -204,7 +205,7 @@ impl Driver {
             plan,
             updates,
             options,
-            receiver_address: String::new(),
+            route: None,
             live: None,
             failures,
             record,
@@ -302,7 +303,7 @@ impl Driver {
         objects::ensure_destination(&self.sides.destination, &self.plan).await?;
         objects::ensure_keys(&self.sides, &self.plan).await?;
         objects::ensure_pointer(&self.sides, &self.plan).await?;
-        self.receiver_address = self.expose().await?;
+        self.route().await?;
         let first = self.record.status.attempts.is_empty();
         self.write(|vm| {
             vm.status.phase = Phase::Running;

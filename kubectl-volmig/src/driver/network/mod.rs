@@ -18,14 +18,15 @@ pub(super) mod relay;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch, PatchParams};
 use tokio::time::Instant;
 
 use self::address::Ingress;
 use super::objects;
 use super::run::{Driver, RECORD_EVERY};
 use super::DriverError;
+use crate::cluster::Side;
 use crate::names;
 use crate::record::network::NetworkStatus;
 use crate::resources;
@@ -34,13 +35,40 @@ use crate::spec::{NetworkMode, NetworkPath};
 /// How often a Service is looked at while it waits for its address.
 const POLL: Duration = Duration::from_secs(1);
 
+/// How the senders reach the receiver, once it is exposed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Route {
+    /// The sender dials `IP:PORT`: the Service's ClusterIP, a load
+    /// balancer's address, or a node port.
+    Dial(String),
+    /// The sender listens, and the driver relays through both API servers.
+    Tunnel,
+}
+
 impl Driver {
+    /// How senders reach the receiver: as found last, or exposed now (at
+    /// set-up, and after `auto` gave up the path in use).
+    pub(super) async fn route(&mut self) -> Result<Route, DriverError> {
+        if let Some(route) = &self.route {
+            return Ok(route.clone());
+        }
+        let route = self.expose().await?;
+        self.route = Some(route.clone());
+        Ok(route)
+    }
+
+    /// Whether the senders of this run go through the tunnel.
+    pub(super) fn through_tunnel(&self) -> bool {
+        self.route == Some(Route::Tunnel)
+    }
+
     /// The receiver's Service, exposed as the operation's network path
-    /// needs; returns where senders connect (`IP:PORT`).
-    pub(super) async fn expose(&mut self) -> Result<String, DriverError> {
+    /// needs.
+    async fn expose(&mut self) -> Result<Route, DriverError> {
         let client = self.sides.destination.clone();
         let Some(clusters) = self.plan.spec.clusters.clone() else {
-            return objects::ensure_service(&client, &self.plan).await;
+            let address = objects::ensure_service(&client, &self.plan).await?;
+            return Ok(Route::Dial(address));
         };
         let mode = clusters.network;
         let mut net = self.record.status.network.clone().unwrap_or_default();
@@ -53,15 +81,18 @@ impl Driver {
                 self.record_network(&net).await?;
             }
             match self.try_path(path).await? {
-                Ok((address, reason)) => {
-                    let at = Some(address.clone()).filter(|a| !a.is_empty());
+                Ok((route, reason)) => {
+                    let at = match &route {
+                        Route::Dial(address) => Some(address.clone()),
+                        Route::Tunnel => None,
+                    };
                     let changed = net.address != at || net.reason != reason;
                     net.address = at;
                     net.reason = reason;
                     if changed {
                         self.record_network(&net).await?;
                     }
-                    return Ok(address);
+                    return Ok(route);
                 }
                 Err(why) => {
                     tracing::info!("network path {path}: {why}");
@@ -82,14 +113,9 @@ impl Driver {
         if address::learn_from_failure(clusters.network, &mut net, reason) {
             tracing::info!("network: {}", net.summary());
             self.record_network(&net).await?;
+            self.route = None;
         }
         Ok(())
-    }
-
-    /// Whether this operation's senders go through the tunnel.
-    pub(super) fn through_tunnel(&self) -> bool {
-        let net = self.record.status.network.as_ref();
-        net.and_then(|n| n.path) == Some(NetworkPath::Tunnel)
     }
 
     async fn record_network(&mut self, net: &NetworkStatus) -> Result<(), DriverError> {
@@ -98,29 +124,26 @@ impl Driver {
         Ok(())
     }
 
-    /// Exposes the receiver on `path`: `Ok((address, why this path))`, or
+    /// Exposes the receiver on `path`: `Ok((route, why this path))`, or
     /// `Err(why not)` when the path does not work here.
     async fn try_path(
         &mut self,
         path: NetworkPath,
-    ) -> Result<Result<(String, String), String>, DriverError> {
+    ) -> Result<Result<(Route, String), String>, DriverError> {
         let service = self.typed_service(path).await?;
         match path {
             NetworkPath::LoadBalancer => self.load_balancer(service).await,
             NetworkPath::NodePort => {
-                let nodes: Api<Node> = Api::all(self.sides.destination.clone());
-                let nodes = nodes
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| DriverError::kube("list the destination's nodes", e))?
-                    .items;
-                Ok(address::node_port_address(&service, &nodes)
-                    .map(|a| (a, "a node port of the destination's nodes".to_string())))
+                let nodes = self.nodes(Side::Destination).await?;
+                Ok(address::node_port_address(&service, &nodes).map(|a| {
+                    let why = "a node port of the destination's nodes".to_string();
+                    (Route::Dial(a), why)
+                }))
             }
             // No address: the driver dials both pods through their API
             // servers once the sender listens.
             NetworkPath::Tunnel => Ok(Ok((
-                String::new(),
+                Route::Tunnel,
                 "through both API servers and this client (port forwards)".to_string(),
             ))),
         }
@@ -150,7 +173,7 @@ impl Driver {
     async fn load_balancer(
         &mut self,
         mut service: Service,
-    ) -> Result<Result<(String, String), String>, DriverError> {
+    ) -> Result<Result<(Route, String), String>, DriverError> {
         let api: Api<Service> = Api::namespaced(
             self.sides.destination.clone(),
             &self.plan.destination.namespace,
@@ -163,13 +186,14 @@ impl Driver {
             match address::load_balancer_ingress(&service) {
                 Some(Ingress::Ip(ip)) => {
                     let at = address::join(&ip, names::MOVER_PORT);
-                    return Ok(Ok((at, "the load balancer's address".to_string())));
+                    let why = "the load balancer's address".to_string();
+                    return Ok(Ok((Route::Dial(at), why)));
                 }
                 Some(Ingress::Hostname(host)) => {
                     return Ok(match crate::cluster::resolve::lookup(&host).await {
                         Ok(ip) => {
                             let at = address::join(&ip.to_string(), names::MOVER_PORT);
-                            Ok((at, format!("the load balancer's name {host}")))
+                            Ok((Route::Dial(at), format!("the load balancer's name {host}")))
                         }
                         Err(e) => Err(format!("its name {host} does not resolve: {e}")),
                     });

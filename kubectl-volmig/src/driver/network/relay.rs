@@ -1,7 +1,7 @@
 //! The tunnel's relay beside a running attempt: started once the sender
 //! listens, stopped with the attempt (dropping it cancels the relay).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -13,23 +13,9 @@ use crate::record::AttemptPhase;
 /// A relay running for one attempt.
 pub(in crate::driver) struct Relay {
     _stop: DropGuard,
-    /// Why it failed, once it has: the attempt then fails with it (the
-    /// movers would wait for each other otherwise).
-    failed: Arc<Mutex<Option<(String, bool)>>>,
-}
-
-impl Relay {
-    /// The attempt's end, when the relay failed.
-    fn failure(&self) -> Option<AttemptEnd> {
-        let failed = self.failed.lock().ok()?.clone()?;
-        let (message, retryable) = failed;
-        Some(AttemptEnd {
-            phase: AttemptPhase::Failed,
-            reason: Some(format!("the tunnel failed: {message}")),
-            retryable: Some(retryable),
-            destination_fault: false,
-        })
-    }
+    /// The attempt's end once the relay failed: the movers would wait for
+    /// each other otherwise.
+    failed: Arc<OnceLock<AttemptEnd>>,
 }
 
 impl Driver {
@@ -41,7 +27,7 @@ impl Driver {
         }
         let live = self.live.as_mut()?;
         if let Some(relay) = &live.relay {
-            return relay.failure();
+            return relay.failed.get().cloned();
         }
         let listening = live
             .sender_log
@@ -51,32 +37,32 @@ impl Driver {
             return None;
         }
         let cancel = CancellationToken::new();
-        let moved = Arc::new(Moved::default());
-        let failed = Arc::new(Mutex::new(None));
+        let failed = Arc::new(OnceLock::new());
         let (sender_pods, receiver_pods) = (self.sender_pods.clone(), self.receiver_pods.clone());
         let (sender, receiver) = (live.sender.clone(), live.receiver.clone());
         let (stop, failure) = (cancel.clone(), failed.clone());
         let wake = self.watch.wake.clone();
         tokio::spawn(async move {
-            let ends = (
-                Endpoint {
-                    pods: sender_pods,
-                    pod: &sender,
-                    port: names::SENDER_PORT as u16,
-                },
-                Endpoint {
-                    pods: receiver_pods,
-                    pod: &receiver,
-                    port: names::MOVER_PORT as u16,
-                },
-            );
-            match tunnel::relay(ends.0, ends.1, stop, &moved).await {
+            let sender = Endpoint {
+                pods: sender_pods,
+                pod: &sender,
+                port: names::SENDER_PORT as u16,
+            };
+            let receiver = Endpoint {
+                pods: receiver_pods,
+                pod: &receiver,
+                port: names::MOVER_PORT as u16,
+            };
+            match tunnel::relay(sender, receiver, stop, &Moved::default()).await {
                 Ok(end) => tracing::debug!(?end, "tunnel relay ended"),
                 Err(e) => {
                     tracing::warn!("tunnel: {e}");
-                    if let Ok(mut slot) = failure.lock() {
-                        *slot = Some((e.to_string(), e.is_retryable()));
-                    }
+                    let _ = failure.set(AttemptEnd {
+                        phase: AttemptPhase::Failed,
+                        reason: Some(format!("the tunnel failed: {e}")),
+                        retryable: Some(e.is_retryable()),
+                        destination_fault: false,
+                    });
                 }
             }
             wake.notify_one();
