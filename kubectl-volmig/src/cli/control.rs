@@ -257,16 +257,11 @@ pub(super) async fn restart_record(
                     vm.status.phase.as_str()
                 )));
             }
-            vm.status.phase = Phase::Running;
-            vm.status.message = None;
-            vm.status.aborted_by = None;
-            vm.status.completion_time = None;
+            vm.status.run_again();
             // Network paths that had all been given up are tried afresh.
             if let Some(net) = vm.status.network.as_mut().filter(|n| n.path.is_none()) {
                 net.tried.clear();
             }
-            let next = vm.status.attempts.last().map_or(1, |a| a.number + 1);
-            vm.status.budget_from = Some(next);
             Ok(())
         })
         .await

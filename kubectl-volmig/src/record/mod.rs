@@ -242,6 +242,21 @@ pub struct MigrationStatus {
     pub sync: Option<sync::SyncStatus>,
 }
 
+impl MigrationStatus {
+    /// The operation runs again (`resume` of a Failed or Aborted one, a
+    /// `sync` round): Running, with a fresh attempt budget from the next
+    /// attempt, whose number it returns.
+    pub fn run_again(&mut self) -> u32 {
+        let next = self.attempts.last().map_or(1, |a| a.number + 1);
+        self.phase = Phase::Running;
+        self.message = None;
+        self.aborted_by = None;
+        self.completion_time = None;
+        self.budget_from = Some(next);
+        next
+    }
+}
+
 /// A Block copy's checkpoint, carried between receivers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -31,7 +31,8 @@ impl NetworkStatus {
         self.tried.iter().any(|t| t.path == path)
     }
 
-    /// The path `auto` tries next after giving up `path` for `why`.
+    /// Gives `path` up for `why` (once): no path is chosen until the
+    /// next one is tried.
     pub fn give_up(&mut self, path: NetworkPath, why: String) {
         if !self.gave_up(path) {
             self.tried.push(TriedPath { path, why });

@@ -80,14 +80,6 @@ pub fn start_round(
     final_round: bool,
     now: Timestamp,
 ) -> Result<u32, SyncRefusal> {
-    let sync = status.sync.get_or_insert_with(SyncStatus::default);
-    if sync.ended {
-        let round = sync.rounds.last().map_or(0, |r| r.number);
-        return Err(SyncRefusal::Ended {
-            op: op.to_string(),
-            round,
-        });
-    }
     match status.phase {
         Phase::Pending | Phase::Running => {
             return Err(SyncRefusal::Running {
@@ -100,6 +92,13 @@ pub fn start_round(
     }
     let next_attempt = status.attempts.last().map_or(1, |a| a.number + 1);
     let sync = status.sync.get_or_insert_with(SyncStatus::default);
+    if sync.ended {
+        let round = sync.rounds.last().map_or(0, |r| r.number);
+        return Err(SyncRefusal::Ended {
+            op: op.to_string(),
+            round,
+        });
+    }
     let number = match sync.rounds.last_mut() {
         Some(open) if open.completion_time.is_none() => {
             open.r#final |= final_round;
@@ -117,11 +116,7 @@ pub fn start_round(
             number
         }
     };
-    status.phase = Phase::Running;
-    status.message = None;
-    status.aborted_by = None;
-    status.completion_time = None;
-    status.budget_from = Some(next_attempt);
+    status.run_again();
     Ok(number)
 }
 

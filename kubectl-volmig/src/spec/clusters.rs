@@ -88,9 +88,7 @@ impl NetworkMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkPath {
-    #[serde(rename = "loadbalancer")]
     LoadBalancer,
-    #[serde(rename = "nodeport")]
     NodePort,
     Tunnel,
 }

@@ -21,16 +21,12 @@ pub fn next_path(mode: NetworkMode, status: &NetworkStatus) -> Option<NetworkPat
 /// it (a firewall between the clusters, an address only the destination's
 /// network reaches), so the next attempt takes the next path.
 pub fn learn_from_failure(mode: NetworkMode, status: &mut NetworkStatus, reason: &str) -> bool {
-    let direct = matches!(
-        status.path,
-        Some(NetworkPath::LoadBalancer | NetworkPath::NodePort)
-    );
-    if mode != NetworkMode::Auto || !direct || !reason.contains("cannot connect to") {
-        return false;
-    }
-    let Some(path) = status.path else {
+    let Some(path @ (NetworkPath::LoadBalancer | NetworkPath::NodePort)) = status.path else {
         return false;
     };
+    if mode != NetworkMode::Auto || !reason.contains("cannot connect to") {
+        return false;
+    }
     let address = status.address.clone().unwrap_or_default();
     status.give_up(
         path,
