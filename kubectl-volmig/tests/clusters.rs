@@ -8,23 +8,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::clusters::Pair;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams};
-use kube::Client;
 use volmig::record::network::NetworkStatus;
 use volmig::record::{Phase, VolumeMigration};
 use volmig::spec::NetworkPath;
-
-/// The ConfigMaps volmig made in `client`'s `default` namespace.
-async fn config_maps(client: &Client) -> Vec<String> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=kubectl-volmig");
-    let list = api.list(&lp).await.expect("list configmaps");
-    list.items
-        .into_iter()
-        .filter_map(|c| c.metadata.name)
-        .collect()
-}
 
 fn migrate_args<'a>(network: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
@@ -88,8 +74,8 @@ async fn copies_into_another_cluster_through_a_load_balancer() {
     assert!(common::leftovers(&dst, "default").await.is_empty());
     assert!(common::leftovers(&src, "default").await.is_empty());
     assert_eq!(
-        config_maps(&src).await,
-        vec![format!("volmig-{op}-record-pointer")]
+        common::everything_volmig_made(&src, "default").await,
+        vec![format!("configmap/volmig-{op}-record-pointer")]
     );
 
     // Given either context, the operation is found.
@@ -287,11 +273,7 @@ async fn copies_through_the_tunnel_when_asked() {
 async fn a_sender_killed_mid_copy_over_the_tunnel_is_resumed() {
     const MIB: u64 = 1024 * 1024;
     let pair = Pair::start(true).await;
-    let src = pair.src.client().await;
-    common::claim(&src, "default", "data", "ReadWriteOnce", "1Gi").await;
-    let dir = common::volume_dir(&src, "default", "data").await;
-    common::seed(&dir, 16, MIB as usize);
-    let want = common::manifest(&dir);
+    let want = pair.seeded_source_of(16, MIB as usize).await;
     let args = migrate_args("tunnel", &["--bwlimit", "3M", "--backoff", "1"]);
     let child = pair.spawn(&args);
     let dst = pair.dst.client().await;
@@ -321,11 +303,8 @@ async fn a_sender_killed_mid_copy_over_the_tunnel_is_resumed() {
 async fn given_the_source_context_abort_logs_and_resume_reach_both_clusters() {
     const MIB: u64 = 1024 * 1024;
     let pair = Pair::start(true).await;
+    let want = pair.seeded_source_of(12, MIB as usize).await;
     let src = pair.src.client().await;
-    common::claim(&src, "default", "data", "ReadWriteOnce", "1Gi").await;
-    let dir = common::volume_dir(&src, "default", "data").await;
-    common::seed(&dir, 12, MIB as usize);
-    let want = common::manifest(&dir);
     let child = pair.spawn(&migrate_args("nodeport", &["--bwlimit", "2M"]));
     let dst = pair.dst.client().await;
     let op = common::first_operation(&dst, "default").await;

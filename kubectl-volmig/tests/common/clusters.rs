@@ -63,12 +63,18 @@ impl Pair {
         super::spawn_volmig(&env, &with_context)
     }
 
-    /// A source claim `data` seeded with files; its manifest.
+    /// A source claim `data` seeded with 40 files of 64 KiB; its manifest.
     pub async fn seeded_source(&self) -> BTreeMap<String, String> {
+        self.seeded_source_of(40, 64 * 1024).await
+    }
+
+    /// A source claim `data` seeded with `files` files of `size` bytes;
+    /// its manifest.
+    pub async fn seeded_source_of(&self, files: usize, size: usize) -> BTreeMap<String, String> {
         let client = self.src.client().await;
         super::claim(&client, "default", "data", "ReadWriteOnce", "1Gi").await;
         let dir = super::volume_dir(&client, "default", "data").await;
-        super::seed(&dir, 40, 64 * 1024);
+        super::seed(&dir, files, size);
         super::manifest(&dir)
     }
 
