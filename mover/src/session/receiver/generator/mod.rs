@@ -427,6 +427,18 @@ impl Generator {
             None => {}
         }
         let partial = self.journal.as_ref().and_then(|j| j.claim(&e.path));
+        // Reading a large basis or partial file is a wait like any other:
+        // what is queued (the previous file's signatures) goes out first, so
+        // the sender matches that file meanwhile instead of waiting for a
+        // full batch.
+        let basis_len = have
+            .as_ref()
+            .filter(|_| with_basis)
+            .map_or(0, |md| md.size());
+        let partial_len = partial.as_ref().map_or(0, |_| e.meta.size);
+        if basis_len.max(partial_len) >= SLOW_READ {
+            self.out.flush()?;
+        }
         if let Some(resumed) = partial.and_then(|p| self.reuse_partial(&e, p)) {
             let (resume, tail) = resumed;
             let s = &mut self.result.summary;
@@ -596,6 +608,10 @@ impl Generator {
         Ok(())
     }
 }
+
+/// Basis (or partial) files at least this large take long enough to read
+/// that the generator hands over its queued frames first.
+const SLOW_READ: u64 = 1 << 20;
 
 /// A directory where a non-directory must go is removed with its contents.
 fn clear_dir(dest: &Path, have: Option<&Lstat>) -> io::Result<()> {
