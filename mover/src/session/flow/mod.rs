@@ -135,6 +135,13 @@ struct InflightState<T> {
     /// No request will follow (RequestsEnd is on its way).
     requests_ended: bool,
     closed: bool,
+    /// Threads waiting for the set to drain, and the largest size at which
+    /// one of them is ready: a file finished above it wakes no one. (A
+    /// condition variable's notify is a system call even with no waiter, and
+    /// waking the generator for each of a thousand small files only to have
+    /// it wait again cost a context switch per file.)
+    waiters: usize,
+    wake_at: usize,
 }
 
 /// Why a wait on [`Inflight`] ended.
@@ -156,6 +163,8 @@ impl<T: Clone> Inflight<T> {
                 redo: Vec::new(),
                 requests_ended: false,
                 closed: false,
+                waiters: 0,
+                wake_at: 0,
             }),
             cv: Condvar::new(),
             limit,
@@ -175,15 +184,16 @@ impl<T: Clone> Inflight<T> {
     /// Waits until the set has drained to half its limit (so a full set
     /// resumes in a burst rather than one file at a time).
     pub fn wait_room(&self) -> Wake {
-        self.wait_for(|len| len <= self.limit / 2)
+        self.wait_for(self.limit / 2)
     }
 
     /// Waits until every file is finished.
     pub fn wait_empty(&self) -> Wake {
-        self.wait_for(|len| len == 0)
+        self.wait_for(0)
     }
 
-    fn wait_for(&self, ready: impl Fn(usize) -> bool) -> Wake {
+    /// Waits until at most `at_most` files are in the set.
+    fn wait_for(&self, at_most: usize) -> Wake {
         let mut s = lock(&self.state);
         loop {
             if s.closed {
@@ -192,10 +202,17 @@ impl<T: Clone> Inflight<T> {
             if !s.redo.is_empty() {
                 return Wake::Redo;
             }
-            if ready(s.items.len()) {
+            if s.items.len() <= at_most {
                 return Wake::Ready;
             }
+            s.wake_at = if s.waiters == 0 {
+                at_most
+            } else {
+                s.wake_at.max(at_most)
+            };
+            s.waiters += 1;
             s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+            s.waiters -= 1;
         }
     }
 
@@ -210,8 +227,13 @@ impl<T: Clone> Inflight<T> {
     }
 
     pub fn remove(&self, id: u64) -> Option<T> {
-        let item = lock(&self.state).items.remove(&id);
-        self.cv.notify_all();
+        let mut s = lock(&self.state);
+        let item = s.items.remove(&id);
+        let wake = s.waiters > 0 && s.items.len() <= s.wake_at;
+        drop(s);
+        if wake {
+            self.cv.notify_all();
+        }
         item
     }
 
