@@ -68,6 +68,10 @@ fn open_nofollow(dest: &Path, write: bool) -> io::Result<File> {
         .open(dest)
 }
 
+/// Files at least this large are written long enough for the committer to
+/// get the applier's batch first.
+const LARGE_FILE: u64 = 1 << 20;
+
 pub struct Applier {
     placer: Placer,
     inplace: bool,
@@ -109,8 +113,15 @@ impl Applier {
         'data: loop {
             // The batch's share of the data budget is returned once it is
             // applied.
-            let batch = rx.blocking_recv();
-            let batch = batch.ok_or_else(cancelled)?;
+            let batch = match rx.try_recv() {
+                Ok(batch) => batch,
+                Err(mpsc::error::TryRecvError::Disconnected) => return Err(cancelled()),
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    // Files finished so far are committed while this waits.
+                    self.committer.hand_over()?;
+                    rx.blocking_recv().ok_or_else(cancelled)?
+                }
+            };
             for frame in batch.frames {
                 match frame {
                     Frame::FileBegin { id, meta } => self.begin(id, meta)?,
@@ -150,6 +161,10 @@ impl Applier {
         }
         if let Some(old) = self.current.take() {
             self.restart(old);
+        }
+        if meta.size >= LARGE_FILE {
+            // Writing it takes a while: files finished before it go first.
+            self.committer.hand_over()?;
         }
         let pending = self
             .inflight
