@@ -102,6 +102,17 @@ impl TreeRoot {
         Ok(File::from(fd?))
     }
 
+    /// Opens the directory `path` beneath the root for listing, following
+    /// no symlink (its own name included). Its access time is left alone
+    /// where the kernel allows, as [`TreeRoot::open_file`] does.
+    pub fn list_dir(&self, path: &RelPath) -> io::Result<OwnedFd> {
+        let base = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match self.resolve(path, base | OFlags::NOATIME) {
+            Err(rustix::io::Errno::PERM) => Ok(self.resolve(path, base)?),
+            other => Ok(other?),
+        }
+    }
+
     /// Checks that `/proc/self/fd` leads to this process's open directories,
     /// as [`Placed`] paths need (a container always mounts `/proc`; a chroot
     /// may not).
@@ -355,6 +366,19 @@ mod tests {
         placer.forget();
         assert!(placer.place(&rel("d/two")).is_err());
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn list_dir_follows_no_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("a/b")).unwrap();
+        std::os::unix::fs::symlink("/", t.path().join("up")).unwrap();
+        std::os::unix::fs::symlink("a", t.path().join("alias")).unwrap();
+        let root = TreeRoot::open(t.path()).unwrap();
+        assert!(root.list_dir(&rel("a/b")).is_ok());
+        assert!(root.list_dir(&RelPath::root()).is_ok());
+        assert!(root.list_dir(&rel("up")).is_err());
+        assert!(root.list_dir(&rel("alias/b")).is_err());
     }
 
     #[test]

@@ -66,3 +66,5 @@ pub mod treehash;
 pub mod units;
 #[cfg(feature = "engine")]
 pub mod walk;
+#[cfg(feature = "engine")]
+pub mod warm;

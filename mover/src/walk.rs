@@ -16,6 +16,7 @@ use crate::filter::Filter;
 use crate::meta::{kind_of, Kind, Meta};
 use crate::path::RelPath;
 use crate::protocol::Entry;
+use crate::warm::Warmer;
 
 /// Name of the receiver's private directory at the destination root; never transferred.
 pub const STATE_DIR: &[u8] = b".volmig";
@@ -60,6 +61,8 @@ pub struct Walker {
     /// First path seen for each multiply-linked inode.
     links: HashMap<(u64, u64), RelPath>,
     started: bool,
+    /// Stats the directories still to be listed ahead of the walk.
+    warmer: Option<Warmer>,
 }
 
 impl Walker {
@@ -72,7 +75,15 @@ impl Walker {
             ready: Vec::new(),
             links: HashMap::new(),
             started: false,
+            warmer: None,
         }
+    }
+
+    /// Has `warmer`, whose root must be this walk's, stat each directory's
+    /// entries before the walk lists it.
+    pub fn with_warmer(mut self, warmer: Option<Warmer>) -> Walker {
+        self.warmer = warmer;
+        self
     }
 
     fn entry(&mut self, path: RelPath) -> Option<WalkItem> {
@@ -184,6 +195,11 @@ impl Walker {
         close_listing(&mut items, dir);
         // Subdirectories are visited in byte order: reverse the ones just pushed.
         self.stack[stack_base..].reverse();
+        if let Some(warmer) = &self.warmer {
+            for dir in self.stack[stack_base..].iter().rev() {
+                warmer.dir(dir);
+            }
+        }
         items.reverse();
         self.ready = items;
     }

@@ -33,6 +33,7 @@ use crate::protocol::{
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
 use crate::walk::{WalkItem, Walker};
+use crate::warm::Warmer;
 use serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
 
 /// How the sender runs.
@@ -189,7 +190,8 @@ where
     let denied = Arc::new(Denied::default());
     let mut sup = Supervisor::new(cfg.cancel.clone());
     let walker = {
-        let walker = Walker::new(cfg.root.clone(), filter.clone(), options.checksum);
+        let walker = Walker::new(cfg.root.clone(), filter.clone(), options.checksum)
+            .with_warmer(Warmer::start(&source));
         let (out, credits) = (Outbox::new(out_tx.clone()), credits.clone());
         let denied = denied.clone();
         sup.spawn(move || walk(walker, out, &credits, &denied))
@@ -197,6 +199,7 @@ where
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
     let queue = Queue::new(req_tx, Prefetcher::start(&source));
     let source_read = Arc::new(AtomicU64::new(0));
+    let walked_root = source.clone();
     let server = {
         let (out, opts, filter) = (out_tx.clone(), options.clone(), filter.clone());
         let (read, denied) = (source_read.clone(), denied.clone());
@@ -222,7 +225,8 @@ where
             Ok(Ended::Verify) => {
                 // The same walk as the listing, with every file's contents hashed.
                 reader.credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
-                let walker = Walker::new(cfg.root.clone(), filter.clone(), true);
+                let walker = Walker::new(cfg.root.clone(), filter.clone(), true)
+                    .with_warmer(Warmer::start(&walked_root));
                 let (out, credits) = (Outbox::new(out_tx.clone()), reader.credits.clone());
                 // What it cannot read was noted by the listing already.
                 let again = Denied::default();

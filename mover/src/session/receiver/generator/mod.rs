@@ -32,6 +32,7 @@ use crate::session::flow::{Inflight, ListWindow, Wake};
 use crate::session::{cancelled, is_fatal, warn, SessionError};
 use crate::stats::{human_bytes, Counters, Summary};
 use crate::walk::{file_hash, STATE_DIR};
+use crate::warm::Warmer;
 
 mod prune;
 
@@ -63,6 +64,9 @@ pub struct GenConfig {
 pub struct Generator {
     /// Where listed entries go: every path through a parent resolved beneath the root.
     placer: Placer,
+    /// Stats the entries of destination directories the listing names
+    /// before their own entries come.
+    warmer: Option<Warmer>,
     opts: SessionOptions,
     filter: Filter,
     owner: bool,
@@ -103,8 +107,10 @@ impl Generator {
             journal,
             capacity,
         } = cfg;
+        let warmer = Warmer::start(&tree);
         Generator {
             placer: Placer::new(tree),
+            warmer,
             opts,
             filter,
             owner,
@@ -332,6 +338,9 @@ impl Generator {
         }
         match have {
             Some(md) if md.is_dir() => {
+                if let Some(warmer) = &self.warmer {
+                    warmer.dir(&e.path);
+                }
                 // Without root, a read-only directory must be opened up while it is filled.
                 if !self.owner && md.mode() & 0o300 != 0o300 {
                     fs::set_permissions(dest, fs::Permissions::from_mode(md.mode() | 0o700))?;
