@@ -13,6 +13,7 @@ use common::app::{
     replicas, running_app, sequence, volume,
 };
 use common::{env, records, volmig, volmig_with, volume_dir, Env};
+use futures::stream::{self, StreamExt};
 use kube::Client;
 use volmig::driver::cutover::CRASH_AT;
 use volmig::record::cutover::Step;
@@ -33,6 +34,13 @@ const FORWARD: &[&str] = &[
     "step:Restore",
     "step:AwaitingCommit",
 ];
+
+/// How many cases of a test run at once. Each has its own app, claims and
+/// operation, and spends most of its time waiting on pods and polls, so
+/// running them one after another (27 cutovers) was most of this file's
+/// time; a few at a time keeps a two-core machine busy without starving
+/// the sandbox.
+const AT_ONCE: usize = 4;
 
 /// One case: app and claim of its own, a cutover killed at `point`.
 struct Case {
@@ -146,20 +154,30 @@ async fn rollback_restores(env: &Env, client: &Client, case: &Case, point: &str)
 async fn killed_anywhere_then_resumed_the_cutover_completes() {
     let env = env().await;
     let client = env.client().await;
-    for (n, point) in FORWARD.iter().enumerate() {
-        let case = crashed_cutover(&env, &client, n, point).await;
-        resume_finishes(&env, &client, &case, point).await;
-    }
+    stream::iter(FORWARD.iter().enumerate())
+        .for_each_concurrent(AT_ONCE, |(n, point)| {
+            let (env, client) = (&env, &client);
+            async move {
+                let case = crashed_cutover(env, client, n, point).await;
+                resume_finishes(env, client, &case, point).await;
+            }
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_anywhere_then_rolled_back_the_original_is_restored() {
     let env = env().await;
     let client = env.client().await;
-    for (n, point) in FORWARD.iter().enumerate() {
-        let case = crashed_cutover(&env, &client, n, point).await;
-        rollback_restores(&env, &client, &case, point).await;
-    }
+    stream::iter(FORWARD.iter().enumerate())
+        .for_each_concurrent(AT_ONCE, |(n, point)| {
+            let (env, client) = (&env, &client);
+            async move {
+                let case = crashed_cutover(env, client, n, point).await;
+                rollback_restores(env, client, &case, point).await;
+            }
+        })
+        .await;
 }
 
 /// A rollback killed half-way is finished by running rollback again: the
@@ -176,37 +194,42 @@ async fn a_rollback_killed_half_way_finishes_when_asked_again() {
         "rollback:DeleteClaim {claim}",
         "rollback:CreateClaim {claim}",
     ];
-    for (n, point) in points.iter().enumerate() {
-        let claim = format!("data{n}");
-        let app = format!("app{n}");
-        let old_dir = running_app(&client, &ns, &claim, &app).await;
-        let run = cutover(&env, &[], &claim, &["-o", "json"]).await;
-        assert_eq!(run.code, 0, "{}", run.stderr);
-        let op = run.operation().metadata.name;
-        await_running(&client, &ns, &app).await;
-        let new_dir = volume_dir(&client, &ns, &claim).await;
-        let on_old = sequence(&old_dir).len();
-        await_sequence_past(&new_dir, on_old + 20).await;
-        let point = point.replace("{claim}", &claim);
-        let run = volmig_with(&env, &[(CRASH_AT, point.as_str())], &["rollback", &op]).await;
-        assert_ne!(run.code, 0, "killed at {point}: {}", run.stderr);
-        assert!(
-            run.stderr.contains("crash point"),
-            "never reached {point}: {}",
-            run.stderr
-        );
-        let run = volmig(&env, &["rollback", &op, "-o", "json"]).await;
-        assert_eq!(run.code, 0, "{point}: {}", run.stderr);
-        assert_eq!(run.operation().status.phase, Phase::RolledBack, "{point}");
-        await_running(&client, &ns, &app).await;
-        let on_new = sequence(&new_dir);
-        assert_gapless(&on_new, &point);
-        let after = await_sequence_past(&old_dir, on_new.len() + 5).await;
-        assert_gapless(&after, &point);
-        assert_eq!(
-            &after[..on_new.len()],
-            &on_new[..],
-            "{point}: writes on the new volume lost"
-        );
-    }
+    stream::iter(points.iter().enumerate())
+        .for_each_concurrent(AT_ONCE, |(n, point)| {
+            let (env, client, ns) = (&env, &client, &ns);
+            async move {
+                let claim = format!("data{n}");
+                let app = format!("app{n}");
+                let old_dir = running_app(client, ns, &claim, &app).await;
+                let run = cutover(env, &[], &claim, &["-o", "json"]).await;
+                assert_eq!(run.code, 0, "{}", run.stderr);
+                let op = run.operation().metadata.name;
+                await_running(client, ns, &app).await;
+                let new_dir = volume_dir(client, ns, &claim).await;
+                let on_old = sequence(&old_dir).len();
+                await_sequence_past(&new_dir, on_old + 20).await;
+                let point = point.replace("{claim}", &claim);
+                let run = volmig_with(env, &[(CRASH_AT, point.as_str())], &["rollback", &op]).await;
+                assert_ne!(run.code, 0, "killed at {point}: {}", run.stderr);
+                assert!(
+                    run.stderr.contains("crash point"),
+                    "never reached {point}: {}",
+                    run.stderr
+                );
+                let run = volmig(env, &["rollback", &op, "-o", "json"]).await;
+                assert_eq!(run.code, 0, "{point}: {}", run.stderr);
+                assert_eq!(run.operation().status.phase, Phase::RolledBack, "{point}");
+                await_running(client, ns, &app).await;
+                let on_new = sequence(&new_dir);
+                assert_gapless(&on_new, &point);
+                let after = await_sequence_past(&old_dir, on_new.len() + 5).await;
+                assert_gapless(&after, &point);
+                assert_eq!(
+                    &after[..on_new.len()],
+                    &on_new[..],
+                    "{point}: writes on the new volume lost"
+                );
+            }
+        })
+        .await;
 }

@@ -357,7 +357,10 @@ async fn a_destination_that_cannot_be_repaired_is_replaced_after_the_reuse_limit
     // which counts neither way), then two attempts fail on `zzz`, the
     // fourth empties the destination first, which the mount stops, and the
     // fifth copies in full into a fresh claim. (The backoff between them
-    // grows as for any failure: `backoff` is tested in the driver.)
+    // grows as for any failure: `backoff` is tested in the driver. One
+    // second is ample for the mount, made right after the kill, to come
+    // before attempt 2's receiver starts; `--backoff 2` only doubled the
+    // four waits, 15 s more.)
     let args = [
         "migrate",
         "data",
@@ -366,7 +369,7 @@ async fn a_destination_that_cannot_be_repaired_is_replaced_after_the_reuse_limit
         "--bwlimit",
         "2M",
         "--backoff",
-        "2",
+        "1",
         "--reuse-limit",
         "2",
         "--backoff-limit",

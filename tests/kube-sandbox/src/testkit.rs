@@ -7,8 +7,14 @@ use std::sync::Mutex;
 
 /// `target/<profile>/<bin>` of package `package` (a directory at the
 /// workspace root, or under `tests/`), built with cargo when missing or
-/// older than the package's sources. `cargo test --workspace` has usually
+/// older than what it is built from. `cargo test --workspace` has usually
 /// built it already; `cargo test -p <one>` after a change may not have.
+///
+/// What it is built from is [`inputs`]: the package's and its path
+/// dependencies' sources, not their tests. A test or fixture edited after
+/// the build does not count: the build cargo would run then resolves
+/// features for this one package, unlike `cargo test --workspace`, and
+/// compiles much of the dependency tree again for nothing (minutes).
 ///
 /// Panics when it cannot be built: it is for tests.
 pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
@@ -23,9 +29,12 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
     if !built.iter().any(|b| b == bin) {
-        let sources = [workspace.join(package), workspace.join("mover/src")];
         let stamp = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
-        let fresh = stamp.is_some_and(|b| sources.iter().all(|s| newest(s).is_none_or(|t| t <= b)));
+        let fresh = stamp.is_some_and(|b| {
+            inputs(&workspace, package)
+                .iter()
+                .all(|s| newest(s).is_none_or(|t| t <= b))
+        });
         if !fresh {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut build = std::process::Command::new(cargo);
@@ -44,10 +53,74 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     path
 }
 
-/// The newest modification time of the files under `dir`.
-fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+/// The directory of workspace package `package`: at the root, or under
+/// `tests/`.
+fn package_dir(workspace: &Path, package: &str) -> PathBuf {
+    let top = workspace.join(package);
+    if top.join("Cargo.toml").is_file() {
+        top
+    } else {
+        workspace.join("tests").join(package)
+    }
+}
+
+/// What a binary of `package` is built from: the workspace's `Cargo.toml`
+/// and `Cargo.lock`, and of the package and each workspace package it
+/// depends on (`path = ...` under `[dependencies]` or
+/// `[build-dependencies]`, followed through), everything in its
+/// directory but `tests/`, `benches/` and `examples/`.
+fn inputs(workspace: &Path, package: &str) -> Vec<PathBuf> {
+    let mut out = vec![workspace.join("Cargo.toml"), workspace.join("Cargo.lock")];
+    let mut packages = vec![package_dir(workspace, package)];
+    let mut seen: Vec<PathBuf> = Vec::new();
+    while let Some(dir) = packages.pop() {
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        if seen.contains(&dir) {
+            continue;
+        }
+        let Ok(listing) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in listing.flatten() {
+            let name = entry.file_name();
+            if !["tests", "benches", "examples"].iter().any(|t| name == *t) {
+                out.push(entry.path());
+            }
+        }
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
+        packages.extend(path_dependencies(&manifest).map(|p| dir.join(p)));
+        seen.push(dir);
+    }
+    out
+}
+
+/// The `path = "..."` of a manifest's dependencies and build dependencies
+/// (a line-wise reading of the workspace's own manifests, not TOML).
+fn path_dependencies(manifest: &str) -> impl Iterator<Item = &str> {
+    let mut linked = false;
+    manifest.lines().filter_map(move |line| {
+        let line = line.trim();
+        if line.starts_with('[') {
+            linked = line == "[dependencies]"
+                || line == "[build-dependencies]"
+                || (line.starts_with("[target.") && !line.ends_with(".dev-dependencies]"));
+            return None;
+        }
+        if !linked || line.starts_with('#') {
+            return None;
+        }
+        let rest = line.split("path = \"").nth(1)?;
+        rest.split('"').next()
+    })
+}
+
+/// The newest modification time of `path`, or of the files under it.
+fn newest(path: &Path) -> Option<std::time::SystemTime> {
+    if path.is_file() {
+        return std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    }
     let mut newest = None;
-    let mut stack = vec![dir.to_path_buf()];
+    let mut stack = vec![path.to_path_buf()];
     while let Some(d) = stack.pop() {
         for entry in std::fs::read_dir(&d).ok()?.flatten() {
             let path = entry.path();
@@ -161,4 +234,66 @@ pub fn merged_kubeconfig(
         ));
     }
     crate::kubeconfig::write(path, &contexts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_binary_is_built_from_its_path_dependencies_not_its_dev_dependencies() {
+        let manifest = r#"
+[package]
+name = "p"
+
+[dependencies]
+a = { path = "../a", default-features = false }
+b.workspace = true
+# c = { path = "../c" }
+
+[target.'cfg(unix)'.dependencies]
+d = { path = "../d" }
+
+[dev-dependencies]
+e = { path = "../e" }
+
+[build-dependencies]
+f = { path = "../f" }
+"#;
+        let deps: Vec<&str> = path_dependencies(manifest).collect();
+        assert_eq!(deps, ["../a", "../d", "../f"]);
+    }
+
+    #[test]
+    fn the_plugin_is_built_from_the_mover_library_but_not_the_tests() {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let plugin = inputs(&workspace, "kubectl-volmig");
+        let names: Vec<String> = plugin
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .filter_map(|p| {
+                p.strip_prefix(std::fs::canonicalize(&workspace).ok()?)
+                    .ok()
+                    .map(|r| r.display().to_string())
+            })
+            .collect();
+        for wanted in ["kubectl-volmig/src", "mover/src", "Cargo.lock"] {
+            assert!(names.iter().any(|n| n == wanted), "{wanted}: {names:?}");
+        }
+        for unwanted in [
+            "kubectl-volmig/tests",
+            "mover/tests",
+            "tests/kube-sandbox/src",
+        ] {
+            assert!(
+                !names.iter().any(|n| n == unwanted),
+                "{unwanted}: {names:?}"
+            );
+        }
+        let sandbox = inputs(&workspace, "kube-sandbox");
+        assert!(
+            sandbox.iter().any(|p| p.ends_with("kube-sandbox/src")),
+            "{sandbox:?}"
+        );
+    }
 }
