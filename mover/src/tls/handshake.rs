@@ -7,10 +7,22 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use rustls::{AlertDescription, CertificateError, ClientConfig, ServerConfig};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
 
 use super::{Role, TlsError, RECEIVER_NAME};
+
+/// A connection as TLS reads it: rustls reads at most one record (16 KiB)
+/// per call, a system call each on a bare socket. Through this buffer the
+/// receiver of 1 GiB makes 4,000 reads instead of 66,000, which on a VM
+/// cost more than copying the bytes once more.
+pub type Buffered<S> = BufReader<S>;
+
+/// Bytes read from the connection at once.
+const READ_BUFFER: usize = 256 * 1024;
+/// Encrypted bytes queued before a write: rustls's default, 64 KiB, made a
+/// `writev` per four records.
+const SEND_BUFFER: usize = 1024 * 1024;
 
 /// The receiver's side: authenticates the sender on `stream`.
 pub async fn accept<S>(
@@ -18,12 +30,15 @@ pub async fn accept<S>(
     stream: S,
     peer: &str,
     timeout: Duration,
-) -> Result<server::TlsStream<S>, TlsError>
+) -> Result<server::TlsStream<Buffered<S>>, TlsError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let stream = BufReader::with_capacity(READ_BUFFER, stream);
     let handshake = TlsAcceptor::from(config).accept(stream);
-    bounded(handshake, peer, timeout, Role::Receiver).await
+    let mut tls = bounded(handshake, peer, timeout, Role::Receiver).await?;
+    tls.get_mut().1.set_buffer_limit(Some(SEND_BUFFER));
+    Ok(tls)
 }
 
 /// The sender's side: authenticates the receiver on `stream`.
@@ -32,13 +47,16 @@ pub async fn connect<S>(
     stream: S,
     peer: &str,
     timeout: Duration,
-) -> Result<client::TlsStream<S>, TlsError>
+) -> Result<client::TlsStream<Buffered<S>>, TlsError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let name = ServerName::try_from(RECEIVER_NAME).expect("a valid DNS name");
+    let stream = BufReader::with_capacity(READ_BUFFER, stream);
     let handshake = TlsConnector::from(config).connect(name, stream);
-    bounded(handshake, peer, timeout, Role::Sender).await
+    let mut tls = bounded(handshake, peer, timeout, Role::Sender).await?;
+    tls.get_mut().1.set_buffer_limit(Some(SEND_BUFFER));
+    Ok(tls)
 }
 
 async fn bounded<T>(

@@ -13,7 +13,7 @@ pub mod keys;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use handshake::{accept, connect, refusal};
+pub use handshake::{accept, connect, refusal, Buffered};
 pub use identity::Identity;
 pub use keys::KeyMaterial;
 

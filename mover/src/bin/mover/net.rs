@@ -156,7 +156,7 @@ async fn establish(
     tls: Option<Arc<ClientConfig>>,
     conn: &ConnectionArgs,
     quiet: bool,
-) -> Result<(Incoming<client::TlsStream<TcpStream>>, String), SessionError> {
+) -> Result<(Incoming<SenderTls>, String), SessionError> {
     let timeout = conn.handshake_timeout();
     match link {
         Link::Dial { to, retry } => {
@@ -419,6 +419,9 @@ const MAX_HANDSHAKES: usize = 16;
 
 /// A connection ready for a session: plain (`--insecure`), or `T`, the
 /// stream of a TLS handshake that succeeded.
+/// The sender's side of a TLS connection.
+type SenderTls = client::TlsStream<tls::Buffered<TcpStream>>;
+
 enum Incoming<T> {
     Plain(TcpStream),
     Tls(Box<T>),
