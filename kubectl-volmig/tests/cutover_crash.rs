@@ -150,8 +150,16 @@ async fn rollback_restores(env: &Env, client: &Client, case: &Case, point: &str)
     assert_gapless(&after, point);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn killed_anywhere_then_resumed_the_cutover_completes() {
+/// What a test does with each cutover it killed.
+#[derive(Clone, Copy)]
+enum Then {
+    Resume,
+    RollBack,
+}
+
+/// Kills a cutover at every forward point, `AT_ONCE` cases at a time, and
+/// then resumes or rolls back each.
+async fn kill_at_every_point(then: Then) {
     let env = env().await;
     let client = env.client().await;
     stream::iter(FORWARD.iter().enumerate())
@@ -159,25 +167,23 @@ async fn killed_anywhere_then_resumed_the_cutover_completes() {
             let (env, client) = (&env, &client);
             async move {
                 let case = crashed_cutover(env, client, n, point).await;
-                resume_finishes(env, client, &case, point).await;
+                match then {
+                    Then::Resume => resume_finishes(env, client, &case, point).await,
+                    Then::RollBack => rollback_restores(env, client, &case, point).await,
+                }
             }
         })
         .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn killed_anywhere_then_resumed_the_cutover_completes() {
+    kill_at_every_point(Then::Resume).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn killed_anywhere_then_rolled_back_the_original_is_restored() {
-    let env = env().await;
-    let client = env.client().await;
-    stream::iter(FORWARD.iter().enumerate())
-        .for_each_concurrent(AT_ONCE, |(n, point)| {
-            let (env, client) = (&env, &client);
-            async move {
-                let case = crashed_cutover(env, client, n, point).await;
-                rollback_restores(env, client, &case, point).await;
-            }
-        })
-        .await;
+    kill_at_every_point(Then::RollBack).await;
 }
 
 /// A rollback killed half-way is finished by running rollback again: the
