@@ -417,11 +417,11 @@ async fn wipe_destination(
 /// TLS handshakes in progress at most; a connection beyond them is closed.
 const MAX_HANDSHAKES: usize = 16;
 
-/// A connection ready for a session: plain (`--insecure`), or `T`, the
-/// stream of a TLS handshake that succeeded.
 /// The sender's side of a TLS connection.
 type SenderTls = client::TlsStream<tls::Buffered<TcpStream>>;
 
+/// A connection ready for a session: plain (`--insecure`), or `T`, the
+/// stream of a TLS handshake that succeeded.
 enum Incoming<T> {
     Plain(TcpStream),
     Tls(Box<T>),
