@@ -90,15 +90,15 @@ pub fn start_round(
         Phase::RolledBack => return Err(SyncRefusal::RolledBack { op: op.to_string() }),
         Phase::Succeeded | Phase::Failed | Phase::Aborted => {}
     }
-    let next_attempt = status.attempts.last().map_or(1, |a| a.number + 1);
-    let sync = status.sync.get_or_insert_with(SyncStatus::default);
-    if sync.ended {
+    if let Some(sync) = status.sync.as_ref().filter(|s| s.ended) {
         let round = sync.rounds.last().map_or(0, |r| r.number);
         return Err(SyncRefusal::Ended {
             op: op.to_string(),
             round,
         });
     }
+    let next_attempt = status.run_again();
+    let sync = status.sync.get_or_insert_with(SyncStatus::default);
     let number = match sync.rounds.last_mut() {
         Some(open) if open.completion_time.is_none() => {
             open.r#final |= final_round;
@@ -116,7 +116,6 @@ pub fn start_round(
             number
         }
     };
-    status.run_again();
     Ok(number)
 }
 
