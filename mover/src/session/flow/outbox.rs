@@ -102,11 +102,20 @@ pub fn recv_or_flush<T>(
     rx: &mut mpsc::Receiver<T>,
     outbox: &mut impl FrameOut,
 ) -> Result<Option<T>, SessionError> {
+    recv_or(rx, || outbox.flush())
+}
+
+/// Receives the next batch, running `before_wait` first (handing over what
+/// the worker holds) if it would have to wait.
+pub fn recv_or<T>(
+    rx: &mut mpsc::Receiver<T>,
+    before_wait: impl FnOnce() -> Result<(), SessionError>,
+) -> Result<Option<T>, SessionError> {
     match rx.try_recv() {
         Ok(item) => Ok(Some(item)),
         Err(mpsc::error::TryRecvError::Disconnected) => Ok(None),
         Err(mpsc::error::TryRecvError::Empty) => {
-            outbox.flush()?;
+            before_wait()?;
             Ok(rx.blocking_recv())
         }
     }

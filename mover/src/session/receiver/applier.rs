@@ -18,6 +18,7 @@ use crate::delta::{Op, LITERAL_CHUNK};
 use crate::meta::{apply_to_fd, Meta};
 use crate::patch::{OutFile, PatchError, Patcher};
 use crate::protocol::{violation, FileOutcome, Frame, WireOp};
+use crate::session::flow::outbox::recv_or;
 use crate::session::flow::DataBatch;
 use crate::session::flow::Inflight;
 use crate::session::{cancelled, is_fatal, warn, SessionError};
@@ -113,15 +114,9 @@ impl Applier {
         'data: loop {
             // The batch's share of the data budget is returned once it is
             // applied.
-            let batch = match rx.try_recv() {
-                Ok(batch) => batch,
-                Err(mpsc::error::TryRecvError::Disconnected) => return Err(cancelled()),
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    // Files finished so far are committed while this waits.
-                    self.committer.hand_over()?;
-                    rx.blocking_recv().ok_or_else(cancelled)?
-                }
-            };
+            // Files finished so far are committed while this waits.
+            let batch = recv_or(&mut rx, || self.committer.hand_over())?;
+            let batch = batch.ok_or_else(cancelled)?;
             for frame in batch.frames {
                 match frame {
                     Frame::FileBegin { id, meta } => self.begin(id, meta)?,
