@@ -197,7 +197,7 @@ impl Walker {
         self.stack[stack_base..].reverse();
         if let Some(warmer) = &self.warmer {
             for dir in self.stack[stack_base..].iter().rev() {
-                warmer.dir(dir);
+                warmer.offer(dir);
             }
         }
         items.reverse();

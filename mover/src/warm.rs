@@ -1,4 +1,4 @@
-//! Warming the inode cache ahead of a walk.
+//! Warming the caches ahead of a walk or of the files a sender will read.
 //!
 //! Both sides look at every entry of a tree one at a time: the sender's
 //! walker stats each source entry, the receiver's generator each listed
@@ -8,10 +8,15 @@
 //! threads ahead of the walk, so that the walk finds the inodes in memory and
 //! the disk has several reads to serve at once.
 //!
-//! It is best effort and changes nothing: a directory it cannot open, a
-//! name it cannot stat, or a directory offered while its queue is full is
-//! simply left to the walk. Directories are opened beneath the tree's root
-//! without following symlinks, like every other path a peer names.
+//! The sender's delta thread likewise reads the files it is asked for one
+//! after another, and opening a file waits on the disk for its inode: the
+//! same threads, given files, start reading their first MiB into the page
+//! cache ([`Warm::Data`]).
+//!
+//! It is best effort and changes nothing: a path it cannot open, a name it
+//! cannot stat, or a path offered while its queue is full is simply left to
+//! the walk. Paths are opened beneath the tree's root without following
+//! symlinks, like every other path a peer names.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -25,10 +30,21 @@ use crate::path::RelPath;
 /// Threads, each with its own queue: the work is waiting on the disk, not
 /// the CPU, so more threads than cores pay.
 const THREADS: usize = 4;
-/// Directories queued per thread before more are left to the walk.
+/// Paths queued per thread before more are left to the walk.
 const QUEUE: usize = 256;
+/// Leading bytes of each file offered for [`Warm::Data`] that are read ahead.
+const DATA_BYTES: u64 = 1 << 20;
 
-/// Threads that stat the entries of the directories they are given.
+/// What a [`Warmer`] does with the paths it is offered.
+#[derive(Debug, Clone, Copy)]
+pub enum Warm {
+    /// Directories: stat each of their entries.
+    Entries,
+    /// Files: read their first [`DATA_BYTES`] into the page cache.
+    Data,
+}
+
+/// Threads that warm the caches for the paths they are given.
 pub struct Warmer {
     lanes: Vec<SyncSender<RelPath>>,
     next: AtomicUsize,
@@ -37,7 +53,7 @@ pub struct Warmer {
 
 impl Warmer {
     /// Starts the threads; `None` if none could be started (nothing is warmed).
-    pub fn start(root: &Arc<TreeRoot>) -> Option<Warmer> {
+    pub fn start(root: &Arc<TreeRoot>, what: Warm) -> Option<Warmer> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut lanes = Vec::with_capacity(THREADS);
         for _ in 0..THREADS {
@@ -46,8 +62,11 @@ impl Warmer {
             let started = std::thread::Builder::new()
                 .name("warm".into())
                 .spawn(move || {
-                    for dir in rx {
-                        warm(&root, &dir, &stop);
+                    for path in rx {
+                        match what {
+                            Warm::Entries => entries(&root, &path, &stop),
+                            Warm::Data => data(&root, &path),
+                        }
                     }
                 });
             if started.is_ok() {
@@ -61,10 +80,10 @@ impl Warmer {
         })
     }
 
-    /// Queues `dir` (relative to the root) to have its entries stat'ed.
-    pub fn dir(&self, dir: &RelPath) {
+    /// Queues `path` (relative to the root) to be warmed, if there is room.
+    pub fn offer(&self, path: &RelPath) {
         let lane = self.next.fetch_add(1, Ordering::Relaxed) % self.lanes.len();
-        let _ = self.lanes[lane].try_send(dir.clone());
+        let _ = self.lanes[lane].try_send(path.clone());
     }
 }
 
@@ -75,8 +94,16 @@ impl Drop for Warmer {
     }
 }
 
+/// Starts reading the first [`DATA_BYTES`] of `file`.
+fn data(root: &TreeRoot, file: &RelPath) {
+    if let Ok(f) = root.open_file(file) {
+        let len = std::num::NonZeroU64::new(DATA_BYTES);
+        let _ = rustix::fs::fadvise(&f, 0, len, rustix::fs::Advice::WillNeed);
+    }
+}
+
 /// Stats every entry of `dir`, without following symlinks.
-fn warm(root: &TreeRoot, dir: &RelPath, stop: &AtomicBool) {
+fn entries(root: &TreeRoot, dir: &RelPath, stop: &AtomicBool) {
     if stop.load(Ordering::Relaxed) {
         return;
     }
@@ -111,13 +138,13 @@ mod tests {
         std::fs::write(t.path().join("a/f"), b"x").unwrap();
         std::os::unix::fs::symlink("/", t.path().join("up")).unwrap();
         let root = Arc::new(TreeRoot::open(t.path()).unwrap());
-        let warmer = Warmer::start(&root).expect("threads");
+        let warmer = Warmer::start(&root, Warm::Entries).expect("threads");
         // Far more than the queues hold, missing and symlinked ones among
         // them: each offer returns at once (a full queue drops it).
         for i in 0..THREADS * QUEUE * 4 {
             let dir = ["a", "a/b", "up", "missing"][i % 4];
-            warmer.dir(&rel(dir));
+            warmer.offer(&rel(dir));
         }
-        warmer.dir(&RelPath::root());
+        warmer.offer(&RelPath::root());
     }
 }

@@ -33,8 +33,8 @@ use crate::protocol::{
 use crate::signature::{BlockSig, SigShape};
 use crate::stats::Summary;
 use crate::walk::{WalkItem, Walker};
-use crate::warm::Warmer;
-use serve::{serve, Prefetcher, Queue, REQUEST_QUEUE};
+use crate::warm::{Warm, Warmer};
+use serve::{serve, Queue, REQUEST_QUEUE};
 
 /// How the sender runs.
 #[derive(Clone)]
@@ -191,13 +191,13 @@ where
     let mut sup = Supervisor::new(cfg.cancel.clone());
     let walker = {
         let walker = Walker::new(cfg.root.clone(), filter.clone(), options.checksum)
-            .with_warmer(Warmer::start(&source));
+            .with_warmer(Warmer::start(&source, Warm::Entries));
         let (out, credits) = (Outbox::new(out_tx.clone()), credits.clone());
         let denied = denied.clone();
         sup.spawn(move || walk(walker, out, &credits, &denied))
     };
     let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
-    let queue = Queue::new(req_tx, Prefetcher::start(&source));
+    let queue = Queue::new(req_tx, Warmer::start(&source, Warm::Data));
     let source_read = Arc::new(AtomicU64::new(0));
     let walked_root = source.clone();
     let server = {
@@ -226,7 +226,7 @@ where
                 // The same walk as the listing, with every file's contents hashed.
                 reader.credits = Arc::new(Credits::new(INITIAL_CREDIT as u64));
                 let walker = Walker::new(cfg.root.clone(), filter.clone(), true)
-                    .with_warmer(Warmer::start(&walked_root));
+                    .with_warmer(Warmer::start(&walked_root, Warm::Entries));
                 let (out, credits) = (Outbox::new(out_tx.clone()), reader.credits.clone());
                 // What it cannot read was noted by the listing already.
                 let again = Denied::default();

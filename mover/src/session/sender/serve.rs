@@ -1,5 +1,5 @@
 //! The sender's file service: requests queued from the reader, read ahead by
-//! prefetch lanes, answered in order by the delta thread, and (with
+//! a [`Warmer`] (`Warm::Data`), answered in order by the delta thread, and (with
 //! compression) packed by threads of their own (`packer`) so reading and
 //! compressing overlap.
 
@@ -24,16 +24,13 @@ use crate::session::{cancelled, warn, SessionError};
 use crate::signature::{BlockSig, Index};
 use crate::treehash::{self, Head, TreeHasher};
 use crate::walk::STATE_DIR;
+use crate::warm::Warmer;
 
 /// Complete requests queued for the delta thread (so their files can be
 /// prefetched while earlier ones are sent).
 pub const REQUEST_QUEUE: usize = 1024;
 /// Signature blocks queued for the delta thread at most (about 20 MiB).
 const SIG_BUDGET: usize = 1 << 20;
-/// Leading bytes of each queued file that are read ahead.
-const PREFETCH_BYTES: u64 = 1 << 20;
-/// Threads reading ahead (each waits on the disk for one inode at a time).
-const PREFETCH_THREADS: usize = 4;
 /// Reads of a file that keeps changing before it is reported as changed.
 const MAX_TRIES: usize = 3;
 /// Most threads hashing the prefix of a resumed file.
@@ -49,12 +46,12 @@ pub struct Queued {
 /// The way from the reader to the delta thread, and to the prefetcher.
 pub struct Queue {
     tx: mpsc::Sender<Queued>,
-    prefetch: Prefetcher,
+    prefetch: Option<Warmer>,
     budget: Arc<Semaphore>,
 }
 
 impl Queue {
-    pub fn new(tx: mpsc::Sender<Queued>, prefetch: Prefetcher) -> Queue {
+    pub fn new(tx: mpsc::Sender<Queued>, prefetch: Option<Warmer>) -> Queue {
         Queue {
             tx,
             prefetch,
@@ -70,52 +67,15 @@ impl Queue {
             .acquire_many_owned(blocks)
             .await
             .map_err(|_| cancelled())?;
-        self.prefetch.ahead(&req.path);
+        if let Some(prefetch) = &self.prefetch {
+            prefetch.offer(&req.path);
+        }
         let queued = Queued {
             req,
             sigs,
             _budget: permit,
         };
         self.tx.send(queued).await.map_err(|_| cancelled())
-    }
-}
-
-/// Threads that start reading queued files into the page cache, so the delta
-/// thread finds them there: small files read one by one would otherwise wait
-/// on the disk one at a time (opening a file reads its inode, which blocks).
-pub struct Prefetcher {
-    lanes: Vec<std::sync::mpsc::SyncSender<RelPath>>,
-    next: std::sync::atomic::AtomicUsize,
-}
-
-impl Prefetcher {
-    pub fn start(root: &Arc<TreeRoot>) -> Prefetcher {
-        let lanes = (0..PREFETCH_THREADS)
-            .map(|_| {
-                let (tx, rx) =
-                    std::sync::mpsc::sync_channel::<RelPath>(REQUEST_QUEUE / PREFETCH_THREADS);
-                let root = root.clone();
-                std::thread::spawn(move || {
-                    for path in rx {
-                        if let Ok(f) = root.open_file(&path) {
-                            let len = std::num::NonZeroU64::new(PREFETCH_BYTES);
-                            let _ = rustix::fs::fadvise(&f, 0, len, rustix::fs::Advice::WillNeed);
-                        }
-                    }
-                });
-                tx
-            })
-            .collect();
-        Prefetcher {
-            lanes,
-            next: Default::default(),
-        }
-    }
-
-    /// Best effort: a full lane only means no read-ahead for this file.
-    fn ahead(&self, path: &RelPath) {
-        let lane = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.lanes.len();
-        let _ = self.lanes[lane].try_send(path.clone());
     }
 }
 

@@ -32,7 +32,7 @@ use crate::session::flow::{Inflight, ListWindow, Wake};
 use crate::session::{cancelled, is_fatal, warn, SessionError};
 use crate::stats::{human_bytes, Counters, Summary};
 use crate::walk::{file_hash, STATE_DIR};
-use crate::warm::Warmer;
+use crate::warm::{Warm, Warmer};
 
 mod prune;
 
@@ -107,7 +107,7 @@ impl Generator {
             journal,
             capacity,
         } = cfg;
-        let warmer = Warmer::start(&tree);
+        let warmer = Warmer::start(&tree, Warm::Entries);
         Generator {
             placer: Placer::new(tree),
             warmer,
@@ -339,7 +339,7 @@ impl Generator {
         match have {
             Some(md) if md.is_dir() => {
                 if let Some(warmer) = &self.warmer {
-                    warmer.dir(&e.path);
+                    warmer.offer(&e.path);
                 }
                 // Without root, a read-only directory must be opened up while it is filled.
                 if !self.owner && md.mode() & 0o300 != 0o300 {
