@@ -239,6 +239,42 @@ run_mover() {
     log "  $tool $sc #$rep: ${secs}s wire=$wire $st"
 }
 
+# run_cp SCENARIO REP SRC_DIR DEST_DIR [BASIS_DIR]: the scenario's local reference, recorded as
+# tool `cp`: `cp -a` into DEST_DIR (which must not exist), then `sync -f` (syncfs of the
+# destination: durable, as a mover run ends), the page cache dropped first. With BASIS_DIR its
+# files are read (`cat`) meanwhile, as a re-sync reads its basis. One process, no network, no
+# hashing, no compression: what the disk allows a plain copy, not a bound on a copy that reads
+# many files at once.
+run_cp() {
+    local sc=$1 rep=$2 src=$3 dst=$4 basis=${5:-} out t0 secs rc=0 brc=0 st=ok reader=""
+    out=$LOGS/$sc.cp.$rep
+    mkdir -p "$(dirname "$dst")"
+    drop_caches
+    t0=$(usec)
+    if [[ -n $basis ]]; then
+        find "$basis" -type f -exec cat {} + >/dev/null 2>"$out.basis.err" &
+        reader=$!
+    fi
+    { cp -a "$src" "$dst" && sync -f "$dst"; } >"$out.log" 2>&1 || rc=$?
+    [[ -z $reader ]] || wait "$reader" || brc=$?
+    secs=$(secs_since "$t0")
+    if [[ $rc != 0 ]]; then st="cp-exit-$rc"; fail "$sc cp exited $rc (see $out.log)"
+    elif [[ $brc != 0 ]]; then st="basis-read-exit-$brc"; fail "$sc: reading $basis failed (see $out.basis.err)"; fi
+    record "$sc" cp "$rep" "$secs" -1 -1 -1 "$st" "$out.log"
+    log "  cp $sc #$rep: ${secs}s $st"
+}
+
+# keygen CASE DIR OP: one set of key material for a case's runs (keygen never
+# overwrites: the dir is fresh); false, with a FAIL, when mover keygen fails.
+keygen() {
+    local rc=0
+    "$MOVER" keygen --out "$2" --operation-id "$3" --valid-for 1d \
+        >"$LOGS/$1.keygen.out" 2>"$LOGS/$1.keygen.err" || rc=$?
+    [[ $rc == 0 ]] && return 0
+    fail "$1: mover keygen exited $rc (see $LOGS/$1.keygen.err)"
+    return 1
+}
+
 # Sorted metadata listing: type, mode, owner, size (non-dirs), mtime (ns), path, link target.
 listing() {
     (cd "$1" && find . \( -type d -printf 'd %m %U:%G - %T@ %p\n' \) -o \
@@ -276,10 +312,10 @@ log "generating data sets (scale 1/$SCALE)"
 t_gen=$(usec)
 log "cases:$CASES"
 SETS=()
-# Disk the data sets and the destinations need at once, roughly (GiB at full scale): 3 for the
-# data sets and two copies of one (6 with ssh: four copies), and ~13 more for `many` (source and
-# two destinations of ~4.2 GiB each: every file takes a 4 KiB block).
-need_gib=3
+# Disk the data sets and the destinations need at once, roughly (GiB at full scale): 4 for the
+# data sets and three copies of one (rsync's, mover's, cp's; 6 with ssh: four copies), and ~13
+# more for `many` (source and two destinations of ~4.2 GiB each: every file takes a 4 KiB block).
+need_gib=4
 if want ssh; then need_gib=6; fi
 if want many; then need_gib=$((need_gib + 13 + (REPEAT - 1) * 8)); fi   # + the trash of each repetition
 avail_gib=$(df -P -BG "$WORK" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
@@ -341,54 +377,10 @@ log "rsync daemon on 127.0.0.1:$PORT ($(rsync --version | head -n1))"
 fi
 
 # ---------------------------------------------------------------- sshd (the ssh case)
-# A private sshd on 127.0.0.1 for rsync over ssh: its own host key, client key, config and
-# authorized_keys under $SSH_DIR; the system's ssh config and service are left alone. Installs
-# openssh-server with apt-get when sshd is missing (Debian's policy-rc.d, where present, keeps
-# the package's own service from starting).
+# shellcheck source=tests/bench/ssh.sh
+source "$HERE/ssh.sh"
 SSH_CMD="" SSH_LOGIN="" SSH_VERSION=""
-if want ssh; then
-    SSHD=$(command -v sshd || true)
-    if [[ -z $SSHD && -x /usr/sbin/sshd ]]; then SSHD=/usr/sbin/sshd; fi
-    if [[ -z $SSHD ]] || ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
-        log "ssh: installing openssh-server (apt-get)"
-        apt-get install -y openssh-server openssh-client >"$LOGS/apt-openssh.log" 2>&1 ||
-            die "ssh: sshd missing and apt-get install openssh-server failed (see $LOGS/apt-openssh.log)"
-        SSHD=/usr/sbin/sshd
-    fi
-    [[ -x $SSHD ]] || die "ssh: no sshd after installing openssh-server"
-    SSHD=$(realpath "$SSHD")   # sshd re-executes itself: it needs an absolute path
-    mkdir -m 700 "$SSH_DIR"
-    ssh-keygen -q -t ed25519 -N '' -C bench-host -f "$SSH_DIR/host_ed25519" ||
-        die "ssh: ssh-keygen (host key) failed"
-    ssh-keygen -q -t ed25519 -N '' -C bench-client -f "$SSH_DIR/client_ed25519" ||
-        die "ssh: ssh-keygen (client key) failed"
-    cp "$SSH_DIR/client_ed25519.pub" "$SSH_DIR/authorized_keys"
-    # sshd's privilege separation directory (compiled in; the package's service would create it)
-    if [[ $EUID == 0 && ! -d /run/sshd ]]; then mkdir -m 755 /run/sshd; fi
-    SSH_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    printf '%s\n' "ListenAddress 127.0.0.1" "HostKey $SSH_DIR/host_ed25519" \
-        "PidFile $SSH_DIR/sshd.pid" "AuthorizedKeysFile $SSH_DIR/authorized_keys" \
-        "StrictModes no" "UsePAM no" "PermitRootLogin prohibit-password" \
-        "PubkeyAuthentication yes" "PasswordAuthentication no" "KbdInteractiveAuthentication no" \
-        "X11Forwarding no" "PrintMotd no" "UseDNS no" >"$SSH_DIR/sshd_config"
-    "$SSHD" -t -f "$SSH_DIR/sshd_config" >"$LOGS/sshd.check" 2>&1 ||
-        die "ssh: sshd -t rejected $SSH_DIR/sshd_config (see $LOGS/sshd.check)"
-    setsid "$SSHD" -D -e -f "$SSH_DIR/sshd_config" -p "$SSH_PORT" >"$LOGS/sshd.log" 2>&1 &
-    SSHD_PID=$!
-    SSH_LOGIN="$(id -un)@127.0.0.1"
-    SSH_CMD="ssh -p $SSH_PORT -i $SSH_DIR/client_ed25519 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
-    for ((i = 0; i < 100; i++)); do
-        # shellcheck disable=SC2086 # SSH_CMD is a command line, as rsync -e takes it
-        $SSH_CMD "$SSH_LOGIN" true >"$LOGS/ssh.probe" 2>&1 && break
-        kill -0 "$SSHD_PID" 2>/dev/null || die "ssh: sshd died (see $LOGS/sshd.log)"
-        sleep 0.1
-    done
-    # shellcheck disable=SC2086
-    $SSH_CMD "$SSH_LOGIN" rsync --version >/dev/null 2>>"$LOGS/ssh.probe" ||
-        die "ssh: cannot log in as $SSH_LOGIN with the bench key, or no rsync there (see $LOGS/ssh.probe, $LOGS/sshd.log)"
-    SSH_VERSION=$(ssh -V 2>&1)
-    log "sshd on 127.0.0.1:$SSH_PORT ($SSH_VERSION); rsync -e \"$SSH_CMD\""
-fi
+if want ssh; then ssh_start; fi
 
 # ---------------------------------------------------------------- scenarios
 if want compare; then
@@ -397,6 +389,8 @@ for ((r = 1; r <= REPEAT; r++)); do
     rm -rf "$DST/rsync/large" "$DST/mover/large"
     run_rsync initial_large "$r" "$SRC/large" large
     run_mover initial_large "$r" "$SRC/large" "$DST/mover/large"
+    rm -rf "$DST/cp/large"
+    run_cp initial_large "$r" "$SRC/large" "$DST/cp/large"
 done
 verify initial_large rsync "$SRC/large" "$DST/rsync/large"
 verify initial_large mover "$SRC/large" "$DST/mover/large"
@@ -413,16 +407,19 @@ for ((r = 1; r <= REPEAT; r++)); do
     fi
     run_rsync delta_large "$r" "$SRC/large" large --no-whole-file
     run_mover delta_large "$r" "$SRC/large" "$DST/mover/large" --no-whole-file
+    rm -rf "$DST/cp/large"
+    run_cp delta_large "$r" "$SRC/large" "$DST/cp/large" "$DST/mover/large"
 done
 verify delta_large rsync "$SRC/large" "$DST/rsync/large"
 verify delta_large mover "$SRC/large" "$DST/mover/large"
-rm -rf "$SNAP" "$DST/rsync/large" "$DST/mover/large"
+rm -rf "$SNAP" "$DST/rsync/large" "$DST/mover/large" "$DST/cp/large"
 
 log "scenario 3: $SMALL_FILES small files, initial copy then no-op re-sync"
 for ((r = 1; r <= REPEAT; r++)); do
-    discard "$DST/rsync/small" "$DST/mover/small"
+    discard "$DST/rsync/small" "$DST/mover/small" "$DST/cp/small"
     run_rsync initial_small "$r" "$SRC/small" small
     run_mover initial_small "$r" "$SRC/small" "$DST/mover/small"
+    run_cp initial_small "$r" "$SRC/small" "$DST/cp/small"
 done
 verify initial_small rsync "$SRC/small" "$DST/rsync/small"
 verify initial_small mover "$SRC/small" "$DST/mover/small"
@@ -432,17 +429,19 @@ for ((r = 1; r <= REPEAT; r++)); do
 done
 verify noop_small rsync "$SRC/small" "$DST/rsync/small"
 verify noop_small mover "$SRC/small" "$DST/mover/small"
-discard "$DST/rsync/small" "$DST/mover/small"
+discard "$DST/rsync/small" "$DST/mover/small" "$DST/cp/small"
 
 log "scenario 4: compressed initial copy of log text"
 for ((r = 1; r <= REPEAT; r++)); do
     rm -rf "$DST/rsync/logs" "$DST/mover/logs"
     run_rsync compressed_logs "$r" "$SRC/logs" logs --compress --compress-choice=zstd
     run_mover compressed_logs "$r" "$SRC/logs" "$DST/mover/logs" --compress
+    rm -rf "$DST/cp/logs"
+    run_cp compressed_logs "$r" "$SRC/logs" "$DST/cp/logs"
 done
 verify compressed_logs rsync "$SRC/logs" "$DST/rsync/logs"
 verify compressed_logs mover "$SRC/logs" "$DST/mover/logs"
-rm -rf "$DST/rsync/logs" "$DST/mover/logs"
+rm -rf "$DST/rsync/logs" "$DST/mover/logs" "$DST/cp/logs"
 fi
 
 # ---------------------------------------------------------------- checkpoint / resume cases
@@ -523,83 +522,10 @@ TREE_FILES=0 TREE_BYTES=0
 if want resume; then read -r TREE_FILES TREE_BYTES < <(python3 "$HELPER" tree-bytes "$SRC/large"); fi
 RESUME_BWLIMIT=$((TREE_BYTES / 1024 / RESUME_SECS))   # KiB/s
 
-# resume_run VARIANT REP BASE_OUT BASE_SECS BASE_RC: VARIANT kill-receiver | kill-sender |
-# kill-receiver-delete. Attempt 1 (paced) is SIGKILLed on the side VARIANT names once the
-# receiver's progress shows bytes_done >= RESUME_FRACTION * bytes_total; attempt 2 (unpaced,
-# timed) completes it. Both attempts send with --delete only in the *-delete variant.
-resume_run() {
-    local variant=$1 rep=$2 base_out=$3 base_secs=$4 base_rc=$5
-    local out=$LOGS/resume.$variant.$rep dst=$DST/resume/$variant victim survivor
-    local a1_send_rc a1_recv_rc vrc k1 s1 st=ok vst=failed line
-    local -a args=(--operation-id "$RESUME_OP" --progress json) sargs
-    sargs=("${args[@]}")
-    [[ $variant == *-delete ]] && sargs+=(--delete)
-    rm -rf "$dst"
-    drop_caches
-    if ! start_receiver "$out.a1.recv" "$dst" "${args[@]}" --attempt 1; then
-        fail "resume $variant: receiver did not write its address (see $out.a1.recv.err)"
-        return 0
-    fi
-    setsid "$MOVER" send --to "$(cat "$WORK/mover.addr")" --root "$SRC/large" "${CONN[@]}" \
-        "${sargs[@]}" --attempt 1 --bwlimit "$RESUME_BWLIMIT" >"$out.a1.send.out" 2>"$out.a1.send.err" &
-    SEND_PID=$!
-    if [[ $variant == kill-receiver* ]]; then victim=$RECV_PID survivor=a1_send
-    else victim=$SEND_PID survivor=a1_recv; fi
-    # Not a job any more: bash would report "Killed" for it. `reap` still sees it exit (kill -0),
-    # its status is the SIGKILL (or, if the kill missed, its summary line's exit_code).
-    disown "$victim"
-    python3 "$HELPER" watch-kill "$out.a1.recv.out" "$victim" "$RESUME_FRACTION" \
-        $((RESUME_SECS * 6 + 60)) "$out.kill.json" || st=kill-missed
-    reap "$SEND_PID" 120; a1_send_rc=$REAP_RC SEND_PID=""
-    reap "$RECV_PID" 120; a1_recv_rc=$REAP_RC RECV_PID=""
-    if [[ $st == ok ]]; then vrc=SIGKILL; else vrc="exited-before-kill"; fi
-    if [[ $variant == kill-receiver* ]]; then a1_recv_rc=$vrc; else a1_send_rc=$vrc; fi
-    [[ $st == ok ]] || fail "resume $variant #$rep: no kill ($(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("reason"))' "$out.kill.json"))"
-    "$MOVER" inspect --root "$dst" >"$out.inspect.json" 2>"$out.inspect.err" ||
-        fail "resume $variant #$rep: mover inspect exited $? (see $out.inspect.err)"
-    python3 "$HELPER" disk-usage "$dst" "$out.disk.json"
-    log "  resume $variant #$rep attempt 1: send exit $a1_send_rc, receive exit $a1_recv_rc; inspect: $(head -c 600 "$out.inspect.json")"
-
-    run_pair "$out.a2" "$SRC/large" "$dst" "${args[*]} --attempt 2" "${sargs[*]} --attempt 2"
-    if [[ $PAIR_SEND_RC != 0 || $PAIR_RECV_RC != 0 ]]; then
-        [[ $st == ok ]] && st="attempt2-exit-$PAIR_SEND_RC/$PAIR_RECV_RC"
-        fail "resume $variant #$rep: attempt 2 exited send=$PAIR_SEND_RC receive=$PAIR_RECV_RC (see $out.a2.*.err)"
-    fi
-    vst=$(verified "resume_$variant" mover "$SRC/large" "$dst")
-    [[ $vst == ok || $st != ok ]] || st=verify-failed
-    if [[ $variant == kill-receiver* ]]; then k1=$a1_recv_rc s1=$a1_send_rc
-    else k1=$a1_send_rc s1=$a1_recv_rc; fi
-    line=$(python3 "$HELPER" resume-record "$WORK/resume.jsonl" variant="$variant" rep="$rep" \
-        status="$st" verify="$vst" tree_files="$TREE_FILES" tree_bytes="$TREE_BYTES" \
-        bwlimit="${RESUME_BWLIMIT}K" kill="$out.kill.json" inspect="$out.inspect.json" \
-        disk="$out.disk.json" a1_send="$out.a1.send.out" a1_recv="$out.a1.recv.out" \
-        survivor="$survivor" a1_killed_rc="$k1" a1_survivor_rc="$s1" \
-        a2_send="$out.a2.send.out" a2_recv="$out.a2.recv.out" a2_secs="$PAIR_SECS" \
-        a2_send_rc="$PAIR_SEND_RC" a2_recv_rc="$PAIR_RECV_RC" \
-        base_send="$base_out.send.out" base_secs="$base_secs" base_rc="$base_rc")
-    log "  resume $variant #$rep: $line $st"
-    rm -rf "$dst"
-}
-
-if want resume; then
-    log "resume: $TREE_FILES files, $TREE_BYTES bytes; attempt 1 paced at ${RESUME_BWLIMIT} KiB/s, SIGKILL at >= ${RESUME_FRACTION} of bytes_total"
-    for ((r = 1; r <= REPEAT; r++)); do
-        # Restart from zero (what a tool without checkpoints does after a failure): a fresh,
-        # empty destination and a full copy, without --operation-id.
-        base=$LOGS/resume.restart.$r
-        rm -rf "$DST/resume/restart"
-        run_pair "$base" "$SRC/large" "$DST/resume/restart" "" "--delete"
-        base_secs=$PAIR_SECS base_rc=$PAIR_SEND_RC/$PAIR_RECV_RC
-        [[ $base_rc == 0/0 ]] || fail "resume: restart-from-zero copy exited $base_rc (see $base.*.err)"
-        [[ $(verified resume_restart mover "$SRC/large" "$DST/resume/restart") == ok ]] ||
-            base_rc="verify-failed"
-        log "  restart from zero #$r: ${base_secs}s exit $base_rc wire=$(python3 "$HELPER" mover-wire "$base.send.out")"
-        rm -rf "$DST/resume/restart"
-        for variant in kill-receiver kill-sender kill-receiver-delete; do
-            resume_run "$variant" "$r" "$base" "$base_secs" "$base_rc"
-        done
-    done
-fi
+# The resume case (resume.sh).
+# shellcheck source=tests/bench/resume.sh
+source "$HERE/resume.sh"
+if want resume; then resume_case; fi
 
 # The resume-tail case.
 # shellcheck source=tests/bench/tail.sh
@@ -629,165 +555,14 @@ if want checkpoint-overhead; then
 fi
 
 # ---------------------------------------------------------------- tls
-# tls_run CASE MODE REP DEST [extra send args...]: run_mover with MODE's connection
-# (insecure: --insecure; insecure-op: --insecure plus send --operation-id $TLS_OP, the checkpoint
-# a --tls-dir run keeps, without the encryption; tls: --tls-dir $TLS_DIR on both sides, whose
-# material implies --operation-id $TLS_OP), then one line in tls.tsv with both sides' CPU time.
-tls_run() {
-    local case=$1 mode=$2 rep=$3 dst=$4 us ss ur sr
-    shift 4
-    local -a extra=()
-    case $mode in
-        insecure) CONN=(--insecure) ;;
-        insecure-op) CONN=(--insecure) extra=(--operation-id "$TLS_OP") ;;
-        tls) CONN=(--tls-dir "$TLS_DIR") ;;
-    esac
-    run_mover "tls_${case}_$mode" "$rep" "$SRC/large" "$dst" "${extra[@]}" "$@"
-    CONN=(--insecure)
-    read -r us ss < <(cpu_of "$LAST_OUT.send.rss")
-    read -r ur sr < <(cpu_of "$LAST_OUT.recv.rss")
-    # tls.tsv: case mode rep secs wire rss_send_kb rss_recv_kb user_send sys_send user_recv
-    # sys_recv status log
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$case" "$mode" "$rep" \
-        "$LAST_SECS" "$LAST_WIRE" "$(rss_of "$LAST_OUT.send.rss")" "$(rss_of "$LAST_OUT.recv.rss")" \
-        "$us" "$ss" "$ur" "$sr" "$LAST_STATUS" "$LAST_OUT.send.out" >>"$WORK/tls.tsv"
-    log "    $mode cpu: send ${us}u+${ss}s, receive ${ur}u+${sr}s"
-}
-
-# keygen CASE DIR OP: one set of key material for a case's runs (keygen never
-# overwrites: the dir is fresh); false, with a FAIL, when mover keygen fails.
-keygen() {
-    local rc=0
-    "$MOVER" keygen --out "$2" --operation-id "$3" --valid-for 1d \
-        >"$LOGS/$1.keygen.out" 2>"$LOGS/$1.keygen.err" || rc=$?
-    [[ $rc == 0 ]] && return 0
-    fail "$1: mover keygen exited $rc (see $LOGS/$1.keygen.err)"
-    return 1
-}
-
-if want tls; then
-    TLS_REPEAT=$REPEAT; [[ $REPEAT_SET == 1 ]] || TLS_REPEAT=3
-    TLS_OP=bench-tls TLS_MODES=(insecure insecure-op tls)
-    # One set of key material per bench run (keygen never overwrites: the dir is fresh).
-    if keygen tls "$TLS_DIR" "$TLS_OP"; then
-        read -r TLS_FILES TLS_BYTES < <(python3 "$HELPER" tree-bytes "$SRC/large")
-        log "tls: $TLS_FILES files, $TLS_BYTES bytes; modes ${TLS_MODES[*]}; $TLS_REPEAT runs each; key material in $TLS_DIR"
-        for ((r = 1; r <= TLS_REPEAT; r++)); do
-            # alternate the order (ABC, CBA, ...) so a drifting machine does not favour one mode
-            if ((r % 2)); then order=("${TLS_MODES[@]}")
-            else order=(); for ((i = ${#TLS_MODES[@]} - 1; i >= 0; i--)); do order+=("${TLS_MODES[i]}"); done; fi
-            # whole-file initial copy into a fresh, empty destination
-            for mode in "${order[@]}"; do
-                rm -rf "$DST/tls/$mode"
-                tls_run initial "$mode" "$r" "$DST/tls/$mode" --whole-file
-            done
-            if ((r == TLS_REPEAT)); then
-                for mode in "${TLS_MODES[@]}"; do verify "tls_initial_$mode" mover "$SRC/large" "$DST/tls/$mode"; done
-            fi
-            # no-op re-sync: nothing changed, the quick check skips every file (the time is
-            # connection set-up, handshake and file list)
-            for mode in "${order[@]}"; do
-                tls_run noop "$mode" "$r" "$DST/tls/$mode" --no-whole-file
-            done
-            # delta re-sync of unchanged contents: new mtimes on the source make every file go
-            # through the delta algorithm (signatures, rolling match, rebuild from the basis)
-            touch -d "@$(( $(date +%s) - 86400 + r ))" "$SRC/large"/*
-            for mode in "${order[@]}"; do
-                tls_run resync "$mode" "$r" "$DST/tls/$mode" --no-whole-file
-            done
-        done
-        for mode in "${TLS_MODES[@]}"; do
-            verify "tls_resync_$mode" mover "$SRC/large" "$DST/tls/$mode"
-            [[ ! -e $DST/tls/$mode/.volmig ]] || fail "tls: $DST/tls/$mode/.volmig left after a clean run"
-        done
-        rm -rf "$DST/tls"
-    fi
-fi
+# tls_case (tls.sh): --tls-dir against --insecure on the large set.
+# shellcheck source=tests/bench/tls.sh
+source "$HERE/tls.sh"
+if want tls; then tls_case; fi
 
 # ---------------------------------------------------------------- ssh
-# What people really run: mover over TLS (--tls-dir) against rsync over ssh, and from the same
-# run mover --insecure against the rsync daemon. Four tools, each with its own destination:
-#   rsync          daemon module, $DST/rsync/ssh/SET
-#   mover          --insecure,    $DST/mover/ssh/SET
-#   rsync-ssh      -e "$SSH_CMD", $DST/rsync-ssh/SET
-#   mover-tls      --tls-dir,     $DST/mover-tls/SET
-SSH_TOOLS=(rsync mover rsync-ssh mover-tls)
-ssh_dest() {   # ssh_dest TOOL SET: the destination directory of TOOL's copy of SET
-    case $1 in
-        rsync) echo "$DST/rsync/ssh/$2" ;;
-        mover) echo "$DST/mover/ssh/$2" ;;
-        *) echo "$DST/$1/$2" ;;
-    esac
-}
-# ssh_runs SCENARIO REP SET "RSYNC ARGS" "MOVER ARGS": one run of each of the four tools.
-ssh_runs() {
-    local sc=$1 rep=$2 set=$3 rargs=$4 margs=$5
-    # shellcheck disable=SC2086 # argument strings are intentionally word-split
-    {
-        RSYNC_TOOL=rsync; run_rsync "$sc" "$rep" "$SRC/$set" "ssh/$set" $rargs
-        MOVER_TOOL=mover CONN=(--insecure)
-        run_mover "$sc" "$rep" "$SRC/$set" "$(ssh_dest mover "$set")" $margs
-        RSYNC_TOOL=rsync-ssh; run_rsync "$sc" "$rep" "$SRC/$set" "$set" $rargs
-        MOVER_TOOL=mover-tls CONN=(--tls-dir "$SSH_TLS_DIR")
-        run_mover "$sc" "$rep" "$SRC/$set" "$(ssh_dest mover-tls "$set")" $margs
-    }
-    RSYNC_TOOL=rsync MOVER_TOOL=mover CONN=(--insecure)
-}
-ssh_rm() { local t; for t in "${SSH_TOOLS[@]}"; do discard "$(ssh_dest "$t" "$1")"; done; }
-ssh_verify() {   # ssh_verify SCENARIO SET: every tool's destination against the source
-    local t d
-    for t in "${SSH_TOOLS[@]}"; do
-        d=$(ssh_dest "$t" "$2")
-        verify "$1" "$t" "$SRC/$2" "$d"
-        if [[ -e $d/.volmig ]]; then
-            fail "$1: $d/.volmig left after a clean run"
-            printf '%s\t%s\n' "$1" "$t" >>"$WORK/verify_failures.tsv"
-        fi
-    done
-}
-# ssh_scenario SCENARIO SET "RSYNC ARGS" "MOVER ARGS" [fresh]: REPEAT rounds of the four tools;
-# "fresh": every round starts from empty destinations. Then every destination is verified.
-ssh_scenario() {
-    local sc=$1 set=$2 rargs=$3 margs=$4 fresh=${5:-} r
-    for ((r = 1; r <= REPEAT; r++)); do
-        [[ $fresh != fresh ]] || ssh_rm "$set"
-        ssh_runs "$sc" "$r" "$set" "$rargs" "$margs"
-    done
-    ssh_verify "$sc" "$set"
-}
-
-if want ssh; then
-    mkdir -p "$DST/rsync/ssh" "$DST/mover/ssh" "$DST/rsync-ssh" "$DST/mover-tls"
-    SSH_OP=bench-ssh
-    if keygen ssh "$SSH_TLS_DIR" "$SSH_OP"; then
-        log "ssh 1: initial copy of large random files (rsync daemon, mover --insecure, rsync over ssh, mover --tls-dir)"
-        ssh_scenario ssh_initial_large large "" "" fresh
-
-        log "ssh 2: delta re-sync of large after $EDITS scattered 4 KiB edits per file"
-        if [[ $REPEAT -gt 1 ]]; then rm -rf "$SNAP"; cp -a "$SRC/large" "$SNAP"; fi
-        python3 "$HELPER" edit "$SRC/large" "$EDITS" 5
-        for ((r = 1; r <= REPEAT; r++)); do
-            if [[ $r -gt 1 ]]; then
-                for t in "${SSH_TOOLS[@]}"; do
-                    rm -rf "$(ssh_dest "$t" large)"
-                    cp -a "$SNAP" "$(ssh_dest "$t" large)"
-                done
-            fi
-            ssh_runs ssh_delta_large "$r" large --no-whole-file --no-whole-file
-        done
-        ssh_verify ssh_delta_large large
-        rm -rf "$SNAP"; ssh_rm large
-
-        log "ssh 3: $SMALL_FILES small files, initial copy then no-op re-sync"
-        ssh_scenario ssh_initial_small small "" "" fresh
-        ssh_scenario ssh_noop_small small "" ""
-        ssh_rm small
-
-        log "ssh 4: compressed initial copy of log text"
-        ssh_scenario ssh_compressed_logs logs "--compress --compress-choice=zstd" --compress fresh
-        ssh_rm logs
-    fi
-fi
+# What people really run: mover over TLS against rsync over ssh (ssh.sh).
+if want ssh; then ssh_case; fi
 
 # ---------------------------------------------------------------- many
 # 1M small files (1/8 with --quick): initial copy, then a no-op re-sync, mover --insecure
