@@ -453,3 +453,75 @@ async fn a_cut_operation_keeps_only_its_temp_file() {
         }
     }
 }
+
+/// Files finished but not yet committed when the connection is cut (in an
+/// applier's batch, its committer's queue or its commit group) leave no
+/// temporary file behind but those the checkpoint names, for the next
+/// attempt.
+#[tokio::test]
+async fn files_cut_off_from_their_commit_leave_only_journaled_temp_files() {
+    const FILES: usize = 300;
+    for operation_id in [None, Some("cut-op")] {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("dst");
+        let what = format!("operation {operation_id:?}");
+        let opts = SessionOptions {
+            operation_id: operation_id.map(String::from),
+            attempt: 1,
+            ..SessionOptions::default()
+        };
+        let (mut w, receiver) = in_process(&root);
+        w.handshake(opts).await;
+        let mut list = vec![dir("")];
+        list.extend((0..FILES).map(|i| entry(format!("f{i:03}"), Kind::File, 4)));
+        list.extend([done(""), list_end()]);
+        w.send_all(list).await;
+        for _ in 0..FILES {
+            let id = w
+                .expect("a request", |f| match f {
+                    Frame::Request(r) => Some(r.id),
+                    _ => None,
+                })
+                .await
+                .unwrap_or_else(|| panic!("{what}: the receiver hung up"));
+            w.send_all(file_frames(id, b"data")).await;
+        }
+        // Every file written: waiting for its commit (a group waits up to
+        // 2 s), or committed already.
+        let written = || {
+            let done = names(&root).iter().filter(|n| n.starts_with('f')).count();
+            done + temp_files(&root).len()
+        };
+        let deadline = Instant::now() + STEP;
+        while written() < FILES {
+            assert!(Instant::now() < deadline, "{what}: {} written", written());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let waiting = temp_files(&root).len();
+        w.wr.shutdown().await.unwrap();
+        assert_cut(&outcome(receiver).await, &what);
+        for name in names(&root).iter().filter(|n| n.starts_with('f')) {
+            assert_eq!(
+                fs::read(root.join(name)).unwrap(),
+                b"data",
+                "{what}: {name}"
+            );
+        }
+        let left: BTreeSet<String> = temp_files(&root)
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        let named: BTreeSet<String> = match operation_id {
+            None => BTreeSet::new(),
+            Some(_) => {
+                let store = mover::checkpoint::Store::open(&root).unwrap();
+                let cp = store.load().unwrap().expect("a checkpoint");
+                cp.partials.iter().map(|p| p.temp.to_string()).collect()
+            }
+        };
+        assert_eq!(
+            left, named,
+            "{what}: temporary files left (of {waiting} waiting) and named by the checkpoint"
+        );
+    }
+}

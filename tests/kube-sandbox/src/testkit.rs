@@ -2,13 +2,17 @@
 //! sandbox: finding them next to the running test, and building them when
 //! they are missing or older than their sources.
 
+use std::io;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-/// `target/<profile>/<bin>` of package `package` (a directory at the
-/// workspace root, or under `tests/`), built with cargo when missing or
-/// older than what it is built from. `cargo test --workspace` has usually
-/// built it already; `cargo test -p <one>` after a change may not have.
+use serde::Deserialize;
+
+/// `target/<profile>/<bin>` of workspace package `package`, built with
+/// cargo when missing or older than what it is built from. `cargo test
+/// --workspace` has usually built it already; `cargo test -p <one>` after
+/// a change may not have.
 ///
 /// What it is built from is [`inputs`]: the package's and its path
 /// dependencies' sources, not their tests. A test or fixture edited after
@@ -31,13 +35,17 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     if !built.iter().any(|b| b == bin) {
         let stamp = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
         let fresh = stamp.is_some_and(|b| {
-            inputs(&workspace, package)
-                .iter()
-                .all(|s| newest(s).is_none_or(|t| t <= b))
+            match Metadata::read(&workspace).and_then(|m| inputs(&m, package)) {
+                Ok(inputs) => inputs.iter().all(|s| newest(s).is_none_or(|t| t <= b)),
+                // Stale, then: the build says what is wrong, if anything.
+                Err(e) => {
+                    eprintln!("rebuilding {bin}: {e}");
+                    false
+                }
+            }
         });
         if !fresh {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut build = std::process::Command::new(cargo);
+            let mut build = Command::new(cargo());
             build
                 .current_dir(&workspace)
                 .args(["build", "--quiet", "-p", package, "--bin", bin]);
@@ -53,65 +61,115 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     path
 }
 
-/// The directory of workspace package `package`: at the root, or under
-/// `tests/`.
-fn package_dir(workspace: &Path, package: &str) -> PathBuf {
-    let top = workspace.join(package);
-    if top.join("Cargo.toml").is_file() {
-        top
-    } else {
-        workspace.join("tests").join(package)
+/// Why the inputs of a binary are not known.
+#[derive(Debug, thiserror::Error)]
+enum MetadataError {
+    #[error("running cargo metadata: {0}")]
+    Spawn(#[from] io::Error),
+    #[error("cargo metadata failed: {0}")]
+    Failed(String),
+    #[error("reading cargo metadata's output: {0}")]
+    Parse(#[from] serde_json::Error),
+    #[error("no package {0:?} in the workspace")]
+    NoPackage(String),
+}
+
+/// The workspace as `cargo metadata --no-deps --format-version 1`
+/// describes it, as far as [`inputs`] needs it. Cargo has read the
+/// manifests: dependency tables in any form (inline, dotted keys,
+/// `[dependencies.NAME]`), inherited from `[workspace.dependencies]`,
+/// per target.
+#[derive(Debug, Deserialize)]
+struct Metadata {
+    workspace_root: PathBuf,
+    packages: Vec<Package>,
+}
+
+/// A workspace member.
+#[derive(Debug, Deserialize)]
+struct Package {
+    name: String,
+    manifest_path: PathBuf,
+    dependencies: Vec<Dependency>,
+}
+
+/// A dependency of a member, of any target: `kind` is `None` for a
+/// `[dependencies]` one, else `"build"` or `"dev"`; `path` is the
+/// directory of a path dependency, absolute.
+#[derive(Debug, Deserialize)]
+struct Dependency {
+    kind: Option<String>,
+    path: Option<PathBuf>,
+}
+
+impl Metadata {
+    /// Asks cargo about the workspace at `workspace` (a directory).
+    fn read(workspace: &Path) -> Result<Metadata, MetadataError> {
+        let out = Command::new(cargo())
+            .current_dir(workspace)
+            .args(["metadata", "--no-deps", "--format-version", "1"])
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(MetadataError::Failed(stderr.trim().to_string()));
+        }
+        Ok(serde_json::from_slice(&out.stdout)?)
     }
+}
+
+impl Package {
+    fn dir(&self) -> &Path {
+        self.manifest_path.parent().unwrap_or(&self.manifest_path)
+    }
+}
+
+/// The cargo that runs this test, else the one on `PATH`.
+fn cargo() -> std::ffi::OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
 /// What a binary of `package` is built from: the workspace's `Cargo.toml`
-/// and `Cargo.lock`, and of the package and each workspace package it
-/// depends on (`path = ...` under `[dependencies]` or
-/// `[build-dependencies]`, followed through), everything in its
-/// directory but `tests/`, `benches/` and `examples/`.
-fn inputs(workspace: &Path, package: &str) -> Vec<PathBuf> {
-    let mut out = vec![workspace.join("Cargo.toml"), workspace.join("Cargo.lock")];
-    let mut packages = vec![package_dir(workspace, package)];
+/// and `Cargo.lock`, and of the package and each package it depends on
+/// through a path (its dependencies and build dependencies, not its
+/// dev-dependencies; followed through the workspace's members),
+/// everything in its directory but `tests/`, `benches/` and `examples/`.
+fn inputs(metadata: &Metadata, package: &str) -> Result<Vec<PathBuf>, MetadataError> {
+    let root = &metadata.workspace_root;
+    let mut out = vec![root.join("Cargo.toml"), root.join("Cargo.lock")];
+    let first = metadata
+        .packages
+        .iter()
+        .find(|p| p.name == package)
+        .ok_or_else(|| MetadataError::NoPackage(package.to_string()))?;
+    let mut dirs = vec![first.dir().to_path_buf()];
     let mut seen: Vec<PathBuf> = Vec::new();
-    while let Some(dir) = packages.pop() {
-        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    while let Some(dir) = dirs.pop() {
         if seen.contains(&dir) {
             continue;
         }
-        let Ok(listing) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in listing.flatten() {
-            let name = entry.file_name();
-            if !["tests", "benches", "examples"].iter().any(|t| name == *t) {
-                out.push(entry.path());
+        if let Ok(listing) = std::fs::read_dir(&dir) {
+            for entry in listing.flatten() {
+                let name = entry.file_name();
+                if !["tests", "benches", "examples"].iter().any(|t| name == *t) {
+                    out.push(entry.path());
+                }
             }
         }
-        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
-        packages.extend(path_dependencies(&manifest).map(|p| dir.join(p)));
+        // A path dependency outside the workspace counts as its directory;
+        // cargo metadata --no-deps does not describe its own dependencies.
+        if let Some(member) = metadata.packages.iter().find(|p| p.dir() == dir) {
+            dirs.extend(
+                member
+                    .dependencies
+                    .iter()
+                    .filter(|d| d.kind.as_deref() != Some("dev"))
+                    .filter_map(|d| d.path.clone()),
+            );
+        }
         seen.push(dir);
     }
-    out
-}
-
-/// The `path = "..."` of a manifest's dependencies and build dependencies
-/// (a line-wise reading of the workspace's own manifests, not TOML).
-fn path_dependencies(manifest: &str) -> impl Iterator<Item = &str> {
-    let mut linked = false;
-    manifest.lines().filter_map(move |line| {
-        let line = line.trim();
-        if line.starts_with('[') {
-            linked = line == "[dependencies]"
-                || line == "[build-dependencies]"
-                || (line.starts_with("[target.") && !line.ends_with(".dev-dependencies]"));
-            return None;
-        }
-        if !linked || line.starts_with('#') {
-            return None;
-        }
-        let rest = line.split("path = \"").nth(1)?;
-        rest.split('"').next()
-    })
+    Ok(out)
 }
 
 /// The newest modification time of `path`, or of the files under it.
@@ -240,16 +298,56 @@ pub fn merged_kubeconfig(
 mod tests {
     use super::*;
 
+    /// A workspace in a temporary directory: `(name, manifest body)`
+    /// per member, each with an empty `src/lib.rs` and a `tests/` file.
+    fn workspace(root: &str, members: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let names: Vec<String> = members.iter().map(|(n, _)| format!("{n:?}")).collect();
+        let root = format!("[workspace]\nmembers = [{}]\n{root}", names.join(", "));
+        std::fs::write(dir.path().join("Cargo.toml"), root).expect("workspace manifest");
+        for (name, body) in members {
+            let member = dir.path().join(name);
+            std::fs::create_dir_all(member.join("src")).expect("src");
+            std::fs::create_dir_all(member.join("tests")).expect("tests");
+            std::fs::write(member.join("src/lib.rs"), "").expect("lib.rs");
+            std::fs::write(member.join("tests/t.rs"), "").expect("t.rs");
+            let manifest = format!(
+                "[package]\nname = {name:?}\nversion = \"0.1.0\"\nedition = \"2021\"\n{body}"
+            );
+            std::fs::write(member.join("Cargo.toml"), manifest).expect("manifest");
+        }
+        dir
+    }
+
+    /// The inputs of `package`, relative to the root of the workspace at
+    /// `dir`, sorted.
+    fn relative_inputs(dir: &Path, package: &str) -> Vec<String> {
+        let metadata = Metadata::read(dir).expect("cargo metadata");
+        let root = &metadata.workspace_root;
+        let mut names: Vec<String> = inputs(&metadata, package)
+            .expect("inputs")
+            .iter()
+            .filter_map(|p| Some(p.strip_prefix(root).ok()?.display().to_string()))
+            .collect();
+        names.sort();
+        names
+    }
+
     #[test]
     fn a_binary_is_built_from_its_path_dependencies_not_its_dev_dependencies() {
-        let manifest = r#"
-[package]
-name = "p"
-
+        let members = [
+            (
+                "p",
+                r#"
 [dependencies]
 a = { path = "../a", default-features = false }
 b.workspace = true
 # c = { path = "../c" }
+
+[dependencies.g]
+# a table of its own, over several lines
+version = "0.1"
+path = "../g"
 
 [target.'cfg(unix)'.dependencies]
 d = { path = "../d" }
@@ -259,24 +357,31 @@ e = { path = "../e" }
 
 [build-dependencies]
 f = { path = "../f" }
-"#;
-        let deps: Vec<&str> = path_dependencies(manifest).collect();
-        assert_eq!(deps, ["../a", "../d", "../f"]);
+"#,
+            ),
+            ("a", "[dependencies]\nh = { path = \"../h\" }\n"),
+            ("b", ""),
+            ("c", ""),
+            ("d", ""),
+            ("e", ""),
+            ("f", ""),
+            ("g", ""),
+            ("h", ""),
+        ];
+        let dir = workspace("[workspace.dependencies]\nb = { path = \"b\" }\n", &members);
+        let mut wanted = vec!["Cargo.lock".to_string(), "Cargo.toml".to_string()];
+        for package in ["a", "b", "d", "f", "g", "h", "p"] {
+            wanted.push(format!("{package}/Cargo.toml"));
+            wanted.push(format!("{package}/src"));
+        }
+        wanted.sort();
+        assert_eq!(relative_inputs(dir.path(), "p"), wanted);
     }
 
     #[test]
     fn the_plugin_is_built_from_the_mover_library_but_not_the_tests() {
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let plugin = inputs(&workspace, "kubectl-volmig");
-        let names: Vec<String> = plugin
-            .iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .filter_map(|p| {
-                p.strip_prefix(std::fs::canonicalize(&workspace).ok()?)
-                    .ok()
-                    .map(|r| r.display().to_string())
-            })
-            .collect();
+        let names = relative_inputs(&workspace, "kubectl-volmig");
         for wanted in ["kubectl-volmig/src", "mover/src", "Cargo.lock"] {
             assert!(names.iter().any(|n| n == wanted), "{wanted}: {names:?}");
         }
@@ -290,9 +395,9 @@ f = { path = "../f" }
                 "{unwanted}: {names:?}"
             );
         }
-        let sandbox = inputs(&workspace, "kube-sandbox");
+        let sandbox = relative_inputs(&workspace, "kube-sandbox");
         assert!(
-            sandbox.iter().any(|p| p.ends_with("kube-sandbox/src")),
+            sandbox.iter().any(|n| n == "tests/kube-sandbox/src"),
             "{sandbox:?}"
         );
     }

@@ -26,7 +26,7 @@ use crate::walk::{is_temp_name, TEMP_PREFIX, TEMP_SUFFIX};
 const GROUP_FILES: usize = 2048;
 const JOURNALED_GROUP_FILES: usize = 256;
 /// Bytes per group before it is committed.
-const GROUP_BYTES: u64 = 256 * 1024 * 1024;
+pub const GROUP_BYTES: u64 = 256 * 1024 * 1024;
 /// How long a finished file waits for its group at most: files done show as
 /// done while a few large files take minutes.
 pub const GROUP_AGE: Duration = Duration::from_secs(2);

@@ -13,6 +13,7 @@
 //! when it is full, before it begins a large file and before it waits for
 //! data, so no finished file waits on the applier for long.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
@@ -33,19 +34,51 @@ pub struct Tally {
 
 /// The applier's handle on the committer thread. Dropped without
 /// [`Committer::finish`] (the session failed), it commits nothing more: the
-/// group still waiting is dropped as `CommitGroup` drops it.
+/// group still waiting is dropped as `CommitGroup` drops it, the batches
+/// not committed as [`Batch`] drops them.
 pub struct Committer {
-    tx: Option<SyncSender<Vec<Finished>>>,
+    tx: Option<SyncSender<Batch>>,
     /// Finished files not yet handed over.
-    batch: Vec<Finished>,
-    /// Temporary files stay when the session ends early (a checkpoint names them).
-    keep: bool,
+    batch: Batch,
     abandon: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<Tally, SessionError>>>,
 }
 
 /// Finished files handed over at once.
 const BATCH_FILES: usize = 32;
+
+/// Finished files on their way to a commit group. Dropped with files in it
+/// (the session ended with the batch still at the applier or queued for the
+/// committer, or the committer stopped on an error in the middle of it), it
+/// leaves no temporary files behind, but those a checkpoint names (as
+/// [`CommitGroup`] does): the next attempt goes on from them.
+struct Batch {
+    files: VecDeque<Finished>,
+    /// A checkpoint journal names the files until they are committed.
+    keep: bool,
+}
+
+impl Batch {
+    fn new(keep: bool) -> Batch {
+        Batch {
+            files: VecDeque::with_capacity(BATCH_FILES),
+            keep,
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for file in &self.files {
+            if let Some(temp) = &file.temp {
+                let _ = std::fs::remove_file(&**temp);
+            }
+        }
+    }
+}
 
 impl Committer {
     pub fn start(journal: Option<Arc<Journal>>, counters: Arc<Counters>) -> io::Result<Committer> {
@@ -61,8 +94,7 @@ impl Committer {
             .spawn(move || run(rx, group, journal, counters, stop))?;
         Ok(Committer {
             tx: Some(tx),
-            batch: Vec::with_capacity(BATCH_FILES),
-            keep,
+            batch: Batch::new(keep),
             abandon,
             thread: Some(thread),
         })
@@ -71,8 +103,8 @@ impl Committer {
     /// Adds a finished file to the batch, handed over once full; an error
     /// is why the committer stopped.
     pub fn push(&mut self, file: Finished) -> Result<(), SessionError> {
-        self.batch.push(file);
-        if self.batch.len() >= BATCH_FILES {
+        self.batch.files.push_back(file);
+        if self.batch.files.len() >= BATCH_FILES {
             self.hand_over()?;
         }
         Ok(())
@@ -82,10 +114,11 @@ impl Committer {
     /// anything that takes a while (waiting for data, writing a large file),
     /// so that files it has finished are committed meanwhile.
     pub fn hand_over(&mut self) -> Result<(), SessionError> {
-        if self.batch.is_empty() {
+        if self.batch.files.is_empty() {
             return Ok(());
         }
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_FILES));
+        let next = Batch::new(self.batch.keep);
+        let batch = std::mem::replace(&mut self.batch, next);
         let tx = self.tx.as_ref().ok_or_else(cancelled)?;
         if let Err(mpsc::SendError(batch)) = tx.send(batch) {
             self.batch = batch;
@@ -112,27 +145,22 @@ impl Committer {
 }
 
 impl Drop for Committer {
-    /// A session that ends early leaves no temporary files of its batch
-    /// behind, but those a checkpoint names (as [`CommitGroup`] does).
+    /// Waits for the committer thread to end before the batch goes (with
+    /// the temporary files no checkpoint names).
     fn drop(&mut self) {
         if self.thread.is_some() {
             self.abandon.store(true, Ordering::SeqCst);
             let _ = self.end();
         }
-        if !self.keep {
-            for file in self.batch.drain(..) {
-                if let Some(temp) = &file.temp {
-                    let _ = std::fs::remove_file(&**temp);
-                }
-            }
-        }
     }
 }
 
 /// The committer thread: groups files as they come, commits a group when it
-/// is full or due, and the rest when the applier is done.
+/// is full or due, and the rest when the applier is done. When it stops (on
+/// an error, or abandoned), the files of the batch in hand not yet grouped
+/// and the batches queued go as [`Batch`] drops them.
 fn run(
-    rx: mpsc::Receiver<Vec<Finished>>,
+    rx: mpsc::Receiver<Batch>,
     mut group: CommitGroup,
     journal: Option<Arc<Journal>>,
     counters: Arc<Counters>,
@@ -145,18 +173,20 @@ fn run(
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             Some(wait) => rx.recv_timeout(wait),
         };
+        if abandon.load(Ordering::SeqCst) {
+            // Nothing more is committed: the group and the batches still
+            // queued go as they drop.
+            return Err(cancelled());
+        }
         let committed = match next {
-            Ok(files) => {
-                for file in files {
+            Ok(mut batch) => {
+                while let Some(file) = batch.files.pop_front() {
                     let committed = group.push(file).map_err(fail)?;
                     settle(committed, journal.as_deref(), &counters, &mut tally);
                 }
                 continue;
             }
             Err(RecvTimeoutError::Timeout) => group.commit().map_err(fail)?,
-            Err(RecvTimeoutError::Disconnected) if abandon.load(Ordering::SeqCst) => {
-                return Err(cancelled());
-            }
             Err(RecvTimeoutError::Disconnected) => {
                 let last = group.commit().map_err(fail)?;
                 settle(last, journal.as_deref(), &counters, &mut tally);
@@ -179,5 +209,101 @@ fn settle(c: Committed, journal: Option<&Journal>, counters: &Counters, tally: &
     for (_, path, err) in c.failed {
         warn(format_args!("{path}: {err}"));
         tally.failed += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::os::unix::ffi::OsStrExt;
+
+    use super::super::commit::{create_temp, GROUP_BYTES};
+    use super::*;
+    use crate::beneath::Placer;
+    use crate::path::RelPath;
+
+    /// File `name` in the directory of `placer`, finished under a temporary name.
+    fn finished(placer: &Placer, id: u64, name: &str) -> Finished {
+        let path = RelPath::new(name.as_bytes().to_vec()).unwrap();
+        let dest = placer.place(&path).unwrap();
+        let (temp, file) = create_temp(&dest).unwrap();
+        Finished {
+            id,
+            path,
+            temp: Some(temp),
+            dest,
+            file,
+            size: 1,
+        }
+    }
+
+    fn temp_files(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| crate::walk::is_temp_name(n.as_bytes()))
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A finished file whose commit fails: a group's worth of bytes in one
+    /// file is committed as soon as it arrives, alone, with `fdatasync`,
+    /// which fails on /dev/null (EINVAL).
+    fn unsyncable(placer: &Placer) -> Finished {
+        let mut file = finished(placer, 0, "f0");
+        file.file = File::open("/dev/null").unwrap();
+        file.size = GROUP_BYTES;
+        file
+    }
+
+    #[test]
+    fn files_still_queued_when_a_commit_fails_leave_only_journaled_temporary_files() {
+        for journaled in [false, true] {
+            let d = tempfile::tempdir().unwrap();
+            let placer = Placer::open(d.path()).unwrap();
+            let (tx, rx) = mpsc::sync_channel(4);
+            let batch = |ids: std::ops::Range<u64>| {
+                let mut batch = Batch::new(journaled);
+                let files = ids.map(|id| finished(&placer, id, &format!("f{id}")));
+                batch.files.extend(files);
+                batch
+            };
+            // The failing file first, then the rest of its batch; then a
+            // batch still queued.
+            let mut first = batch(1..4);
+            first.files.push_front(unsyncable(&placer));
+            tx.send(first).unwrap();
+            tx.send(batch(4..8)).unwrap();
+            drop(tx);
+            let group = CommitGroup::new(journaled);
+            let counters = Arc::new(Counters::default());
+            let stop = Arc::new(AtomicBool::new(false));
+            let e = run(rx, group, None, counters, stop).unwrap_err();
+            assert!(e.to_string().contains("committing files"), "{e}");
+            // A checkpoint names them all: the next attempt goes on from them.
+            let left = if journaled { 8 } else { 0 };
+            let temps = temp_files(d.path());
+            assert_eq!(temps.len(), left, "journaled: {journaled}: {temps:?}");
+        }
+    }
+
+    #[test]
+    fn files_handed_over_after_a_failed_commit_leave_no_temporary_files() {
+        let d = tempfile::tempdir().unwrap();
+        let placer = Placer::open(d.path()).unwrap();
+        let mut committer = Committer::start(None, Arc::new(Counters::default())).unwrap();
+        let mut pushed = committer.push(unsyncable(&placer));
+        // The rest of its batch, and batches queued or on their way.
+        for id in 1..4 * BATCH_FILES as u64 {
+            if pushed.is_err() {
+                break;
+            }
+            pushed = committer.push(finished(&placer, id, &format!("f{id}")));
+        }
+        let e = pushed.and_then(|()| committer.finish()).unwrap_err();
+        assert!(e.to_string().contains("committing files"), "{e}");
+        assert_eq!(temp_files(d.path()), Vec::<String>::new());
     }
 }
