@@ -1,4 +1,5 @@
 # tests/bench/tail.sh — the `resume-tail` case, sourced by run.sh (uses its helpers and variables).
+# shellcheck shell=bash
 #
 # One file ($SRC/one/big.bin, 1 GiB random; 128 MiB with --quick). For each page-cache state
 # (dropped, then warm), attempt 1 is paced like the resume case and the receiver SIGKILLed at the
@@ -77,6 +78,7 @@ tail_state() {
         kill="$out.kill.json" inspect="$out.inspect.json" a2_send="$out.a2.send.out" \
         a2_recv="$out.a2.recv.out" rest_send="$out.rest.send.out")
     log "  resume-tail #$rep $line $st"
+    # shellcheck disable=SC2034 # run.sh's drop_caches reads it
     WARM=0
     rm -rf "$dst" "$fresh" "$rest"
 }

@@ -15,6 +15,7 @@ tls_run() {
         tls) CONN=(--tls-dir "$TLS_DIR") ;;
     esac
     run_mover "tls_${case}_$mode" "$rep" "$SRC/large" "$dst" "${extra[@]}" "$@"
+    # shellcheck disable=SC2034 # run.sh's run_mover reads it
     CONN=(--insecure)
     read -r us ss < <(cpu_of "$LAST_OUT.send.rss")
     read -r ur sr < <(cpu_of "$LAST_OUT.recv.rss")
