@@ -272,14 +272,19 @@ impl Drop for CommitGroup {
     /// A session that ends early leaves no temporary files behind, but those
     /// a checkpoint names.
     fn drop(&mut self) {
-        if self.keep {
-            return;
-        }
-        for item in &self.items {
-            if let Some(temp) = &item.temp {
-                let _ = fs::remove_file(&**temp);
-            }
-        }
+        remove_temps(self.keep, self.items.iter().map(|i| i.temp.as_ref()));
+    }
+}
+
+/// Removes the temporary files of files dropped uncommitted, unless a
+/// checkpoint journal names them (`journaled`): the next attempt goes on
+/// from those.
+pub fn remove_temps<'a>(journaled: bool, temps: impl Iterator<Item = Option<&'a Placed>>) {
+    if journaled {
+        return;
+    }
+    for temp in temps.flatten() {
+        let _ = fs::remove_file(&**temp);
     }
 }
 

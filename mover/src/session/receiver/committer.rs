@@ -20,7 +20,7 @@ use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::commit::{CommitGroup, Committed, Finished};
+use super::commit::{remove_temps, CommitGroup, Committed, Finished};
 use super::journal::Journal;
 use crate::session::{cancelled, warn, SessionError};
 use crate::stats::Counters;
@@ -69,14 +69,7 @@ impl Batch {
 
 impl Drop for Batch {
     fn drop(&mut self) {
-        if self.keep {
-            return;
-        }
-        for file in &self.files {
-            if let Some(temp) = &file.temp {
-                let _ = std::fs::remove_file(&**temp);
-            }
-        }
+        remove_temps(self.keep, self.files.iter().map(|f| f.temp.as_ref()));
     }
 }
 
