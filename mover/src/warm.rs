@@ -63,6 +63,9 @@ impl Warmer {
                 .name("warm".into())
                 .spawn(move || {
                     for path in rx {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                         match what {
                             Warm::Entries => entries(&root, &path, &stop),
                             Warm::Data => data(&root, &path),
@@ -88,7 +91,8 @@ impl Warmer {
 }
 
 impl Drop for Warmer {
-    /// The threads stop at their next entry, and end once their queue is closed.
+    /// The threads end at their next path or entry: what is still queued is
+    /// left, whichever kind of warming it was for.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
@@ -104,9 +108,6 @@ fn data(root: &TreeRoot, file: &RelPath) {
 
 /// Stats every entry of `dir`, without following symlinks.
 fn entries(root: &TreeRoot, dir: &RelPath, stop: &AtomicBool) {
-    if stop.load(Ordering::Relaxed) {
-        return;
-    }
     let Ok(fd) = root.list_dir(dir) else { return };
     let Ok(entries) = Dir::read_from(&fd) else {
         return;
